@@ -1,0 +1,1 @@
+"""legged_wbc core: robot description, Pinocchio dynamics and conventions (no ROS imports)."""

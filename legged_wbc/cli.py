@@ -1,0 +1,125 @@
+"""``legged-wbc``: the command-line entry point of the stack.
+
+Each subcommand lives next to the code it runs; this module only parses arguments and dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _print_json_or(result: dict, as_json: bool, text: str) -> None:
+    print(json.dumps(result, indent=2) if as_json else text)
+
+
+def cmd_check_model(args) -> int:
+    from .checks import check_model
+
+    res = check_model(args.robot, states=args.states, seed=args.seed)
+    lines = [f"{res['robot']}: Pinocchio vs MuJoCo at {res['states']} random states (max abs error)"]
+    lines += [f"  {k:14s} {v:.3e}" for k, v in res["max_err"].items()]
+    ok = res["max_abs_error"] <= args.tol
+    lines.append(f"  {'all':14s} {res['max_abs_error']:.3e}  ({'OK' if ok else 'FAIL'}: target <= {args.tol:g})")
+    _print_json_or(res, args.json, "\n".join(lines))
+    return 0 if ok else 1
+
+
+def cmd_conditioning(args) -> int:
+    from .checks import conditioning, plot_conditioning
+
+    res = conditioning(args.robot, theta_max=args.range, samples=args.samples)
+    if args.plot:
+        plot_conditioning(res, args.plot)
+    summary = {k: v for k, v in res.items() if k != "rows"}
+    text = (f"{res['robot']}: {res['samples']} IK samples over +-{args.range} rad: rank(J_p) >= {res['rank_jp_min']}, "
+            f"sigma_min(J_i) >= {res['sigma_min']:.3f}, |J_theta n| >= {res['alignment_min']:.3f}, "
+            f"IK failures {res['ik_failures']}" + (f"; plot: {args.plot}" if args.plot else ""))
+    _print_json_or(summary if not args.rows else res, args.json, text)
+    return 0 if res["ik_failures"] == 0 and res["rank_jp_min"] == 3 else 1
+
+
+def cmd_generate_urdf(args) -> int:
+    from .robot import generate_urdf, load_robot_config
+
+    cfg = load_robot_config(args.config)
+    text = generate_urdf(cfg)
+    out = Path(args.out) if args.out else cfg.urdf_path()
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_export_mjcf(args) -> int:
+    from .mujoco_model import build_spec
+
+    spec = build_spec(args.robot)
+    spec.compile()
+    Path(args.out).write_text(spec.to_xml())
+    print(f"wrote {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="legged-wbc", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("check-model", help="Pinocchio vs MuJoCo agreement at random states")
+    s.add_argument("--robot", default="hexapod", help="robot name or YAML path")
+    s.add_argument("--states", type=int, default=25)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--tol", type=float, default=1e-9)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_check_model)
+
+    s = sub.add_parser("conditioning", help="extended-Jacobian conditioning over relative-pitch targets")
+    s.add_argument("--robot", default="hexapod")
+    s.add_argument("--range", type=float, default=0.5, help="theta targets in +-RANGE [rad]")
+    s.add_argument("--samples", type=int, default=41, help="theta samples per leg")
+    s.add_argument("--plot", help="write a PNG figure (paper Fig. 4)")
+    s.add_argument("--rows", action="store_true", help="include every sample in the JSON")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_conditioning)
+
+    s = sub.add_parser("generate-urdf", help="write the URDF of a robot YAML")
+    s.add_argument("config", nargs="?", default="hexapod")
+    s.add_argument("--out")
+    s.set_defaults(func=cmd_generate_urdf)
+
+    s = sub.add_parser("export-mjcf", help="write the MuJoCo scene (MJCF) built from the URDF")
+    s.add_argument("--robot", default="hexapod")
+    s.add_argument("--out", default="hexapod_scene.xml")
+    s.set_defaults(func=cmd_export_mjcf)
+
+    for register in _extra_commands():
+        register(sub)
+    return p
+
+
+def _extra_commands():
+    """Subcommands defined by the other packages (imported lazily so each stays optional)."""
+    out = []
+    for mod, fn in (("legged_wbc.closed_loop_cli", "register"), ("wbc_controller.bench", "register")):
+        try:
+            module = __import__(mod, fromlist=[fn])
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith(mod.split(".")[0]) and exc.name == mod:
+                continue
+            raise
+        out.append(getattr(module, fn))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

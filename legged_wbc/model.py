@@ -1,0 +1,325 @@
+"""Dynamics core on Pinocchio: the one model the controller, the estimator and the checks share.
+
+State convention (Pinocchio free-flyer, used everywhere inside this package):
+
+* ``q = [p_base_in_world (3), quat_base_to_world_xyzw (4), q_joints (n)]``, ``nq = n + 7``;
+* ``v = [v_base_in_base (3), w_base_in_base (3), dq_joints (n)]``, ``nv = n + 6``.
+
+Joints are in Pinocchio's order (the URDF tree order); :class:`RobotModel` maps names to indices
+and rejects configs that name joints the URDF does not have.
+
+Leg quantities are body-relative (they do not depend on the base pose) and are computed on a second,
+fixed-base Pinocchio model of the same URDF, whose world frame *is* the base frame. For leg ``i``:
+
+* ``p``      foot-point (sphere centre) position in the base frame [m];
+* ``J_p``    3x4 Jacobian of ``p`` w.r.t. the leg joints;
+* ``a``      foot-link x-axis in the base frame; ``theta = atan2(-a_z, sqrt(a_x^2 + a_y^2))``
+  is the relative pitch [rad];
+* ``J_w``    3x4 Jacobian of the foot link's angular velocity relative to the base (base axes);
+* ``J_theta = (a x g)^T J_w``, ``g = [a_z a_x / r, a_z a_y / r, -r]``; zero when r^2 <= 1e-10;
+* ``J = [J_p; J_theta]`` the 4x4 extended Jacobian;
+* ``dJ_p_dq`` and ``dJ_theta_dq``: the exact drift terms ``J_dot q_dot`` (Pinocchio classical
+  acceleration at zero joint acceleration, plus the analytic second derivative of theta);
+* ``n`` unit null-space vector of ``J_p``, signed so that ``J_theta n >= 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pinocchio as pin
+
+from .robot import ConfigError, RobotConfig, foot_geometry, load_robot_config
+
+R2_EPS = 1e-10
+
+
+def skew(v: np.ndarray) -> np.ndarray:
+    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+
+
+def relative_pitch(a: np.ndarray) -> tuple[float, np.ndarray, float]:
+    """Relative pitch of a unit foot-link x-axis ``a`` (base frame): ``(theta, g, r)``.
+
+    ``g = d theta / d a`` on the unit sphere, ``r`` the horizontal projection length."""
+    r = float(np.hypot(a[0], a[1]))
+    theta = float(np.arctan2(-a[2], r))
+    if r * r <= R2_EPS:
+        return theta, np.zeros(3), r
+    g = np.array([a[2] * a[0] / r, a[2] * a[1] / r, -r])
+    return theta, g, r
+
+
+@dataclass
+class LegState:
+    """Body-relative kinematics of one leg at one instant (see the module docstring)."""
+
+    p: np.ndarray
+    J_p: np.ndarray
+    a: np.ndarray
+    theta: float
+    theta_dot: float
+    J_w: np.ndarray
+    J_theta: np.ndarray
+    J: np.ndarray
+    dJ_p_dq: np.ndarray
+    dJ_theta_dq: float
+    v_p: np.ndarray
+    n: np.ndarray
+
+
+class RobotModel:
+    """Pinocchio model (free-flyer + fixed-base) of a robot config, with leg bookkeeping."""
+
+    def __init__(self, cfg: RobotConfig | str | None = None):
+        if not isinstance(cfg, RobotConfig):
+            cfg = load_robot_config(cfg)
+        self.cfg = cfg
+        urdf = str(cfg.urdf_path())
+        self.model = pin.buildModelFromUrdf(urdf, pin.JointModelFreeFlyer())
+        self.fixed = pin.buildModelFromUrdf(urdf)
+        self.n = self.model.nv - 6
+        if self.fixed.nv != self.n:
+            raise ConfigError(f"{urdf}: fixed-base model has {self.fixed.nv} joints, floating {self.n}")
+        # joint order: Pinocchio's (URDF tree order); names[k] is the joint of q[7+k] / v[6+k]
+        self.joint_names: list[str] = [self.fixed.names[j] for j in range(1, self.fixed.njoints)]
+        for j in range(1, self.fixed.njoints):
+            if self.fixed.joints[j].nq != 1 or self.fixed.joints[j].nv != 1:
+                raise ConfigError(f"joint {self.fixed.names[j]}: only 1-DoF joints are supported")
+        self.joint_index = {name: k for k, name in enumerate(self.joint_names)}
+        missing = [j for j in cfg.joint_names if j not in self.joint_index]
+        if missing:
+            raise ConfigError(f"robot config names joints not in {urdf}: {missing}")
+        extra = [j for j in self.joint_names if j not in set(cfg.joint_names)]
+        if extra:
+            raise ConfigError(f"{urdf} has joints the robot config does not assign to a leg: {extra}")
+        lt = cfg.leg_type
+        # leg_joints[i]: joint indices (0..n-1) of leg i, in the leg's [yaw, pitch, knee, ankle] order
+        self.leg_joints = [np.array([self.joint_index[j] for j in leg.joint_names(lt)]) for leg in cfg.legs]
+        self.n_legs = cfg.n_legs
+        # armature (reflected rotor inertia) in both models, as in MuJoCo
+        arm = np.zeros(self.n)
+        lower = np.zeros(self.n)
+        upper = np.zeros(self.n)
+        effort = np.zeros(self.n)
+        for idx in self.leg_joints:
+            arm[idx] = lt.armature
+            lower[idx] = lt.lower
+            upper[idx] = lt.upper
+            effort[idx] = lt.effort
+        self.armature, self.lower, self.upper, self.effort = arm, lower, upper, effort
+        self.model.armature[6:] = arm
+        self.fixed.armature[:] = arm
+        # foot point frames (sphere centres) on the foot links, in both models
+        fg = foot_geometry(cfg)
+        self.foot_offset = fg.offset
+        self.foot_radius = fg.radius
+        self.foot_frames_float: list[int] = []
+        self.foot_frames_fixed: list[int] = []
+        self.foot_link_frames_fixed: list[int] = []
+        for leg in cfg.legs:
+            link = leg.foot_link(lt)
+            for mdl, out in ((self.model, self.foot_frames_float), (self.fixed, self.foot_frames_fixed)):
+                if not mdl.existFrame(link):
+                    raise ConfigError(f"foot link {link!r} not in {urdf}")
+                body_id = mdl.getFrameId(link)
+                body = mdl.frames[body_id]
+                fr = pin.Frame(f"{leg.name}_foot_point", body.parentJoint, body_id,
+                               body.placement * pin.SE3(np.eye(3), fg.offset), pin.FrameType.OP_FRAME)
+                out.append(mdl.addFrame(fr))
+            self.foot_link_frames_fixed.append(self.fixed.getFrameId(link))
+        self.data = self.model.createData()
+        self.fdata = self.fixed.createData()
+        self.total_mass = float(sum(i.mass for i in self.model.inertias))
+        self.nq, self.nv = self.model.nq, self.model.nv
+        self._zeros_n = np.zeros(self.n)
+
+    # ------------------------------------------------------------------ state helpers
+    def neutral(self) -> np.ndarray:
+        return pin.neutral(self.model)
+
+    def check_state(self, q: np.ndarray, v: np.ndarray | None = None) -> None:
+        """Raise ``ValueError`` naming the problem if ``q``/``v`` have the wrong size or are not finite."""
+        if q.shape != (self.nq,):
+            raise ValueError(f"q: expected shape ({self.nq},) = [p(3), quat_xyzw(4), {self.n} joints], got {q.shape}")
+        if not np.all(np.isfinite(q)):
+            raise ValueError("q: contains NaN/inf")
+        if abs(np.linalg.norm(q[3:7]) - 1.0) > 1e-6:
+            raise ValueError(f"q: base quaternion must be unit, norm {np.linalg.norm(q[3:7]):.6g}")
+        if v is not None:
+            if v.shape != (self.nv,):
+                raise ValueError(f"v: expected shape ({self.nv},) = [v_base(3), w_base(3), {self.n} joints], got {v.shape}")
+            if not np.all(np.isfinite(v)):
+                raise ValueError("v: contains NaN/inf")
+
+    def integrate(self, q: np.ndarray, v: np.ndarray, dt: float) -> np.ndarray:
+        """Configuration after moving with body velocity ``v`` for ``dt`` seconds (``pin.integrate``)."""
+        return pin.integrate(self.model, q, v * dt)
+
+    def leg_slice_v(self, i: int) -> np.ndarray:
+        """Indices in ``v`` (nv) of leg ``i``'s joints."""
+        return self.leg_joints[i] + 6
+
+    # ------------------------------------------------------------------ floating-base dynamics
+    def mass_matrix(self, q: np.ndarray) -> np.ndarray:
+        M = pin.crba(self.model, self.data, q)
+        return np.triu(M) + np.triu(M, 1).T
+
+    def bias(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``h = C(q, v) v + g(q)`` [N, N m] in Pinocchio coordinates."""
+        return pin.nonLinearEffects(self.model, self.data, q, v).copy()
+
+    def gravity(self, q: np.ndarray) -> np.ndarray:
+        return pin.computeGeneralizedGravity(self.model, self.data, q).copy()
+
+    def com(self, q: np.ndarray) -> np.ndarray:
+        return pin.centerOfMass(self.model, self.data, q).copy()
+
+    def foot_positions_world(self, q: np.ndarray) -> np.ndarray:
+        pin.framesForwardKinematics(self.model, self.data, q)
+        return np.array([self.data.oMf[f].translation for f in self.foot_frames_float])
+
+    def foot_jacobians_world(self, q: np.ndarray) -> list[np.ndarray]:
+        """Linear (3 x nv) Jacobians of the foot points, world axes, Pinocchio velocity coordinates."""
+        pin.computeJointJacobians(self.model, self.data, q)
+        pin.updateFramePlacements(self.model, self.data)
+        return [pin.getFrameJacobian(self.model, self.data, f, pin.LOCAL_WORLD_ALIGNED)[:3].copy()
+                for f in self.foot_frames_float]
+
+    # ------------------------------------------------------------------ body-relative leg kinematics
+    def legs(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> list[LegState]:
+        """Leg kinematics for joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio order)."""
+        if qj.shape != (self.n,):
+            raise ValueError(f"joint positions: expected {self.n} values, got {qj.shape}")
+        if dqj is None:
+            dqj = self._zeros_n
+        elif dqj.shape != (self.n,):
+            raise ValueError(f"joint velocities: expected {self.n} values, got {dqj.shape}")
+        m, d = self.fixed, self.fdata
+        pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
+        pin.computeJointJacobians(m, d, qj)
+        pin.updateFramePlacements(m, d)
+        out = []
+        for i in range(self.n_legs):
+            cols = self.leg_joints[i]
+            fp = self.foot_frames_fixed[i]
+            Jf = pin.getFrameJacobian(m, d, fp, pin.LOCAL_WORLD_ALIGNED)
+            J_p = Jf[:3, cols].copy()
+            J_w = Jf[3:, cols].copy()
+            p = d.oMf[fp].translation.copy()
+            acc = pin.getFrameClassicalAcceleration(m, d, fp, pin.LOCAL_WORLD_ALIGNED)
+            dJ_p_dq = acc.linear.copy()
+            dJ_w_dq = acc.angular.copy()
+            a = d.oMf[fp].rotation[:, 0].copy()
+            theta, g, r = relative_pitch(a)
+            dq = dqj[cols]
+            w = J_w @ dq
+            a_dot = np.cross(w, a)
+            if r * r <= R2_EPS:
+                J_theta = np.zeros(4)
+                dJ_theta_dq = 0.0
+            else:
+                axg = np.cross(a, g)
+                J_theta = axg @ J_w
+                # theta_ddot = g.a_ddot + (dg/dt).a_dot with a_ddot = w_dot x a + w x (w x a)
+                r_dot = (a[0] * a_dot[0] + a[1] * a_dot[1]) / r
+                g_dot = np.array([
+                    (a_dot[2] * a[0] + a[2] * a_dot[0]) / r - a[2] * a[0] * r_dot / (r * r),
+                    (a_dot[2] * a[1] + a[2] * a_dot[1]) / r - a[2] * a[1] * r_dot / (r * r),
+                    -r_dot,
+                ])
+                dJ_theta_dq = float(axg @ dJ_w_dq + g @ np.cross(w, a_dot) + g_dot @ a_dot)
+            J = np.vstack([J_p, J_theta])
+            out.append(LegState(p=p, J_p=J_p, a=a, theta=theta, theta_dot=float(J_theta @ dq), J_w=J_w,
+                                J_theta=J_theta, J=J, dJ_p_dq=dJ_p_dq, dJ_theta_dq=dJ_theta_dq,
+                                v_p=J_p @ dq, n=null_vector(J_p, J_theta)))
+        return out
+
+    # ------------------------------------------------------------------ nominal stance
+    def stance_targets(self) -> list[tuple[np.ndarray, float]]:
+        """Nominal ``(foot point in base frame [m], relative pitch [rad])`` of each leg."""
+        cfg = self.cfg
+        z = -cfg.stance_height + self.foot_radius
+        out = []
+        for leg in cfg.legs:
+            yaw = np.radians(leg.mount_yaw_deg)
+            p = np.array([leg.mount_xyz[0] + cfg.stance_reach * np.cos(yaw),
+                          leg.mount_xyz[1] + cfg.stance_reach * np.sin(yaw), z])
+            out.append((p, cfg.stance_relative_pitch))
+        return out
+
+    def leg_ik(self, i: int, p_target: np.ndarray, theta_target: float, qj0: np.ndarray,
+               iters: int = 100, damping: float = 1e-6, tol: float = 1e-10) -> tuple[np.ndarray, bool]:
+        """Damped least-squares IK of leg ``i`` on the extended task ``[p; theta]``.
+
+        Returns the full joint vector (other legs as in ``qj0``) and whether it converged."""
+        qj = qj0.copy()
+        cols = self.leg_joints[i]
+        for _ in range(iters):
+            leg = self.legs(qj)[i]
+            err = np.concatenate([p_target - leg.p, [theta_target - leg.theta]])
+            if np.linalg.norm(err) < tol:
+                return qj, True
+            J = leg.J
+            dq = J.T @ np.linalg.solve(J @ J.T + damping * np.eye(4), err)
+            step = np.linalg.norm(dq)
+            if step > 0.3:
+                dq *= 0.3 / step
+            qj[cols] += dq
+        leg = self.legs(qj)[i]
+        err = np.concatenate([p_target - leg.p, [theta_target - leg.theta]])
+        return qj, bool(np.linalg.norm(err) < 1e-8)
+
+    def initial_leg_guess(self) -> np.ndarray:
+        """A knee-up guess (hip pitch up, knee bent down) to start IK from."""
+        qj = np.zeros(self.n)
+        for cols in self.leg_joints:
+            qj[cols] = [0.0, -0.4, 1.4, -1.0]
+        return qj
+
+    def stance_joint_positions(self, height: float | None = None) -> np.ndarray:
+        """Joint positions of the nominal stance (feet at their nominal points, theta nominal)."""
+        qj = self.initial_leg_guess()
+        for i, (p, th) in enumerate(self.stance_targets()):
+            if height is not None:
+                p = p.copy()
+                p[2] = -height + self.foot_radius
+            qj, ok = self.leg_ik(i, p, th, qj)
+            if not ok:
+                raise ConfigError(f"leg {self.cfg.legs[i].name}: nominal stance {p} theta={th} is not reachable")
+        return qj
+
+    def stance_configuration(self, height: float | None = None) -> np.ndarray:
+        """Full ``q`` standing at ``height`` [m] (default: the config's stance height), level, at the origin."""
+        h = self.cfg.stance_height if height is None else height
+        q = self.neutral()
+        q[2] = h
+        q[7:] = self.stance_joint_positions(h)
+        return q
+
+
+def null_vector(J_p: np.ndarray, J_theta: np.ndarray | None = None) -> np.ndarray:
+    """Unit null-space vector of a 3x4 ``J_p`` (signed 3x3 minors), oriented so ``J_theta n >= 0``."""
+    n = np.array([(-1) ** k * np.linalg.det(np.delete(J_p, k, axis=1)) for k in range(4)])
+    nrm = np.linalg.norm(n)
+    if nrm < 1e-12:
+        # rank-deficient J_p: fall back to the smallest right singular vector
+        n = np.linalg.svd(J_p)[2][-1]
+        nrm = np.linalg.norm(n)
+    n = n / nrm
+    if J_theta is not None and float(J_theta @ n) < 0.0:
+        n = -n
+    return n
+
+
+def joint_permutation(names_from: Sequence[str], names_to: Sequence[str]) -> np.ndarray:
+    """Index array ``idx`` so that ``x_to = x_from[idx]``; raises naming missing joints."""
+    pos = {n: k for k, n in enumerate(names_from)}
+    missing = [n for n in names_to if n not in pos]
+    if missing:
+        raise ValueError(f"joints missing: {missing}")
+    if len(set(names_to)) != len(names_to):
+        raise ValueError(f"duplicate joint names in {list(names_to)}")
+    return np.array([pos[n] for n in names_to], dtype=int)

@@ -1,0 +1,89 @@
+"""MuJoCo model of a robot config: the same URDF Pinocchio loads, plus the scene.
+
+``build_spec`` loads the URDF with ``mujoco.MjSpec`` and adds what a URDF cannot say: the free
+joint of the base, a floor (friction from the robot config), torque motors on every joint, joint
+armature (the same values Pinocchio uses), foot contact parameters, an IMU site with
+orientation / gyro / accelerometer sensors, a light and a tracking camera. Only the foot spheres
+and the base box collide. ``legged-wbc export-mjcf`` writes the result as MJCF for inspection.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from .robot import RobotConfig, load_robot_config
+
+TIMESTEP = 0.001  # [s] physics step (1 kHz)
+
+
+def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP) -> mujoco.MjSpec:
+    if not isinstance(cfg, RobotConfig):
+        cfg = load_robot_config(cfg)
+    spec = mujoco.MjSpec.from_file(str(cfg.urdf_path()))
+    spec.option.timestep = timestep
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
+    base = spec.body(cfg.base_link)
+    base.add_freejoint(name="floating_base")
+    # floor and scene
+    world = spec.worldbody
+    world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
+                   friction=[cfg.friction, 0.005, 0.0001], rgba=[0.8, 0.8, 0.8, 1])
+    world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1])
+    base.add_camera(name="track", mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+                    pos=[0.0, -2.8, 1.2], xyaxes=[1, 0, 0, 0, 0.4, 0.92])
+    site = base.add_site(name="imu", pos=list(cfg.imu_xyz), size=[0.01, 0.01, 0.01])
+    spec.add_sensor(name="imu_quat", type=mujoco.mjtSensor.mjSENS_FRAMEQUAT,
+                    objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
+    spec.add_sensor(name="imu_gyro", type=mujoco.mjtSensor.mjSENS_GYRO,
+                    objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
+    spec.add_sensor(name="imu_accel", type=mujoco.mjtSensor.mjSENS_ACCELEROMETER,
+                    objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
+    lt = cfg.leg_type
+    arm = dict(zip(lt.joint_suffixes, lt.armature))
+    for leg in cfg.legs:
+        for suffix, jname in zip(lt.joint_suffixes, leg.joint_names(lt)):
+            j = spec.joint(jname)
+            j.armature = arm[suffix]
+            j.limited = mujoco.mjtLimited.mjLIMITED_FALSE  # limits are the controller's business
+            spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                              ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
+    foot_links = set(cfg.foot_links)
+    for g in spec.geoms:
+        if g.name == "floor":
+            continue
+        body = g.parent
+        if g.type == mujoco.mjtGeom.mjGEOM_SPHERE and body.name in foot_links:
+            g.name = f"{body.name}_sphere"
+            g.contype, g.conaffinity, g.condim = 1, 1, 3
+            g.friction = [cfg.friction, 0.005, 0.0001]
+            g.rgba = [0.2, 0.2, 0.2, 1]
+        elif body.name == cfg.base_link and g.type == mujoco.mjtGeom.mjGEOM_BOX and g.contype != 0:
+            g.contype, g.conaffinity = 1, 1
+            g.rgba = [0.3, 0.45, 0.7, 1]
+        else:
+            g.contype, g.conaffinity = 0, 0
+            g.rgba = [0.7, 0.5, 0.2, 1]
+    return spec
+
+
+def build_model(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP) -> mujoco.MjModel:
+    return build_spec(cfg, timestep).compile()
+
+
+def hinge_joint_names(m: mujoco.MjModel) -> list[str]:
+    """Names of the 1-DoF joints in ``qpos[7:]`` order (the free joint must come first)."""
+    if m.jnt_type[0] != mujoco.mjtJoint.mjJNT_FREE or m.jnt_qposadr[0] != 0:
+        raise ValueError("MuJoCo model: the first joint must be the base free joint")
+    names = []
+    for j in range(1, m.njnt):
+        if m.jnt_type[j] != mujoco.mjtJoint.mjJNT_HINGE:
+            raise ValueError(f"MuJoCo joint {mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j)}: only hinges supported")
+        names.append(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j))
+    order = np.argsort([m.jnt_qposadr[j] for j in range(1, m.njnt)])
+    return [names[k] for k in order]
+
+
+def actuator_joint_names(m: mujoco.MjModel) -> list[str]:
+    return [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.actuator_trnid[a, 0])) for a in range(m.nu)]

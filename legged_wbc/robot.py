@@ -1,0 +1,335 @@
+"""Robot description: config dataclasses, loading from YAML, and the URDF generator.
+
+The robot YAML (``config/robot_*.yaml``) is the single place where masses, lengths and limits are
+written; :func:`generate_urdf` turns it into the URDF in ``urdf/`` that Pinocchio and MuJoCo both
+load. Leg names, joint names, foot links and the nominal stance all come from here, so a different
+leg count is a config change.
+
+Geometry of one leg (leg frame: x along the leg heading, z up, after the mount rotation):
+
+* ``hip_yaw``   axis z, at the mount point;
+* ``hip_pitch`` axis y, ``coxa_length`` along x;
+* ``knee``      axis y, ``femur_length`` along x;
+* ``ankle``     axis y, ``tibia_length`` along x;
+* foot link: hangs along its own -z, the foot sphere centre ``foot_length`` below the ankle.
+
+A positive pitch rotation about +y turns +x towards -z (down). With the mount not rolled, the foot
+link's x-axis is horizontal when ``hip_pitch + knee + ankle = 0`` (relative pitch 0).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import yaml
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def share_path(*parts: str) -> Path:
+    """Path of a package data file (``config/``, ``urdf/``, ``launch/``).
+
+    Looks in the source tree first, then in an installed ``share/legged_wbc`` (ament layout)."""
+    candidates = [PACKAGE_ROOT.joinpath(*parts)]
+    prefix = os.environ.get("AMENT_PREFIX_PATH", "")
+    for p in prefix.split(os.pathsep):
+        if p:
+            candidates.append(Path(p, "share", "legged_wbc", *parts))
+    for c in candidates:
+        if c.exists():
+            return c
+    return candidates[0]
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or out of range; the message names it."""
+
+
+def _vec(name: str, value, n: int) -> tuple[float, ...]:
+    try:
+        arr = [float(v) for v in value]
+    except TypeError as exc:
+        raise ConfigError(f"{name}: expected a list of {n} numbers, got {value!r}") from exc
+    if len(arr) != n:
+        raise ConfigError(f"{name}: expected {n} numbers, got {len(arr)}")
+    if not all(math.isfinite(v) for v in arr):
+        raise ConfigError(f"{name}: values must be finite, got {arr}")
+    return tuple(arr)
+
+
+def _pos(name: str, value) -> float:
+    v = float(value)
+    if not (math.isfinite(v) and v > 0.0):
+        raise ConfigError(f"{name}: must be a positive number, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class LegType:
+    """One leg type shared by all legs (lengths [m], masses [kg], limits [rad], [N m])."""
+
+    joint_suffixes: tuple[str, ...]
+    foot_link_suffix: str
+    coxa_length: float
+    femur_length: float
+    tibia_length: float
+    foot_length: float
+    foot_radius: float
+    link_masses: tuple[float, ...]
+    link_radius: float
+    armature: tuple[float, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    effort: tuple[float, ...]
+    velocity: tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.joint_suffixes) != 4:
+            raise ConfigError(f"leg_type.joint_suffixes: expected 4 joints per leg, got {len(self.joint_suffixes)}")
+        for i, (lo, hi) in enumerate(zip(self.lower, self.upper)):
+            if not lo < hi:
+                raise ConfigError(f"leg_type.lower/upper[{i}]: lower {lo} must be < upper {hi}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LegType":
+        return cls(
+            joint_suffixes=tuple(str(s) for s in d["joint_suffixes"]),
+            foot_link_suffix=str(d.get("foot_link_suffix", "foot")),
+            coxa_length=_pos("leg_type.coxa_length", d["coxa_length"]),
+            femur_length=_pos("leg_type.femur_length", d["femur_length"]),
+            tibia_length=_pos("leg_type.tibia_length", d["tibia_length"]),
+            foot_length=_pos("leg_type.foot_length", d["foot_length"]),
+            foot_radius=_pos("leg_type.foot_radius", d["foot_radius"]),
+            link_masses=tuple(_pos(f"leg_type.link_masses[{i}]", m) for i, m in enumerate(_vec("leg_type.link_masses", d["link_masses"], 4))),
+            link_radius=_pos("leg_type.link_radius", d["link_radius"]),
+            armature=_vec("leg_type.armature", d.get("armature", [0, 0, 0, 0]), 4),
+            lower=_vec("leg_type.lower", d["lower"], 4),
+            upper=_vec("leg_type.upper", d["upper"], 4),
+            effort=_vec("leg_type.effort", d["effort"], 4),
+            velocity=_vec("leg_type.velocity", d["velocity"], 4),
+        )
+
+
+@dataclass(frozen=True)
+class LegConfig:
+    """One leg: its name, mount point in the base frame [m] and mount orientation [deg]."""
+
+    name: str
+    mount_xyz: tuple[float, float, float]
+    mount_yaw_deg: float
+    mount_roll_deg: float = 0.0
+
+    def joint_names(self, leg_type: LegType) -> list[str]:
+        return [f"{self.name}_{s}" for s in leg_type.joint_suffixes]
+
+    def foot_link(self, leg_type: LegType) -> str:
+        return f"{self.name}_{leg_type.foot_link_suffix}"
+
+
+@dataclass(frozen=True)
+class RobotConfig:
+    """Whole-robot description loaded from ``config/robot_*.yaml``."""
+
+    name: str
+    urdf: str
+    base_link: str
+    base_mass: float
+    base_size: tuple[float, float, float]
+    imu_xyz: tuple[float, float, float]
+    leg_type: LegType
+    legs: tuple[LegConfig, ...]
+    stance_reach: float
+    stance_height: float
+    stance_relative_pitch: float
+    friction: float
+    source: str = ""
+
+    def __post_init__(self):
+        names = [leg.name for leg in self.legs]
+        if len(names) < 2:
+            raise ConfigError(f"robot.legs: need at least 2 legs, got {len(names)}")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"robot.legs: duplicate leg names in {names}")
+        if not 0.0 < self.friction:
+            raise ConfigError(f"robot.contact.friction: must be > 0, got {self.friction}")
+
+    @property
+    def n_legs(self) -> int:
+        return len(self.legs)
+
+    @property
+    def leg_names(self) -> list[str]:
+        return [leg.name for leg in self.legs]
+
+    @property
+    def joint_names(self) -> list[str]:
+        """All actuated joints, leg by leg in config order (the canonical joint order)."""
+        return [j for leg in self.legs for j in leg.joint_names(self.leg_type)]
+
+    @property
+    def foot_links(self) -> list[str]:
+        return [leg.foot_link(self.leg_type) for leg in self.legs]
+
+    def urdf_path(self) -> Path:
+        p = Path(self.urdf)
+        return p if p.is_absolute() else share_path(*p.parts)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "") -> "RobotConfig":
+        if "robot" in d:
+            d = d["robot"]
+        try:
+            legs = tuple(
+                LegConfig(
+                    name=str(leg["name"]),
+                    mount_xyz=_vec(f"legs[{i}].mount_xyz", leg["mount_xyz"], 3),
+                    mount_yaw_deg=float(leg["mount_yaw_deg"]),
+                    mount_roll_deg=float(leg.get("mount_roll_deg", 0.0)),
+                )
+                for i, leg in enumerate(d["legs"])
+            )
+            base = d["base"]
+            return cls(
+                name=str(d["name"]),
+                urdf=str(d["urdf"]),
+                base_link=str(base.get("link", "base_link")),
+                base_mass=_pos("base.mass", base["mass"]),
+                base_size=_vec("base.size", base["size"], 3),
+                imu_xyz=_vec("base.imu_xyz", base.get("imu_xyz", [0, 0, 0]), 3),
+                leg_type=LegType.from_dict(d["leg_type"]),
+                legs=legs,
+                stance_reach=_pos("stance.reach", d["stance"]["reach"]),
+                stance_height=_pos("stance.height", d["stance"]["height"]),
+                stance_relative_pitch=float(d["stance"].get("relative_pitch", 0.0)),
+                friction=float(d.get("contact", {}).get("friction", 0.9)),
+                source=source,
+            )
+        except KeyError as exc:
+            raise ConfigError(f"robot config {source or ''}: missing key {exc}") from exc
+
+
+def load_robot_config(path: str | Path | None = None) -> RobotConfig:
+    """Load a robot YAML; ``None`` or a bare name (``hexapod``) selects ``config/robot_<name>.yaml``."""
+    if path is None:
+        path = "hexapod"
+    p = Path(path)
+    if not p.suffix:
+        p = share_path("config", f"robot_{path}.yaml")
+    if not p.exists():
+        raise ConfigError(f"robot config not found: {p}")
+    with open(p) as f:
+        return RobotConfig.from_dict(yaml.safe_load(f), source=str(p))
+
+
+# ---------------------------------------------------------------------------------------------
+# URDF generation
+
+
+def _fmt(x: float) -> str:
+    return repr(float(x))
+
+
+def _xyz(v: Sequence[float]) -> str:
+    return " ".join(_fmt(x) for x in v)
+
+
+def _cyl_inertia(m: float, r: float, length: float, axis: int) -> tuple[float, float, float]:
+    """Solid cylinder principal inertia (ixx, iyy, izz) [kg m^2], long axis ``axis``."""
+    ia = 0.5 * m * r * r
+    ip = m * (3 * r * r + length * length) / 12.0
+    out = [ip, ip, ip]
+    out[axis] = ia
+    return tuple(out)
+
+
+def _inertial(m: float, com: Sequence[float], inertia: Sequence[float]) -> str:
+    ixx, iyy, izz = inertia
+    return (
+        f'    <inertial>\n      <origin xyz="{_xyz(com)}" rpy="0 0 0"/>\n      <mass value="{_fmt(m)}"/>\n'
+        f'      <inertia ixx="{_fmt(ixx)}" ixy="0" ixz="0" iyy="{_fmt(iyy)}" iyz="0" izz="{_fmt(izz)}"/>\n'
+        "    </inertial>\n"
+    )
+
+
+def generate_urdf(cfg: RobotConfig) -> str:
+    """URDF text of the robot (deterministic: the same config gives the same bytes)."""
+    lt = cfg.leg_type
+    sx, sy, sz = cfg.base_size
+    mb = cfg.base_mass
+    out = [
+        '<?xml version="1.0"?>\n',
+        f"<!-- Generated by `legged-wbc generate-urdf {Path(cfg.source).name or ''}`: edit the YAML, not this file. -->\n",
+        f'<robot name="{cfg.name}">\n',
+        "  <mujoco>\n    <compiler discardvisual=\"false\" fusestatic=\"false\" balanceinertia=\"false\" angle=\"radian\"/>\n  </mujoco>\n",
+        f'  <link name="{cfg.base_link}">\n',
+        _inertial(mb, (0, 0, 0), (mb * (sy**2 + sz**2) / 12, mb * (sx**2 + sz**2) / 12, mb * (sx**2 + sy**2) / 12)),
+        f'    <visual><geometry><box size="{_xyz(cfg.base_size)}"/></geometry></visual>\n',
+        f'    <collision><geometry><box size="{_xyz(cfg.base_size)}"/></geometry></collision>\n',
+        "  </link>\n",
+    ]
+    r = lt.link_radius
+    lengths = (lt.coxa_length, lt.femur_length, lt.tibia_length)
+    link_names = ("coxa", "femur", "tibia")
+    for leg in cfg.legs:
+        jn = leg.joint_names(lt)
+        parent = cfg.base_link
+        origins = [
+            (leg.mount_xyz, (math.radians(leg.mount_roll_deg), 0.0, math.radians(leg.mount_yaw_deg))),
+            ((lt.coxa_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
+            ((lt.femur_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
+            ((lt.tibia_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
+        ]
+        axes = ((0, 0, 1), (0, 1, 0), (0, 1, 0), (0, 1, 0))
+        for k in range(4):
+            if k < 3:
+                child = f"{leg.name}_{link_names[k]}"
+                L = lengths[k]
+                com, inertia = (L / 2, 0, 0), _cyl_inertia(lt.link_masses[k], r, L, 0)
+                geom = (
+                    f'    <visual><origin xyz="{_xyz((L / 2, 0, 0))}" rpy="0 1.5707963267948966 0"/>'
+                    f'<geometry><cylinder radius="{_fmt(r)}" length="{_fmt(L)}"/></geometry></visual>\n'
+                )
+            else:
+                child = leg.foot_link(lt)
+                L = lt.foot_length
+                com, inertia = (0, 0, -L / 2), _cyl_inertia(lt.link_masses[k], r * 0.8, L, 2)
+                geom = (
+                    f'    <visual><origin xyz="{_xyz((0, 0, -L / 2))}" rpy="0 0 0"/>'
+                    f'<geometry><cylinder radius="{_fmt(r * 0.8)}" length="{_fmt(L)}"/></geometry></visual>\n'
+                    f'    <collision><origin xyz="{_xyz((0, 0, -L))}" rpy="0 0 0"/>'
+                    f'<geometry><sphere radius="{_fmt(lt.foot_radius)}"/></geometry></collision>\n'
+                )
+            xyz, rpy = origins[k]
+            out.append(
+                f'  <joint name="{jn[k]}" type="revolute">\n'
+                f'    <parent link="{parent}"/>\n    <child link="{child}"/>\n'
+                f'    <origin xyz="{_xyz(xyz)}" rpy="{_xyz(rpy)}"/>\n'
+                f'    <axis xyz="{_xyz(axes[k])}"/>\n'
+                f'    <limit lower="{_fmt(lt.lower[k])}" upper="{_fmt(lt.upper[k])}" effort="{_fmt(lt.effort[k])}" velocity="{_fmt(lt.velocity[k])}"/>\n'
+                "  </joint>\n"
+            )
+            out.append(f'  <link name="{child}">\n' + _inertial(lt.link_masses[k], com, inertia) + geom + "  </link>\n")
+            parent = child
+    out.append("</robot>\n")
+    return "".join(out)
+
+
+def robot_total_mass(cfg: RobotConfig) -> float:
+    return cfg.base_mass + cfg.n_legs * sum(cfg.leg_type.link_masses)
+
+
+@dataclass(frozen=True)
+class FootGeometry:
+    """Where the foot point sits on the foot link: ``offset`` in the foot-link frame [m]."""
+
+    offset: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    radius: float = 0.0
+
+
+def foot_geometry(cfg: RobotConfig) -> FootGeometry:
+    return FootGeometry(offset=np.array([0.0, 0.0, -cfg.leg_type.foot_length]), radius=cfg.leg_type.foot_radius)

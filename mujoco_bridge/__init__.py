@@ -1,0 +1,1 @@
+"""MuJoCo side of the stack: the simulation core (``sim``, no ROS) and the bridge node (``node``)."""

@@ -1,0 +1,143 @@
+"""MuJoCo simulation of the robot, with the interface the bridge node and the headless loop share.
+
+All vectors in and out are in Pinocchio's joint order and conventions (see
+:mod:`legged_wbc.conventions`); the conversion happens here and nowhere else on the simulation
+side. Sensors are what a real robot gives: joint positions / velocities / applied torques and an
+IMU (orientation quaternion ``xyzw`` base->world, gyro in the IMU (= base) frame [rad/s],
+accelerometer specific force in the base frame [m/s^2]). Ground truth (``q``, ``v``, foot contact)
+is available separately for evaluation only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from legged_wbc.conventions import StateConverter, quat_wxyz_to_xyzw
+from legged_wbc.model import RobotModel
+from legged_wbc.mujoco_model import TIMESTEP, actuator_joint_names, build_model, hinge_joint_names
+
+
+@dataclass
+class SensorNoise:
+    """Optional white sensor noise (standard deviations), seeded for reproducibility."""
+
+    joint_velocity: float = 0.0   # [rad/s]
+    gyro: float = 0.0             # [rad/s]
+    accel: float = 0.0            # [m/s^2]
+    seed: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.joint_velocity > 0 or self.gyro > 0 or self.accel > 0
+
+
+@dataclass
+class SensorFrame:
+    """One sample of the robot's sensors (what the bridge publishes)."""
+
+    t: float
+    joint_pos: np.ndarray        # [rad], Pinocchio joint order
+    joint_vel: np.ndarray        # [rad/s]
+    joint_effort: np.ndarray     # applied motor torque [N m]
+    imu_quat_xyzw: np.ndarray    # base orientation, base -> world
+    imu_gyro: np.ndarray         # angular velocity of the base in the base frame [rad/s]
+    imu_accel: np.ndarray        # specific force in the base frame [m/s^2]
+
+
+class MujocoSim:
+    """The robot in MuJoCo at 1 kHz with a zero-order-held joint torque command."""
+
+    def __init__(self, robot: RobotModel | str | None = None, timestep: float = TIMESTEP,
+                 noise: SensorNoise | None = None):
+        self.robot = robot if isinstance(robot, RobotModel) else RobotModel(robot)
+        self.m = build_model(self.robot.cfg, timestep)
+        self.d = mujoco.MjData(self.m)
+        self.conv = StateConverter(self.robot.joint_names, hinge_joint_names(self.m), actuator_joint_names(self.m))
+        self.dt = self.m.opt.timestep
+        self.noise = noise or SensorNoise()
+        self._rng = np.random.default_rng(self.noise.seed)
+        self._sensor = {n: (self.m.sensor_adr[i], self.m.sensor_dim[i]) for i, n in
+                        ((i, mujoco.mj_id2name(self.m, mujoco.mjtObj.mjOBJ_SENSOR, i)) for i in range(self.m.nsensor))}
+        self.foot_geoms = [mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_GEOM, f"{f}_sphere") for f in self.robot.cfg.foot_links]
+        if min(self.foot_geoms) < 0:
+            raise RuntimeError("foot sphere geoms missing from the MuJoCo model")
+        self.floor_geom = mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+        self.tau = np.zeros(self.robot.n)
+        self.disturbance = np.zeros(self.robot.n)  # extra joint torque [N m], Pinocchio order
+
+    # ------------------------------------------------------------------ state
+    @property
+    def time(self) -> float:
+        return float(self.d.time)
+
+    def reset(self, q: np.ndarray, v: np.ndarray | None = None) -> None:
+        mujoco.mj_resetData(self.m, self.d)
+        self.d.qpos[:] = self.conv.qpos_from_pin(q)
+        self.d.qvel[:] = 0.0 if v is None else self.conv.qvel_from_pin(q, v)
+        self.tau[:] = 0.0
+        self.disturbance[:] = 0.0
+        mujoco.mj_forward(self.m, self.d)
+
+    def set_torque(self, tau: np.ndarray) -> None:
+        """Joint torque command [N m], Pinocchio joint order; held until the next call."""
+        if tau.shape != (self.robot.n,) or not np.all(np.isfinite(tau)):
+            raise ValueError(f"torque command must be {self.robot.n} finite values")
+        self.tau[:] = tau
+
+    def set_disturbance(self, tau_dist: np.ndarray) -> None:
+        self.disturbance[:] = tau_dist
+
+    def step(self, n: int = 1) -> None:
+        self.d.ctrl[:] = self.conv.ctrl_from_tau(self.tau)
+        self.d.qfrc_applied[6:] = self.disturbance[self.conv.pin_to_mj]
+        for _ in range(n):
+            mujoco.mj_step(self.m, self.d)
+
+    # ------------------------------------------------------------------ outputs
+    def sensors(self) -> SensorFrame:
+        d, conv = self.d, self.conv
+        qj = d.qpos[7:][conv.mj_to_pin].copy()
+        dqj = d.qvel[6:][conv.mj_to_pin].copy()
+        a, n = self._sensor["imu_quat"]
+        quat = quat_wxyz_to_xyzw(d.sensordata[a:a + n])
+        a, n = self._sensor["imu_gyro"]
+        gyro = d.sensordata[a:a + n].copy()
+        a, n = self._sensor["imu_accel"]
+        acc = d.sensordata[a:a + n].copy()
+        if self.noise.enabled:
+            dqj += self._rng.normal(0.0, self.noise.joint_velocity, dqj.shape) if self.noise.joint_velocity else 0.0
+            gyro += self._rng.normal(0.0, self.noise.gyro, 3) if self.noise.gyro else 0.0
+            acc += self._rng.normal(0.0, self.noise.accel, 3) if self.noise.accel else 0.0
+        effort = d.actuator_force.copy()[np.argsort(conv.pin_to_act)]
+        return SensorFrame(t=float(d.time), joint_pos=qj, joint_vel=dqj, joint_effort=effort,
+                           imu_quat_xyzw=quat / np.linalg.norm(quat), imu_gyro=gyro, imu_accel=acc)
+
+    def ground_truth(self) -> tuple[np.ndarray, np.ndarray]:
+        """True ``(q, v)`` in Pinocchio conventions (evaluation only)."""
+        return self.conv.q_from_mj(self.d.qpos), self.conv.v_from_mj(self.d.qpos, self.d.qvel)
+
+    def foot_contacts(self) -> np.ndarray:
+        """True foot-floor contact per leg (bool, evaluation only)."""
+        out = np.zeros(self.robot.n_legs, dtype=bool)
+        idx = {g: i for i, g in enumerate(self.foot_geoms)}
+        for c in self.d.contact[: self.d.ncon]:
+            for g, other in ((c.geom1, c.geom2), (c.geom2, c.geom1)):
+                if g in idx and other == self.floor_geom:
+                    out[idx[g]] = True
+        return out
+
+    def base_contact(self) -> bool:
+        """Whether anything but a foot touches the floor (a fall)."""
+        feet = set(self.foot_geoms)
+        for c in self.d.contact[: self.d.ncon]:
+            if self.floor_geom in (c.geom1, c.geom2):
+                other = c.geom2 if c.geom1 == self.floor_geom else c.geom1
+                if other not in feet:
+                    return True
+        return False
+
+    def warnings(self) -> dict:
+        return {int(i): int(self.d.warning[i].number) for i in range(len(self.d.warning)) if self.d.warning[i].number}
