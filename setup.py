@@ -26,6 +26,10 @@ setup(
     entry_points={
         "console_scripts": [
             "legged-wbc = legged_wbc.cli:main",
+            "mujoco_bridge = mujoco_bridge.node:main",
+            "state_estimator = state_estimator.node:main",
+            "wbc_controller = wbc_controller.node:main",
+            "bag_recorder = legged_wbc.recorder:main",
         ],
     },
 )

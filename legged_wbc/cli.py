@@ -98,10 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Modules that add subcommands with ``register(subparsers)``; a module that does not exist yet is skipped.
+EXTRA_COMMAND_MODULES = (
+    ("legged_wbc.closed_loop_cli", "register"),   # run
+    ("wbc_controller.bench", "register"),         # bench qp
+    ("state_estimator.cli", "register"),          # eval-estimator
+    ("legged_wbc.ros_cli", "register"),           # launch, param
+)
+
+
 def _extra_commands():
     """Subcommands defined by the other packages (imported lazily so each stays optional)."""
     out = []
-    for mod, fn in (("legged_wbc.closed_loop_cli", "register"), ("wbc_controller.bench", "register")):
+    for mod, fn in EXTRA_COMMAND_MODULES:
         try:
             module = __import__(mod, fromlist=[fn])
         except ModuleNotFoundError as exc:

@@ -1,0 +1,106 @@
+"""Nominal gait schedule shared by the estimator and the controller (both compute it from time).
+
+Legs swing in groups, one group after the other, within a cycle of ``period`` seconds. Group ``k``
+of ``G`` starts its swing at ``start_time + k * period / G`` (mod ``period``) and swings for
+``(1 - duty) * period``; the first half of a swing is *swing-up*, the second *swing-down*. Before
+``start_time`` (standing up) and after ``stop_time`` every leg is in support.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .robot import ConfigError
+
+SUPPORT, SWING_UP, SWING_DOWN = 0, 1, 2
+PHASE_NAMES = ("support", "swing_up", "swing_down")
+
+
+@dataclass(frozen=True)
+class GaitConfig:
+    """Gait: leg groups swung in sequence, cycle period [s], support duty factor, start/stop [s]."""
+
+    groups: tuple[tuple[str, ...], ...]
+    period: float = 1.0
+    duty: float = 0.6
+    start_time: float = 3.0
+    stop_time: float = math.inf
+
+    def __post_init__(self):
+        if not self.groups or any(len(g) == 0 for g in self.groups):
+            raise ConfigError("gait.groups: need at least one non-empty group of leg names")
+        if not 0.05 <= self.period <= 10.0:
+            raise ConfigError(f"gait.period: {self.period} s out of range [0.05, 10]")
+        G = len(self.groups)
+        if not (1.0 - 1.0 / G) - 1e-9 <= self.duty < 1.0:
+            raise ConfigError(f"gait.duty: {self.duty} out of range [{1 - 1 / G:.3f}, 1) for {G} groups "
+                              "(swings of different groups must not overlap)")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GaitConfig":
+        return cls(groups=tuple(tuple(str(x) for x in g) for g in d["groups"]),
+                   period=float(d.get("period", 1.0)), duty=float(d.get("duty", 0.6)),
+                   start_time=float(d.get("start_time", 3.0)),
+                   stop_time=float(d["stop_time"]) if d.get("stop_time") is not None else math.inf)
+
+
+class GaitScheduler:
+    """Per-leg nominal phase, swing progress and swing-cycle index at a time ``t`` [s]."""
+
+    def __init__(self, cfg: GaitConfig, leg_names: list[str]):
+        self.cfg = cfg
+        self.leg_names = list(leg_names)
+        self.n_legs = len(leg_names)
+        group_of = {}
+        for k, g in enumerate(cfg.groups):
+            for name in g:
+                if name not in leg_names:
+                    raise ConfigError(f"gait.groups: unknown leg {name!r} (legs: {leg_names})")
+                if name in group_of:
+                    raise ConfigError(f"gait.groups: leg {name!r} is in two groups")
+                group_of[name] = k
+        self.group = np.array([group_of.get(n, -1) for n in leg_names])  # -1: never swings
+        G = len(cfg.groups)
+        self.offset = np.where(self.group >= 0, self.group * cfg.period / G, 0.0)
+        self.swing_duration = (1.0 - cfg.duty) * cfg.period
+        self.support_duration = cfg.duty * cfg.period
+
+    def _local(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Time since the current cycle began for each leg, and the cycle index."""
+        tau = t - self.cfg.start_time - self.offset
+        k = np.floor(tau / self.cfg.period)
+        return tau - k * self.cfg.period, k
+
+    def active(self, t: float) -> bool:
+        return self.cfg.start_time <= t < self.cfg.stop_time
+
+    def phases(self, t: float) -> np.ndarray:
+        """Nominal phase per leg: ``SUPPORT``, ``SWING_UP`` or ``SWING_DOWN``."""
+        out = np.zeros(self.n_legs, dtype=int)
+        if not self.active(t):
+            return out
+        loc, k = self._local(t)
+        swinging = (loc < self.swing_duration) & (k >= 0) & (self.group >= 0)
+        out[swinging & (loc < 0.5 * self.swing_duration)] = SWING_UP
+        out[swinging & (loc >= 0.5 * self.swing_duration)] = SWING_DOWN
+        return out
+
+    def swing_progress(self, t: float) -> np.ndarray:
+        """Swing progress in [0, 1) per leg (0 in support)."""
+        if not self.active(t):
+            return np.zeros(self.n_legs)
+        loc, k = self._local(t)
+        s = loc / self.swing_duration
+        return np.where((s < 1.0) & (k >= 0) & (self.group >= 0), s, 0.0)
+
+    def cycle_index(self, t: float) -> np.ndarray:
+        """Index of each leg's current gait cycle (-1 before the gait starts)."""
+        if t < self.cfg.start_time:
+            return -np.ones(self.n_legs, dtype=int)
+        return self._local(t)[1].astype(int)
+
+    def nominal_support(self, t: float) -> np.ndarray:
+        return self.phases(t) == SUPPORT
