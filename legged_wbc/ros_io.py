@@ -1,0 +1,323 @@
+"""ROS 2 message <-> numpy conversions: the one place where message conventions are handled.
+
+Every node of the stack converts through these helpers, so the conventions below hold everywhere.
+
+Topics (names relative to the node namespace; the launch file runs everything in ``/``):
+
+================================  ==============================  ===========================================
+topic                             type                            content
+================================  ==============================  ===========================================
+``/joint_states``                 sensor_msgs/JointState          1 kHz; ``name`` = ``RobotModel.joint_names``
+                                                                  (Pinocchio order); position [rad], velocity
+                                                                  [rad/s], effort = applied motor torque [N m]
+``/imu``                          sensor_msgs/Imu                 1 kHz; orientation base->world, stored
+                                                                  ``x, y, z, w`` (ROS); angular velocity [rad/s]
+                                                                  and linear acceleration (specific force,
+                                                                  [m/s^2]) in the base frame (``frame_id`` =
+                                                                  base link; the IMU is aligned with it)
+``/clock``                        rosgraph_msgs/Clock             sim time, every physics step (1 kHz)
+``/joint_torque_cmd``             std_msgs/Float64MultiArray      torque command + control tick, see below
+``/disturbance``                  std_msgs/Float64MultiArray      extra joint torque applied by the sim [N m],
+                                                                  joint_states.name order
+``/ground_truth/odom``            nav_msgs/Odometry               evaluation only: pose of the base in
+                                                                  ``world``; twist in the BASE frame
+                                                                  (``child_frame_id``, as ROS specifies for
+                                                                  Odometry; = Pinocchio's ``v[0:6]``)
+``/ground_truth/contacts``        std_msgs/Float64MultiArray      evaluation only: 1.0/0.0 foot-floor contact
+                                                                  per leg, robot-config leg order
+``/bridge/diagnostics``           std_msgs/Float64MultiArray      bridge counters, fields in the dim label
+================================  ==============================  ===========================================
+
+Array layouts: every ``Float64MultiArray`` published by the stack is one-dimensional,
+``layout.dim = [MultiArrayDimension(label=LABEL, size=len(data), stride=len(data))]`` and
+``data_offset = 0``. ``LABEL`` says what the values are, their unit and their order, e.g.
+``disturbance_torque_Nm[joint_states.name order]`` or ``foot_contact_0or1[lf,lm,lh,rf,rm,rh]``.
+
+Torque command (``/joint_torque_cmd``): ``data = [tau_0, ..., tau_{n-1}, tick]`` with ``tau`` in
+[N m] in the ``/joint_states`` name order (= ``RobotModel.joint_names``) and ``tick`` the control
+tick the command answers, as a float holding an integer (exact below 2**53). Label
+``joint_torque_Nm[joint_states.name order]+control_tick``, size ``n + 1``. Control tick ``k`` is sim
+time ``k * control_period`` (``control_period`` = 2 physics steps = 0.002 s); the sensor sample of
+tick ``k`` is the one stamped exactly ``k * control_period`` (:func:`tick_from_stamp`; the samples
+in between, at 1 kHz, have no tick). ``tick = -1`` means "untimed": accepted only by a bridge in
+``realtime`` mode. See :mod:`mujoco_bridge.node` for the lockstep protocol.
+
+Time stamps: integer nanoseconds of sim time (``/clock``); use :func:`stamp_ns` /
+:func:`time_msg` to convert, never floats, so tick arithmetic is exact.
+"""
+
+from __future__ import annotations
+
+import array
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+# ----------------------------------------------------------------------------- names and constants
+TOPIC_JOINT_STATES = "joint_states"
+TOPIC_IMU = "imu"
+TOPIC_CLOCK = "/clock"
+TOPIC_TORQUE_CMD = "joint_torque_cmd"
+TOPIC_DISTURBANCE = "disturbance"
+TOPIC_GT_ODOM = "ground_truth/odom"
+TOPIC_GT_CONTACTS = "ground_truth/contacts"
+TOPIC_BRIDGE_DIAGNOSTICS = "bridge/diagnostics"
+
+WORLD_FRAME = "world"
+PHYSICS_DT_NS = 1_000_000          # 1 kHz physics
+CONTROL_PERIOD_NS = 2_000_000      # 500 Hz control: one control tick = 2 physics steps
+UNTIMED_TICK = -1
+
+JOINT_ORDER = "joint_states.name order"
+TORQUE_CMD_LABEL = f"joint_torque_Nm[{JOINT_ORDER}]+control_tick"
+DISTURBANCE_LABEL = f"disturbance_torque_Nm[{JOINT_ORDER}]"
+
+
+def contacts_label(leg_names: Sequence[str]) -> str:
+    return f"foot_contact_0or1[{','.join(leg_names)}]"
+
+
+# ----------------------------------------------------------------------------- time
+def time_msg(t_ns: int):
+    """``builtin_interfaces/Time`` of an integer nanosecond time."""
+    from builtin_interfaces.msg import Time
+
+    t_ns = int(t_ns)
+    return Time(sec=t_ns // 1_000_000_000, nanosec=t_ns % 1_000_000_000)
+
+
+def stamp_ns(stamp) -> int:
+    """Integer nanoseconds of a ``builtin_interfaces/Time`` (or of a message with a header)."""
+    if hasattr(stamp, "header"):
+        stamp = stamp.header.stamp
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def stamp_sec(stamp) -> float:
+    return stamp_ns(stamp) * 1e-9
+
+
+def tick_from_stamp(stamp, control_period_ns: int = CONTROL_PERIOD_NS) -> int | None:
+    """Control tick of a sensor sample stamped exactly on a tick, else ``None`` (an in-between sample)."""
+    ns = stamp if isinstance(stamp, int) else stamp_ns(stamp)
+    k, rem = divmod(ns, control_period_ns)
+    return k if rem == 0 else None
+
+
+def clock_msg(t_ns: int):
+    from rosgraph_msgs.msg import Clock
+
+    return Clock(clock=time_msg(t_ns))
+
+
+def dvec(x) -> array.array:
+    """A float64 ``array.array`` (what rclpy stores for ``float64[]`` fields; assigning one is fast)."""
+    return array.array("d", np.ascontiguousarray(x, dtype=np.float64).tobytes())
+
+
+_dvec = dvec
+
+
+# ----------------------------------------------------------------------------- JointState
+def joint_state_msg(t_ns: int, names: Sequence[str], position, velocity, effort):
+    from sensor_msgs.msg import JointState
+
+    m = JointState()
+    m.header.stamp = time_msg(t_ns)
+    m.name = list(names)
+    m.position = _dvec(position)
+    m.velocity = _dvec(velocity)
+    m.effort = _dvec(effort)
+    return m
+
+
+def fill_joint_state(m, stamp, position, velocity, effort) -> None:
+    """Refill a JointState built by :func:`joint_state_msg` (same names) in place; ``stamp`` is a Time."""
+    m.header.stamp = stamp
+    m.position = _dvec(position)
+    m.velocity = _dvec(velocity)
+    m.effort = _dvec(effort)
+
+
+class JointOrder:
+    """Reorders ``JointState`` arrays into a fixed joint order, by name (cached per name list)."""
+
+    def __init__(self, joint_names: Sequence[str]):
+        self.joint_names = list(joint_names)
+        self._cache: dict[tuple, np.ndarray] = {}
+
+    def index(self, msg_names: Sequence[str]) -> np.ndarray:
+        key = tuple(msg_names)
+        idx = self._cache.get(key)
+        if idx is None:
+            pos = {n: k for k, n in enumerate(key)}
+            missing = [n for n in self.joint_names if n not in pos]
+            if missing:
+                raise ValueError(f"JointState lacks joints {missing}")
+            idx = np.array([pos[n] for n in self.joint_names], dtype=int)
+            self._cache[key] = idx
+        return idx
+
+    def arrays(self, msg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(position, velocity, effort)`` of a JointState in this order (empty fields -> NaN)."""
+        idx = self.index(msg.name)
+        n = len(msg.name)
+        out = []
+        for field in (msg.position, msg.velocity, msg.effort):
+            a = np.asarray(field, dtype=float)
+            out.append(a[idx] if len(a) == n else np.full(len(idx), np.nan))
+        return out[0], out[1], out[2]
+
+
+def joint_state_arrays(msg, joint_names: Sequence[str]):
+    """``(position, velocity, effort)`` in ``joint_names`` order (one-off; use :class:`JointOrder` in loops)."""
+    return JointOrder(joint_names).arrays(msg)
+
+
+# ----------------------------------------------------------------------------- Imu
+def imu_msg(t_ns: int, frame_id: str, quat_xyzw, gyro, accel,
+            gyro_var: float = 0.0, accel_var: float = 0.0):
+    """IMU sample. Orientation base->world as ROS ``x, y, z, w``; covariance diagonal from variances
+    (0 = unknown, as ROS specifies); orientation covariance left 0 (unknown)."""
+    from sensor_msgs.msg import Imu
+
+    m = Imu()
+    m.header.stamp = time_msg(t_ns)
+    m.header.frame_id = frame_id
+    q = m.orientation
+    q.x, q.y, q.z, q.w = (float(v) for v in quat_xyzw)
+    w = m.angular_velocity
+    w.x, w.y, w.z = (float(v) for v in gyro)
+    a = m.linear_acceleration
+    a.x, a.y, a.z = (float(v) for v in accel)
+    if gyro_var > 0:
+        m.angular_velocity_covariance = _dvec(np.diag([gyro_var] * 3).ravel())
+    if accel_var > 0:
+        m.linear_acceleration_covariance = _dvec(np.diag([accel_var] * 3).ravel())
+    return m
+
+
+def fill_imu(m, stamp, quat_xyzw, gyro, accel) -> None:
+    """Refill an Imu built by :func:`imu_msg` in place (frame and covariances kept)."""
+    m.header.stamp = stamp
+    q = m.orientation
+    q.x, q.y, q.z, q.w = (float(v) for v in quat_xyzw)
+    w = m.angular_velocity
+    w.x, w.y, w.z = (float(v) for v in gyro)
+    a = m.linear_acceleration
+    a.x, a.y, a.z = (float(v) for v in accel)
+
+
+def imu_arrays(msg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(quat_xyzw, gyro, accel)`` of an Imu message (quaternion in ``x, y, z, w`` order)."""
+    q, w, a = msg.orientation, msg.angular_velocity, msg.linear_acceleration
+    return (np.array([q.x, q.y, q.z, q.w]), np.array([w.x, w.y, w.z]), np.array([a.x, a.y, a.z]))
+
+
+# ----------------------------------------------------------------------------- Odometry
+def odometry_msg(t_ns: int, q: np.ndarray, v: np.ndarray, child_frame_id: str,
+                 frame_id: str = WORLD_FRAME):
+    """Base odometry from Pinocchio ``q`` (``[p_world, quat_xyzw, ...]``) and ``v``
+    (``[v_base_in_base, w_base_in_base, ...]``): pose in ``frame_id``, twist in ``child_frame_id``
+    (the base frame), which is ROS's Odometry convention and Pinocchio's free-flyer convention."""
+    from nav_msgs.msg import Odometry
+
+    m = Odometry()
+    m.header.stamp = time_msg(t_ns)
+    m.header.frame_id = frame_id
+    m.child_frame_id = child_frame_id
+    p, o = m.pose.pose.position, m.pose.pose.orientation
+    p.x, p.y, p.z = (float(x) for x in q[:3])
+    o.x, o.y, o.z, o.w = (float(x) for x in q[3:7])
+    lin, ang = m.twist.twist.linear, m.twist.twist.angular
+    lin.x, lin.y, lin.z = (float(x) for x in v[:3])
+    ang.x, ang.y, ang.z = (float(x) for x in v[3:6])
+    return m
+
+
+def fill_odometry(m, stamp, q: np.ndarray, v: np.ndarray) -> None:
+    """Refill an Odometry built by :func:`odometry_msg` in place (frames kept)."""
+    m.header.stamp = stamp
+    p, o = m.pose.pose.position, m.pose.pose.orientation
+    p.x, p.y, p.z = (float(x) for x in q[:3])
+    o.x, o.y, o.z, o.w = (float(x) for x in q[3:7])
+    lin, ang = m.twist.twist.linear, m.twist.twist.angular
+    lin.x, lin.y, lin.z = (float(x) for x in v[:3])
+    ang.x, ang.y, ang.z = (float(x) for x in v[3:6])
+
+
+def odometry_arrays(msg) -> tuple[np.ndarray, np.ndarray]:
+    """``(q_base, v_base)``: ``[p_world(3), quat_xyzw(4)]`` and ``[v_base(3), w_base(3)]`` (base frame)."""
+    p, o = msg.pose.pose.position, msg.pose.pose.orientation
+    lin, ang = msg.twist.twist.linear, msg.twist.twist.angular
+    return (np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w]),
+            np.array([lin.x, lin.y, lin.z, ang.x, ang.y, ang.z]))
+
+
+# ----------------------------------------------------------------------------- Float64MultiArray
+def float64_array_msg(data, label: str):
+    """A 1-D ``Float64MultiArray`` whose single dimension's label documents the content."""
+    from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+
+    m = Float64MultiArray()
+    m.data = _dvec(data)
+    n = len(m.data)
+    m.layout.dim = [MultiArrayDimension(label=label, size=n, stride=n)]
+    m.layout.data_offset = 0
+    return m
+
+
+def array_label(msg) -> str:
+    return msg.layout.dim[0].label if msg.layout.dim else ""
+
+
+def array_data(msg) -> np.ndarray:
+    """The values of a ``Float64MultiArray`` (honouring ``data_offset``)."""
+    return np.asarray(msg.data, dtype=float)[int(msg.layout.data_offset):]
+
+
+def contacts_msg(flags, leg_names: Sequence[str]):
+    return float64_array_msg(np.asarray(flags, dtype=float), contacts_label(leg_names))
+
+
+def diagnostics_msg(values: dict):
+    """Named scalars as a Float64MultiArray; label ``bridge[name1,name2,...]``."""
+    return float64_array_msg(list(values.values()), "bridge[" + ",".join(values) + "]")
+
+
+def diagnostics_dict(msg) -> dict:
+    label = array_label(msg)
+    names = label[label.index("[") + 1: label.rindex("]")].split(",") if "[" in label else []
+    return dict(zip(names, array_data(msg).tolist()))
+
+
+# ----------------------------------------------------------------------------- torque command
+class CommandError(ValueError):
+    """A torque command that must not be applied; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class TorqueCommand:
+    tick: int              # control tick it answers (-1: untimed)
+    tau: np.ndarray        # [N m], joint_states.name order
+
+
+def torque_command_msg(tau, tick: int):
+    """``/joint_torque_cmd`` message: ``data = [tau..., tick]`` (see the module docstring)."""
+    return float64_array_msg(np.append(np.asarray(tau, dtype=float), float(tick)), TORQUE_CMD_LABEL)
+
+
+def parse_torque_command(msg_or_data, n: int) -> TorqueCommand:
+    """Validate and decode a torque command for ``n`` joints; raises :class:`CommandError`."""
+    data = array_data(msg_or_data) if hasattr(msg_or_data, "layout") else np.asarray(msg_or_data, float)
+    if data.shape != (n + 1,):
+        raise CommandError(f"expected {n} torques + 1 control tick = {n + 1} values, got {data.size}")
+    tick = data[-1]
+    if not np.isfinite(tick) or tick != np.floor(tick) or tick < UNTIMED_TICK:
+        raise CommandError(f"control tick {tick!r} is not an integer >= -1")
+    tau = data[:n]
+    bad = np.flatnonzero(~np.isfinite(tau))
+    if bad.size:
+        raise CommandError(f"non-finite torque at joint index(es) {bad.tolist()} (tick {int(tick)})")
+    return TorqueCommand(tick=int(tick), tau=tau.copy())

@@ -1,0 +1,563 @@
+"""``mujoco_bridge``: the MuJoCo simulation as a ROS 2 node (physics at 1 kHz, control ticks at 500 Hz).
+
+Publishes (conventions and array layouts: :mod:`legged_wbc.ros_io`):
+
+* ``/joint_states`` (sensor_msgs/JointState, every physics step): ``name`` = ``RobotModel.joint_names``,
+  position [rad], velocity [rad/s], effort = motor torque applied during the step that ended at
+  the stamp [N m];
+* ``/imu`` (sensor_msgs/Imu, every physics step): orientation base->world (``x, y, z, w``), gyro
+  [rad/s] and specific force [m/s^2] in the base frame, ``frame_id`` = the base link;
+* ``/clock`` (rosgraph_msgs/Clock, every physics step): sim time;
+* ``/disturbance`` (Float64MultiArray, label ``disturbance_torque_Nm[joint_states.name order]``):
+  the extra joint torque the simulation applied during the step ending at the stamp's time;
+* ``/ground_truth/odom`` (nav_msgs/Odometry, evaluation only): base pose in ``world``, twist
+  (linear and angular) in the BASE frame (``child_frame_id`` = base link), i.e. Pinocchio's
+  ``v[0:6]``;
+* ``/ground_truth/contacts`` (Float64MultiArray, evaluation only, label
+  ``foot_contact_0or1[<leg names>]``): 1.0 where a foot sphere touches the floor, robot-config leg
+  order;
+* ``/bridge/diagnostics`` (Float64MultiArray, label ``bridge[<field names>]``) every
+  ``diagnostics_period`` sim seconds: ``sim_time`` [s], ``tick``, ``commands_applied``,
+  ``deadline_misses`` (realtime), ``stale_commands``, ``rejected_commands``, ``watchdog_active``
+  (0/1), ``watchdog_events``, ``realtime_factor`` (sim s per wall s since the last sample).
+
+The three ground-truth/disturbance topics are published every ``ground_truth_decimation`` physics
+steps (default 2: 500 Hz, on the control ticks; 1 = every physics step), stamped like ``/joint_states``.
+``/disturbance`` then holds the torque applied during the step that ended at its stamp.
+
+Subscribes to ``/joint_torque_cmd`` (Float64MultiArray): ``data = [tau_0..tau_{n-1}, tick]``, torques
+[N m] in the ``/joint_states`` name order, label ``joint_torque_Nm[joint_states.name order]+control_tick``.
+A command that is not ``n + 1`` values, has a non-finite torque or a non-integer tick is rejected
+(reason logged, ``rejected_commands`` counted) and never applied. The latest accepted command is
+applied with zero-order hold.
+
+Lockstep protocol (``mode: lockstep``, the default; deterministic, independent of CPU speed)
+------------------------------------------------------------------------------------------
+Control tick ``k`` is sim time ``t_k = k * control_period`` (``control_period`` =
+``control_period_steps`` physics steps = 0.002 s).
+
+1. Start-up: the sim is reset to the stance pose; the bridge waits (at most ``startup_timeout``
+   wall seconds) until ``/joint_states`` has ``startup_min_subscribers`` matched subscriptions and,
+   in lockstep, ``/joint_torque_cmd`` has a publisher; then it publishes the tick-0 sample (stamp 0)
+   of every topic.
+2. At tick ``k`` the bridge has published the samples stamped ``t_k`` and waits for a command whose
+   ``tick == k`` (a controller reads ``k`` off the stamp with ``ros_io.tick_from_stamp``; samples
+   between ticks have no tick and need no answer).
+3. When it arrives, the bridge applies it (held constant) for ``control_period_steps`` physics steps,
+   publishing the samples after each step (stamps ``t_k + 1 ms``, ``t_{k+1}``), and goes to step 2
+   with ``k + 1``. Commands with ``tick < k`` are stale (counted, dropped); ``tick > k`` or ``-1``
+   (untimed) are rejected in lockstep.
+
+Nothing depends on wall time except the watchdog: if the command for tick ``k`` has not arrived
+within ``watchdog_timeout`` WALL seconds (``startup_timeout`` for tick 0), the bridge logs an
+error, applies joint damping ``tau = -watchdog_damping * dq`` (clipped to the joint effort limits)
+and keeps stepping, paced at about real time; at every tick it still waits up to one control
+period (wall) for that tick's command, and resumes lockstep (logged) when one arrives. If the
+tick-0 command has not come after ``republish_period`` wall seconds, the tick-0 samples are
+published again (a late subscriber may have missed them; only at start-up).
+
+Realtime mode (``mode: realtime``)
+----------------------------------
+Physics is paced by the wall clock (``realtime_factor`` sim seconds per wall second) after the
+first command (or ``startup_timeout``). The latest valid command is applied at every physics step
+(commands with a tick older than the applied one are stale; ``tick = -1`` is accepted, untimed).
+The command answering tick ``k`` is due before the bridge starts period ``k + 1``; when it has not
+arrived by then, ``deadline_misses`` is incremented. With no valid command for ``watchdog_timeout``
+SIM seconds the watchdog applies joint damping until a command arrives.
+
+Disturbance hook: ``self.disturbance_fn(t, sim) -> np.ndarray | None`` is called before every
+physics step with the sim time [s] and the :class:`~mujoco_bridge.sim.MujocoSim`; it returns the
+extra joint torque [N m] in joint_states order (``None`` = zero). The ``scenario`` parameter
+selects it through ``legged_wbc.scenarios.make_disturbance(name, robot, node)`` once such a
+module exists; until then (and for ``scenario: none``) the disturbance is zero.
+
+``duration`` > 0: the node exits (status 0) once that many sim seconds have been simulated.
+Parameters: see ``SCHEMA`` below and ``config/mujoco_bridge.yaml``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+from legged_wbc import ros_io
+from legged_wbc.ros_params import NodeParameters, ParamSpec
+
+SCHEMA = [
+    ParamSpec("robot", "hexapod", "robot config name or YAML path (config/robot_<name>.yaml)", read_only=True),
+    ParamSpec("mode", "lockstep", "timing: lockstep (wait for each tick's command) or realtime (wall-clock paced)",
+              choices=("lockstep", "realtime"), read_only=True),
+    ParamSpec("duration", 0.0, "stop after this many sim seconds [s]; 0 = run until stopped", min=0.0, max=1e7),
+    ParamSpec("initial_height", 0.0, "initial base height of the stance pose [m]; 0 = the robot config's stance height",
+              min=0.0, max=2.0, read_only=True),
+    ParamSpec("control_period_steps", 2, "physics steps (1 ms each) per control tick", min=1, max=100, read_only=True),
+    ParamSpec("watchdog_timeout", 0.5, "no valid command for this long -> joint damping [s] "
+              "(lockstep: wall seconds waiting for a tick's command; realtime: sim seconds)", min=0.001, max=3600.0),
+    ParamSpec("watchdog_damping", 5.0, "joint damping applied by the watchdog [N m s/rad]", min=0.0, max=1e4),
+    ParamSpec("startup_timeout", 60.0, "wall seconds to wait for subscribers and the first command before the "
+              "watchdog engages [s]; 0 = wait forever", min=0.0, max=86400.0),
+    ParamSpec("startup_min_subscribers", 1, "matched /joint_states subscriptions to wait for before publishing tick 0",
+              min=0, max=1000, read_only=True),
+    ParamSpec("republish_period", 1.0, "start-up only: re-publish the tick-0 samples after this many wall seconds "
+              "without the tick-0 command [s]", min=0.01, max=3600.0),
+    ParamSpec("realtime_factor", 1.0, "realtime mode: sim seconds per wall second [-]", min=0.01, max=100.0),
+    ParamSpec("ground_truth_decimation", 2, "publish /ground_truth/* and /disturbance every N physics steps [-]",
+              min=1, max=1000),
+    ParamSpec("diagnostics_period", 0.1, "period of /bridge/diagnostics [sim s]", min=0.001, max=3600.0),
+    ParamSpec("qos_depth", 200, "history depth of the reliable publishers [messages]", min=1, max=100000, read_only=True),
+    ParamSpec("scenario", "none", "disturbance scenario name (none = no disturbance)", read_only=True),
+    ParamSpec("viewer", False, "open the MuJoCo passive viewer (needs a display)", read_only=True),
+    ParamSpec("noise_joint_velocity", 0.0, "white noise std of joint velocities [rad/s]", min=0.0, max=100.0,
+              read_only=True),
+    ParamSpec("noise_gyro", 0.0, "white noise std of the gyro [rad/s]", min=0.0, max=100.0, read_only=True),
+    ParamSpec("noise_accel", 0.0, "white noise std of the accelerometer [m/s^2]", min=0.0, max=1000.0, read_only=True),
+    ParamSpec("noise_seed", 0, "seed of the sensor noise [-]", min=0, max=2**31 - 1, read_only=True),
+]
+
+DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
+               "watchdog_active", "watchdog_events", "realtime_factor")
+
+
+def _make_node_class():
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import Float64MultiArray
+
+    class MujocoBridge(Node):
+        """See the module docstring."""
+
+        def __init__(self, **kwargs):
+            super().__init__("mujoco_bridge", **kwargs)
+            self.params = NodeParameters(self, SCHEMA)
+            P = self.params
+            from legged_wbc.model import RobotModel
+            from mujoco_bridge.sim import MujocoSim, SensorNoise
+
+            self.robot = RobotModel(P["robot"])
+            noise = SensorNoise(joint_velocity=P["noise_joint_velocity"], gyro=P["noise_gyro"],
+                                accel=P["noise_accel"], seed=P["noise_seed"])
+            self.sim = MujocoSim(self.robot, noise=noise)
+            if abs(self.sim.dt * 1e9 - ros_io.PHYSICS_DT_NS) > 1e-3:
+                raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
+            self.n = self.robot.n
+            self.joint_names = list(self.robot.joint_names)
+            self.leg_names = list(self.robot.cfg.leg_names)
+            self.base_frame = self.robot.cfg.base_link
+            self.steps_per_tick = int(P["control_period_steps"])
+            self.lockstep = P["mode"] == "lockstep"
+            h = P["initial_height"] or None
+            self.q0 = self.robot.stance_configuration(h)
+            self.sim.reset(self.q0)
+            self.step_count = 0      # physics steps since reset; sim time = step_count * 1 ms
+            self.tick = 0            # current control tick (lockstep: the one we wait a command for)
+            self.tau = np.zeros(self.n)
+            self.effort_limit = np.asarray(self.robot.effort, dtype=float)
+            self.dist_applied = np.zeros(self.n)
+            self.disturbance_fn = self._load_scenario(P["scenario"])
+
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
+                             reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+            from nav_msgs.msg import Odometry
+            from rosgraph_msgs.msg import Clock
+            from sensor_msgs.msg import Imu, JointState
+
+            self.pub_js = self.create_publisher(JointState, ros_io.TOPIC_JOINT_STATES, qos)
+            self.pub_imu = self.create_publisher(Imu, ros_io.TOPIC_IMU, qos)
+            self.pub_clock = self.create_publisher(Clock, ros_io.TOPIC_CLOCK, qos)
+            self.pub_dist = self.create_publisher(Float64MultiArray, ros_io.TOPIC_DISTURBANCE, qos)
+            self.pub_odom = self.create_publisher(Odometry, ros_io.TOPIC_GT_ODOM, qos)
+            self.pub_contacts = self.create_publisher(Float64MultiArray, ros_io.TOPIC_GT_CONTACTS, qos)
+            self.pub_diag = self.create_publisher(Float64MultiArray, ros_io.TOPIC_BRIDGE_DIAGNOSTICS, qos)
+
+            # command state, shared with the executor thread
+            self._cond = threading.Condition()
+            self._pending = None                 # lockstep: accepted command for self.tick
+            self._latest = None                  # realtime: newest accepted command
+            self._last_cmd_step = None           # realtime: step_count when the newest command arrived
+            self.stop_requested = False
+            self.counters = dict(commands_applied=0, deadline_misses=0, stale_commands=0,
+                                 rejected_commands=0, watchdog_events=0)
+            self.watchdog_active = False
+            self._got_first_command = False
+            self._diag_next_ns = 0
+            self._diag_wall = (time.monotonic(), 0)
+            cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
+                                 reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+            self.sub_cmd = self.create_subscription(Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, self._on_command,
+                                                    cmd_qos)
+            self.viewer = self._open_viewer() if P["viewer"] else None
+            self._foot_lut = np.full(self.sim.m.ngeom, -1, dtype=int)
+            self._foot_lut[self.sim.foot_geoms] = np.arange(len(self.sim.foot_geoms))
+            nz = self.sim.noise
+            zero_n = np.zeros(self.n)
+            self._msgs = {
+                "clock": ros_io.clock_msg(0),
+                "js": ros_io.joint_state_msg(0, self.joint_names, zero_n, zero_n, zero_n),
+                "imu": ros_io.imu_msg(0, self.base_frame, [0, 0, 0, 1], [0, 0, 0], [0, 0, 0],
+                                      gyro_var=nz.gyro ** 2, accel_var=nz.accel ** 2),
+                "odom": ros_io.odometry_msg(0, self.q0, np.zeros(self.n + 6), child_frame_id=self.base_frame),
+                "contacts": ros_io.contacts_msg(np.zeros(len(self.leg_names)), self.leg_names),
+                "dist": ros_io.float64_array_msg(zero_n, ros_io.DISTURBANCE_LABEL),
+            }
+            self.get_logger().info(
+                f"{self.robot.cfg.name}: {self.n} joints, mode={P['mode']}, control period "
+                f"{self.steps_per_tick} ms, duration={P['duration'] or 'inf'} s, scenario={P['scenario']}")
+
+        # ------------------------------------------------------------ set-up helpers
+        def _load_scenario(self, name: str):
+            if name in ("", "none"):
+                return None
+            try:
+                mod = importlib.import_module("legged_wbc.scenarios")
+            except ModuleNotFoundError:
+                self.get_logger().warning(f"scenario {name!r}: no scenario provider (legged_wbc.scenarios) yet; "
+                                          "the disturbance stays zero")
+                return None
+            return mod.make_disturbance(name, self.robot, self)
+
+        def _open_viewer(self):
+            try:
+                import mujoco.viewer
+
+                return mujoco.viewer.launch_passive(self.sim.m, self.sim.d)
+            except Exception as exc:  # no display, no GL
+                self.get_logger().warning(f"viewer requested but unavailable: {exc}")
+                return None
+
+        # ------------------------------------------------------------ commands (executor thread)
+        def _reject(self, reason: str) -> None:
+            self.counters["rejected_commands"] += 1
+            self.get_logger().warning(f"torque command rejected: {reason}", throttle_duration_sec=1.0)
+
+        def _on_command(self, msg) -> None:
+            try:
+                cmd = ros_io.parse_torque_command(msg, self.n)
+            except ros_io.CommandError as exc:
+                self._reject(str(exc))
+                return
+            with self._cond:
+                if self.lockstep:
+                    if cmd.tick == ros_io.UNTIMED_TICK:
+                        self._reject("untimed command (tick -1) in lockstep mode; answer the tick of the "
+                                     "sensor sample (ros_io.tick_from_stamp)")
+                        return
+                    if cmd.tick < self.tick:
+                        self.counters["stale_commands"] += 1
+                        return
+                    if cmd.tick > self.tick:
+                        self._reject(f"command for tick {cmd.tick} arrived while the bridge is at tick {self.tick}")
+                        return
+                    self._pending = cmd
+                else:
+                    last = self._latest
+                    if last is not None and cmd.tick != ros_io.UNTIMED_TICK and cmd.tick < last.tick:
+                        self.counters["stale_commands"] += 1
+                        return
+                    self._latest = cmd
+                    self._last_cmd_step = self.step_count
+                self._cond.notify_all()
+
+        def request_stop(self) -> None:
+            with self._cond:
+                self.stop_requested = True
+                self._cond.notify_all()
+
+        # ------------------------------------------------------------ publishing (main thread)
+        @property
+        def t_ns(self) -> int:
+            return self.step_count * ros_io.PHYSICS_DT_NS
+
+        def foot_contacts(self) -> np.ndarray:
+            """Same as ``MujocoSim.foot_contacts`` (foot sphere touches the floor), vectorised (~25 us)."""
+            out = np.zeros(len(self.leg_names), dtype=bool)
+            n = self.sim.d.ncon
+            if n:
+                g = self.sim.d.contact.geom[:n]
+                fl = self.sim.floor_geom
+                a, b = self._foot_lut[g[:, 0]], self._foot_lut[g[:, 1]]
+                out[a[(a >= 0) & (g[:, 1] == fl)]] = True
+                out[b[(b >= 0) & (g[:, 0] == fl)]] = True
+            return out
+
+        def publish_sample(self) -> None:
+            """Publish the current state (stamp = sim time). Message objects are reused: rclpy
+            serialises synchronously in ``publish``, and building Imu/Odometry from scratch costs
+            more than the physics step."""
+            t_ns = self.t_ns
+            stamp = ros_io.time_msg(t_ns)
+            s = self.sim.sensors()
+            m = self._msgs
+            m["clock"].clock = stamp
+            self.pub_clock.publish(m["clock"])
+            ros_io.fill_joint_state(m["js"], stamp, s.joint_pos, s.joint_vel, s.joint_effort)
+            self.pub_js.publish(m["js"])
+            ros_io.fill_imu(m["imu"], stamp, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel)
+            self.pub_imu.publish(m["imu"])
+            if self.step_count % int(self.params["ground_truth_decimation"]) == 0:
+                q, v = self.sim.ground_truth()
+                ros_io.fill_odometry(m["odom"], stamp, q, v)
+                self.pub_odom.publish(m["odom"])
+                m["contacts"].data = ros_io.dvec(self.foot_contacts())
+                self.pub_contacts.publish(m["contacts"])
+                m["dist"].data = ros_io.dvec(self.dist_applied)
+                self.pub_dist.publish(m["dist"])
+            if t_ns >= self._diag_next_ns:
+                self.publish_diagnostics()
+                self._diag_next_ns = t_ns + int(round(self.params["diagnostics_period"] * 1e9))
+            if self.viewer is not None and self.step_count % 16 == 0:
+                try:
+                    self.viewer.sync()
+                except Exception:
+                    self.viewer = None
+
+        def publish_diagnostics(self) -> None:
+            now = time.monotonic()
+            w0, s0 = self._diag_wall
+            rtf = ((self.step_count - s0) * 1e-3) / (now - w0) if now > w0 and self.step_count > s0 else 0.0
+            self._diag_wall = (now, self.step_count)
+            d = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick), **{k: float(v) for k, v in self.counters.items()},
+                 "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf}
+            self.pub_diag.publish(ros_io.diagnostics_msg({k: d[k] for k in DIAG_FIELDS}))
+
+        # ------------------------------------------------------------ physics
+        def damping_torque(self) -> np.ndarray:
+            dq = self.sim.d.qvel[6:][self.sim.conv.mj_to_pin]
+            tau = -float(self.params["watchdog_damping"]) * dq
+            return np.clip(tau, -self.effort_limit, self.effort_limit)
+
+        def physics_step(self, tau: np.ndarray | None) -> None:
+            """One 1 ms step with ``tau`` (None: watchdog damping), then publish the new sample."""
+            self.sim.set_torque(self.damping_torque() if tau is None else tau)
+            dist = None
+            if self.disturbance_fn is not None:
+                dist = self.disturbance_fn(self.t_ns * 1e-9, self.sim)
+            if dist is None:
+                self.dist_applied[:] = 0.0
+            else:
+                dist = np.asarray(dist, dtype=float)
+                if dist.shape != (self.n,) or not np.all(np.isfinite(dist)):
+                    self.get_logger().error(f"disturbance_fn returned {dist!r}; using zero",
+                                            throttle_duration_sec=1.0)
+                    dist = np.zeros(self.n)
+                self.dist_applied[:] = dist
+            self.sim.set_disturbance(self.dist_applied)
+            self.sim.step(1)
+            self.step_count += 1
+
+        def done(self) -> bool:
+            dur = float(self.params["duration"])
+            return self.stop_requested or (dur > 0 and self.t_ns >= int(round(dur * 1e9)))
+
+        # ------------------------------------------------------------ start-up
+        def wait_for_peers(self) -> bool:
+            need = int(self.params["startup_min_subscribers"])
+            timeout = float(self.params["startup_timeout"])
+            t0 = time.monotonic()
+            logged = False
+            while not self.stop_requested:
+                subs = self.pub_js.get_subscription_count()
+                pubs = self.count_publishers(self.sub_cmd.topic_name) if self.lockstep else 1
+                if subs >= need and pubs >= 1:
+                    time.sleep(0.2)  # let the other endpoints of those peers match too
+                    return True
+                if timeout and time.monotonic() - t0 > timeout:
+                    self.get_logger().error(f"start-up: {subs}/{need} /joint_states subscribers, {pubs} command "
+                                            f"publishers after {timeout:g} s; starting anyway")
+                    return False
+                if not logged and time.monotonic() - t0 > 2.0:
+                    self.get_logger().info(f"waiting for {need} /joint_states subscriber(s) and a command publisher")
+                    logged = True
+                time.sleep(0.01)
+            return False
+
+        # ------------------------------------------------------------ lockstep
+        def _engage_watchdog(self, why: str) -> None:
+            if not self.watchdog_active:
+                self.watchdog_active = True
+                self.counters["watchdog_events"] += 1
+                self.get_logger().error(f"watchdog: {why}; applying joint damping "
+                                        f"{self.params['watchdog_damping']:g} N m s/rad")
+
+        def _leave_watchdog(self, how: str) -> None:
+            if self.watchdog_active:
+                self.watchdog_active = False
+                self.get_logger().warning(f"watchdog released: {how}")
+
+        def wait_command_lockstep(self):
+            """The torque for the current tick, or None (watchdog damping) — see the module docstring."""
+            k = self.tick
+            startup = not self._got_first_command
+            timeout = float(self.params["startup_timeout"] if startup else self.params["watchdog_timeout"])
+            period = self.steps_per_tick * 1e-3
+            t0 = time.monotonic()
+            next_republish = t0 + float(self.params["republish_period"])
+            with self._cond:
+                while True:
+                    cmd = self._pending
+                    if cmd is not None and cmd.tick == k:
+                        self._pending = None
+                        self._got_first_command = True
+                        self._leave_watchdog(f"command for tick {k} received, lockstep resumed")
+                        return cmd.tau
+                    if self.stop_requested:
+                        return None
+                    now = time.monotonic()
+                    if self.watchdog_active:
+                        if now - t0 >= period:
+                            return None
+                        self._cond.wait(t0 + period - now)
+                        continue
+                    if timeout and now - t0 >= timeout:
+                        self._engage_watchdog(f"no command for tick {k} (t = {self.t_ns * 1e-9:.3f} s) within "
+                                              f"{timeout:g} s wall")
+                        return None
+                    if startup and k == 0 and now >= next_republish:
+                        self._cond.release()
+                        try:
+                            self.get_logger().info("no command for tick 0 yet: re-publishing the tick-0 sample")
+                            self.publish_sample()
+                        finally:
+                            self._cond.acquire()
+                        next_republish = now + float(self.params["republish_period"])
+                    deadline = min(next_republish if (startup and k == 0) else 1e18,
+                                   (t0 + timeout) if timeout else 1e18)
+                    self._cond.wait(max(0.0, min(deadline - now, 0.5)))
+
+        def run_lockstep(self) -> None:
+            while not self.done():
+                tau = self.wait_command_lockstep()
+                if self.stop_requested:
+                    break
+                if tau is not None:
+                    self.counters["commands_applied"] += 1
+                    self.tau = tau
+                for i in range(self.steps_per_tick):
+                    self.physics_step(tau)
+                    if i == self.steps_per_tick - 1:
+                        with self._cond:
+                            self.tick += 1
+                            if self._pending is not None and self._pending.tick < self.tick:
+                                self._pending = None
+                    self.publish_sample()
+
+        # ------------------------------------------------------------ realtime
+        def run_realtime(self) -> None:
+            startup = float(self.params["startup_timeout"])
+            t0 = time.monotonic()
+            with self._cond:
+                while self._latest is None and not self.stop_requested:
+                    left = (t0 + startup - time.monotonic()) if startup else 0.5
+                    if startup and left <= 0:
+                        self._engage_watchdog(f"no command within the start-up timeout of {startup:g} s")
+                        break
+                    self._cond.wait(min(max(left, 0.0), 0.5))
+            wall0 = time.monotonic()
+            step0 = self.step_count
+            while not self.done():
+                rtf = float(self.params["realtime_factor"])
+                target = wall0 + (self.step_count - step0) * 1e-3 / rtf
+                delay = target - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                elif delay < -0.1:  # far behind (debugger, overload): re-anchor instead of racing
+                    wall0, step0 = time.monotonic(), self.step_count
+                with self._cond:
+                    cmd, last_step = self._latest, self._last_cmd_step
+                if self.step_count % self.steps_per_tick == 0 and self._got_first_command:
+                    due = self.step_count // self.steps_per_tick - 1  # tick whose answer is due now
+                    if cmd is not None and cmd.tick != ros_io.UNTIMED_TICK and cmd.tick < due:
+                        self.counters["deadline_misses"] += 1
+                self.tick = self.step_count // self.steps_per_tick
+                wd = float(self.params["watchdog_timeout"])
+                tau = None
+                if cmd is not None:
+                    self._got_first_command = True
+                    if (self.step_count - last_step) * 1e-3 > wd:
+                        self._engage_watchdog(f"no command for {wd:g} s of sim time")
+                    else:
+                        self._leave_watchdog("commands resumed")
+                        tau = cmd.tau
+                        if cmd is not self._applied_cmd:
+                            self.counters["commands_applied"] += 1
+                            self._applied_cmd = cmd
+                self.physics_step(tau)
+                self.publish_sample()
+
+        _applied_cmd = None
+
+        def run(self) -> int:
+            self.wait_for_peers()
+            if self.stop_requested:
+                return 0
+            self.publish_sample()  # the tick-0 sample
+            if self.lockstep:
+                self.run_lockstep()
+            else:
+                self.run_realtime()
+            self.publish_diagnostics()
+            if self.stop_requested:
+                self.get_logger().info(f"stopped at t = {self.t_ns * 1e-9:.3f} s")
+            else:
+                self.get_logger().info(f"duration reached: t = {self.t_ns * 1e-9:.3f} s, "
+                                       f"{self.counters['commands_applied']} commands applied, "
+                                       f"{self.counters['watchdog_events']} watchdog events")
+            return 0
+
+    return MujocoBridge
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    node = None
+    executor = None
+    spin = None
+    try:
+        node = _make_node_class()()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        spin = threading.Thread(target=executor.spin, name="executor", daemon=True)
+        spin.start()
+
+        def _stop(signum, frame):
+            node.request_stop()
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        rc = node.run()
+    except Exception as exc:
+        from legged_wbc.ros_params import ParameterSchemaError
+        from legged_wbc.robot import ConfigError
+
+        if isinstance(exc, (ParameterSchemaError, ConfigError)):
+            print(f"mujoco_bridge: {exc}", file=sys.stderr)
+            rc = 2
+        else:
+            raise
+    finally:
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
+        if spin is not None:
+            spin.join(timeout=2.0)
+        if node is not None:
+            if node.viewer is not None:
+                try:
+                    node.viewer.close()
+                except Exception:
+                    pass
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
