@@ -36,6 +36,22 @@ from .robot import ConfigError, RobotConfig, foot_geometry, load_robot_config
 R2_EPS = 1e-10
 
 
+def cross3(a, b) -> np.ndarray:
+    """Cross product of two 3-vectors (much cheaper than ``np.cross`` for one pair)."""
+    a0, a1, a2 = float(a[0]), float(a[1]), float(a[2])
+    b0, b1, b2 = float(b[0]), float(b[1]), float(b[2])
+    return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
+
+
+def cross_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cross products of two (N, 3) arrays."""
+    out = np.empty_like(a)
+    out[:, 0] = a[:, 1] * b[:, 2] - a[:, 2] * b[:, 1]
+    out[:, 1] = a[:, 2] * b[:, 0] - a[:, 0] * b[:, 2]
+    out[:, 2] = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
+    return out
+
+
 def skew(v: np.ndarray) -> np.ndarray:
     return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
 
@@ -53,6 +69,21 @@ def relative_pitch(a: np.ndarray) -> tuple[float, np.ndarray, float]:
 
 
 @dataclass
+class LegBatch:
+    """Body-relative kinematics of all legs, stacked (leg index first); fields as in :class:`LegState`."""
+
+    p: np.ndarray            # (N, 3)
+    J: np.ndarray            # (N, 4, 4): rows [J_p; J_theta]
+    a: np.ndarray            # (N, 3)
+    theta: np.ndarray        # (N,)
+    theta_dot: np.ndarray    # (N,)
+    J_w: np.ndarray          # (N, 3, 4)
+    dJ_p_dq: np.ndarray      # (N, 3)
+    dJ_theta_dq: np.ndarray  # (N,)
+    v_p: np.ndarray          # (N, 3)
+
+
+@dataclass
 class LegState:
     """Body-relative kinematics of one leg at one instant (see the module docstring)."""
 
@@ -67,7 +98,11 @@ class LegState:
     dJ_p_dq: np.ndarray
     dJ_theta_dq: float
     v_p: np.ndarray
-    n: np.ndarray
+
+    @property
+    def n(self) -> np.ndarray:
+        """Unit null-space vector of ``J_p`` with ``J_theta n >= 0`` (computed on demand)."""
+        return null_vector(self.J_p, self.J_theta)
 
 
 class RobotModel:
@@ -98,6 +133,7 @@ class RobotModel:
         lt = cfg.leg_type
         # leg_joints[i]: joint indices (0..n-1) of leg i, in the leg's [yaw, pitch, knee, ankle] order
         self.leg_joints = [np.array([self.joint_index[j] for j in leg.joint_names(lt)]) for leg in cfg.legs]
+        self._leg_joint_matrix = np.array(self.leg_joints)  # (N, 4)
         self.n_legs = cfg.n_legs
         # armature (reflected rotor inertia) in both models, as in MuJoCo
         arm = np.zeros(self.n)
@@ -189,53 +225,69 @@ class RobotModel:
                 for f in self.foot_frames_float]
 
     # ------------------------------------------------------------------ body-relative leg kinematics
-    def legs(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> list[LegState]:
-        """Leg kinematics for joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio order)."""
+    def legs_batch(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> "LegBatch":
+        """Leg kinematics of all legs as stacked arrays (leg index first), for the 500 Hz loop.
+
+        ``qj`` [rad], ``dqj`` [rad/s] in Pinocchio joint order."""
         if qj.shape != (self.n,):
             raise ValueError(f"joint positions: expected {self.n} values, got {qj.shape}")
         if dqj is None:
             dqj = self._zeros_n
         elif dqj.shape != (self.n,):
             raise ValueError(f"joint velocities: expected {self.n} values, got {dqj.shape}")
-        m, d = self.fixed, self.fdata
+        m, d, N = self.fixed, self.fdata, self.n_legs
         pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
         pin.computeJointJacobians(m, d, qj)
         pin.updateFramePlacements(m, d)
-        out = []
-        for i in range(self.n_legs):
-            cols = self.leg_joints[i]
+        P = np.empty((N, 3))
+        Jp = np.empty((N, 3, 4))
+        Jw = np.empty((N, 3, 4))
+        A = np.empty((N, 3))
+        dJp = np.empty((N, 3))
+        dJw = np.empty((N, 3))
+        for i in range(N):
             fp = self.foot_frames_fixed[i]
-            Jf = pin.getFrameJacobian(m, d, fp, pin.LOCAL_WORLD_ALIGNED)
-            J_p = Jf[:3, cols].copy()
-            J_w = Jf[3:, cols].copy()
-            p = d.oMf[fp].translation.copy()
+            Jf = pin.getFrameJacobian(m, d, fp, pin.LOCAL_WORLD_ALIGNED)[:, self.leg_joints[i]]
+            Jp[i] = Jf[:3]
+            Jw[i] = Jf[3:]
+            oMf = d.oMf[fp]
+            P[i] = oMf.translation
+            A[i] = oMf.rotation[:, 0]
             acc = pin.getFrameClassicalAcceleration(m, d, fp, pin.LOCAL_WORLD_ALIGNED)
-            dJ_p_dq = acc.linear.copy()
-            dJ_w_dq = acc.angular.copy()
-            a = d.oMf[fp].rotation[:, 0].copy()
-            theta, g, r = relative_pitch(a)
-            dq = dqj[cols]
-            w = J_w @ dq
-            a_dot = np.cross(w, a)
-            if r * r <= R2_EPS:
-                J_theta = np.zeros(4)
-                dJ_theta_dq = 0.0
-            else:
-                axg = np.cross(a, g)
-                J_theta = axg @ J_w
-                # theta_ddot = g.a_ddot + (dg/dt).a_dot with a_ddot = w_dot x a + w x (w x a)
-                r_dot = (a[0] * a_dot[0] + a[1] * a_dot[1]) / r
-                g_dot = np.array([
-                    (a_dot[2] * a[0] + a[2] * a_dot[0]) / r - a[2] * a[0] * r_dot / (r * r),
-                    (a_dot[2] * a[1] + a[2] * a_dot[1]) / r - a[2] * a[1] * r_dot / (r * r),
-                    -r_dot,
-                ])
-                dJ_theta_dq = float(axg @ dJ_w_dq + g @ np.cross(w, a_dot) + g_dot @ a_dot)
-            J = np.vstack([J_p, J_theta])
-            out.append(LegState(p=p, J_p=J_p, a=a, theta=theta, theta_dot=float(J_theta @ dq), J_w=J_w,
-                                J_theta=J_theta, J=J, dJ_p_dq=dJ_p_dq, dJ_theta_dq=dJ_theta_dq,
-                                v_p=J_p @ dq, n=null_vector(J_p, J_theta)))
-        return out
+            dJp[i] = acc.linear
+            dJw[i] = acc.angular
+        dq = dqj[self._leg_joint_matrix]                      # (N, 4)
+        w = np.einsum("nij,nj->ni", Jw, dq)                   # foot-link angular velocity rel. base
+        ax, ay, az = A[:, 0], A[:, 1], A[:, 2]
+        r = np.hypot(ax, ay)
+        theta = np.arctan2(-az, r)
+        ok = r * r > R2_EPS
+        rs = np.where(ok, r, 1.0)
+        g = np.stack([az * ax / rs, az * ay / rs, -r], axis=1)
+        g[~ok] = 0.0
+        axg = cross_rows(A, g)
+        J_theta = np.einsum("ni,nij->nj", axg, Jw)
+        # theta_ddot = g.a_ddot + (dg/dt).a_dot with a_dot = w x a, a_ddot = w_dot x a + w x a_dot
+        a_dot = cross_rows(w, A)
+        r_dot = (ax * a_dot[:, 0] + ay * a_dot[:, 1]) / rs
+        g_dot = np.stack([(a_dot[:, 2] * ax + az * a_dot[:, 0]) / rs - az * ax * r_dot / rs**2,
+                          (a_dot[:, 2] * ay + az * a_dot[:, 1]) / rs - az * ay * r_dot / rs**2,
+                          -r_dot], axis=1)
+        dJt = np.einsum("ni,ni->n", axg, dJw) + np.einsum("ni,ni->n", g, cross_rows(w, a_dot)) \
+            + np.einsum("ni,ni->n", g_dot, a_dot)
+        dJt[~ok] = 0.0
+        J = np.empty((N, 4, 4))
+        J[:, :3] = Jp
+        J[:, 3] = J_theta
+        return LegBatch(p=P, J=J, a=A, theta=theta, theta_dot=np.einsum("ni,ni->n", J_theta, dq), J_w=Jw,
+                        dJ_p_dq=dJp, dJ_theta_dq=dJt, v_p=np.einsum("nij,nj->ni", Jp, dq))
+
+    def legs(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> list[LegState]:
+        """Leg kinematics for joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s], one object per leg."""
+        b = self.legs_batch(qj, dqj)
+        return [LegState(p=b.p[i], J_p=b.J[i, :3], a=b.a[i], theta=float(b.theta[i]), theta_dot=float(b.theta_dot[i]),
+                         J_w=b.J_w[i], J_theta=b.J[i, 3], J=b.J[i], dJ_p_dq=b.dJ_p_dq[i],
+                         dJ_theta_dq=float(b.dJ_theta_dq[i]), v_p=b.v_p[i]) for i in range(self.n_legs)]
 
     # ------------------------------------------------------------------ nominal stance
     def stance_targets(self) -> list[tuple[np.ndarray, float]]:

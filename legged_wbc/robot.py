@@ -147,6 +147,7 @@ class RobotConfig:
     stance_height: float
     stance_relative_pitch: float
     friction: float
+    gait: dict = field(default_factory=dict)
     source: str = ""
 
     def __post_init__(self):
@@ -207,6 +208,7 @@ class RobotConfig:
                 stance_height=_pos("stance.height", d["stance"]["height"]),
                 stance_relative_pitch=float(d["stance"].get("relative_pitch", 0.0)),
                 friction=float(d.get("contact", {}).get("friction", 0.9)),
+                gait=dict(d.get("gait", {})),
                 source=source,
             )
         except KeyError as exc:

@@ -1,0 +1,382 @@
+"""Whole-body controller: floating-base inverse-dynamics QP with relative-pitch CBFs (DESIGN sec. 4).
+
+Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with cbf_slack)]``,
+``lambda_i = [f_x, f_y, f_z, m_theta]`` expressed in the **base frame**. Rows (fixed count):
+
+* equalities: 6 floating-base rows ``S_B [M nu_dot + h - J_c^T lambda] = 0`` with
+  ``S_B J_c^T lambda = [sum f_i; sum r_i x f_i]``; N rows ``m_theta,i = 0``;
+* inequalities: per foot 4 friction-pyramid rows (body z as normal) and ``0 <= f_z <= f_z,max``
+  (``f_z,max = 0`` for feet outside the support set); n final-torque rows
+  ``tau_min <= S[M nu_dot + h - J_c^T lambda] + tau_sw <= tau_max``; N relative-pitch CBF rows
+  ``-(k_p (theta - theta_min) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
+  <= k_p (theta_max - theta) - k_d theta_dot - J_theta_dot q_dot`` (support legs in ``cbf`` mode;
+  loose otherwise, so every mode and contact state has the same problem size).
+
+Cost ``1/2 ||J_T nu_dot - (x_ddot_des - J_T_dot nu)||^2_W + 1/2 ||lambda||^2_{W_lambda}`` with
+``J_T = blockdiag(I_6, J_1..J_N)``. Torque ``tau = S[M nu_dot* + h - J_c^T lambda*] + tau_sw``.
+
+A solution is accepted only if the backend reports it optimal, the normalized equality residual
+and inequality violation are <= ``residual_tol``, and the torque is finite and within bounds.
+Up to ``max_failures`` consecutive rejections hold the last accepted torque; more latch a safe
+stop (zero torque) until :meth:`WholeBodyController.reset`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from legged_wbc.gait import SUPPORT, GaitConfig, GaitScheduler
+from legged_wbc.model import RobotModel, cross_rows, skew
+from legged_wbc.conventions import rotation_from_quat_xyzw
+
+from .config import WbcConfig
+from .qp import INF, QpProblem, QpResult, make_backend
+from .references import BodyReferenceGenerator, SwingTrajectory, body_task
+
+
+@dataclass
+class ControllerInput:
+    """What the controller sees each cycle (all from the estimator, Pinocchio conventions)."""
+
+    t: float                 # [s]
+    q: np.ndarray            # estimated configuration (nq)
+    v: np.ndarray            # estimated velocity (nv), base part in the base frame
+    support: np.ndarray      # estimated support set S_c (bool, per leg)
+
+
+@dataclass
+class Diagnostics:
+    theta: np.ndarray
+    theta_dot: np.ndarray
+    cbf_active: np.ndarray          # per leg: a CBF bound is binding at the solution
+    support: np.ndarray
+    qp_status: str = ""
+    qp_accepted: bool = False
+    qp_iterations: int = 0
+    qp_time_us: float = 0.0          # build + solve + residual check
+    solve_time_us: float = 0.0       # solver call only
+    cycle_time_us: float = 0.0       # whole cycle: model update + QP build + solve + torque
+    eq_residual: float = 0.0
+    ineq_violation: float = 0.0
+    consecutive_failures: int = 0
+    total_failures: int = 0
+    safe_stop: bool = False
+    forces: np.ndarray = field(default_factory=lambda: np.zeros(0))   # lambda* (4N), base frame
+    tau_wbc: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tau_sw: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    body_error_rpy: np.ndarray = field(default_factory=lambda: np.zeros(3))
+
+
+@dataclass
+class ControllerOutput:
+    tau: np.ndarray                  # joint torque command [N m], Pinocchio joint order
+    diag: Diagnostics
+
+
+class InputError(ValueError):
+    """Controller input rejected (size or NaN); the message names the field."""
+
+
+class WholeBodyController:
+    def __init__(self, robot: RobotModel, cfg: WbcConfig, gait: GaitConfig | None = None):
+        self.rm = robot
+        self.cfg = cfg
+        N, n, nv = robot.n_legs, robot.n, robot.nv
+        self.N, self.n, self.nv = N, n, nv
+        if gait is None:
+            gait = GaitConfig.from_dict(robot.cfg.gait)
+        self.gait = GaitScheduler(gait, robot.cfg.leg_names)
+        self.ns = N if cfg.cbf_slack else 0
+        self.nx = nv + 4 * N + self.ns
+        self.n_eq = 6 + N
+        self.n_in = 5 * N + n + N
+        self.problem = QpProblem(self.nx, self.n_eq, self.n_in)
+        self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
+        # index helpers
+        self.lam0 = nv
+        self.row_fric = 0
+        self.row_tau = 5 * N
+        self.row_cbf = 5 * N + n
+        self.leg_v = [robot.leg_slice_v(i) for i in range(N)]
+        self.leg_j = robot.leg_joints
+        self.stance = robot.stance_targets()
+        self.theta_nominal = np.array([th for _, th in self.stance])
+        self.refs = BodyReferenceGenerator(cfg, gait.start_time)
+        self.swing = [SwingTrajectory() for _ in range(N)]
+        self._swing_cycle = -np.ones(N, dtype=int)
+        self._build_index()
+        self._fill_constant_rows()
+        self.reset()
+
+    # ------------------------------------------------------------------ lifecycle
+    def reset(self, q0: np.ndarray | None = None) -> None:
+        self.consecutive_failures = 0
+        self.total_failures = 0
+        self.safe_stop = False
+        self.last_tau = np.zeros(self.n)
+        self._swing_cycle[:] = -1
+        if q0 is not None:
+            self.refs.reset(q0[:3])
+
+    def set_config(self, cfg: WbcConfig) -> None:
+        """Apply new gains (validated already); takes effect on the next cycle.
+
+        Changing ``solver`` or ``cbf_slack`` rebuilds the QP workspace."""
+        rebuild = cfg.solver != self.cfg.solver or cfg.cbf_slack != self.cfg.cbf_slack
+        self.cfg = cfg
+        self.refs.cfg = cfg
+        if rebuild:
+            state = (self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, self.refs.p0)
+            self.__init__(self.rm, cfg, self.gait.cfg)
+            self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, p0 = state
+            self.refs.reset(p0)
+
+    def tau_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.cfg.torque_limit_mode == "realistic":
+            return -self.rm.effort, self.rm.effort.copy()
+        lim = np.full(self.n, self.cfg.tau_limit_paper)
+        return -lim, lim
+
+    def _fill_constant_rows(self) -> None:
+        p, N = self.problem, self.N
+        for i in range(N):
+            c = self.lam0 + 4 * i
+            # m_theta,i = 0; sum of forces in the base force rows
+            p.A_eq[6 + i, c + 3] = 1.0
+            p.A_eq[0:3, c:c + 3] = -np.eye(3)
+            r = self.row_fric + 5 * i
+            p.C[r + 0, c + 0], p.C[r + 0, c + 2] = 1.0, -self.cfg.mu
+            p.C[r + 1, c + 0], p.C[r + 1, c + 2] = -1.0, -self.cfg.mu
+            p.C[r + 2, c + 1], p.C[r + 2, c + 2] = 1.0, -self.cfg.mu
+            p.C[r + 3, c + 1], p.C[r + 3, c + 2] = -1.0, -self.cfg.mu
+            p.C[r + 4, c + 2] = 1.0
+            p.l[r:r + 4] = -INF
+            p.u[r:r + 4] = 0.0
+            p.l[r + 4] = 0.0
+            if self.ns:
+                p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
+
+    # ------------------------------------------------------------------ input checks
+    def _check_input(self, inp: ControllerInput) -> None:
+        rm = self.rm
+        for name, arr, size in (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N)):
+            a = np.asarray(arr)
+            if a.shape != (size,):
+                raise InputError(f"controller input {name}: expected {size} values, got shape {a.shape}")
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                raise InputError(f"controller input {name}: contains NaN/inf")
+        if not np.isfinite(inp.t):
+            raise InputError("controller input t: not finite")
+        if abs(np.linalg.norm(inp.q[3:7]) - 1.0) > 1e-3:
+            raise InputError("controller input q: base quaternion is not unit")
+
+    # ------------------------------------------------------------------ main cycle
+    def _build_index(self) -> None:
+        """Flat index arrays so per-leg blocks are written with one fancy assignment each."""
+        N, nv = self.N, self.nv
+        legv = np.array(self.leg_v)                                   # (N, 4) columns in nu_dot
+        self._legv = legv
+        self._H_rows = np.repeat(legv, 4, axis=1).reshape(-1)         # (N*16,) row-major 4x4 blocks
+        self._H_cols = np.tile(legv, (1, 4)).reshape(-1)
+        lam = self.lam0 + 4 * np.arange(N)[:, None] + np.arange(4)[None, :]  # (N, 4)
+        self._lam = lam
+        tau_rows = self.row_tau + np.array(self.leg_j)                # (N, 4)
+        self._T_rows = np.repeat(tau_rows, 4, axis=1).reshape(-1)
+        self._T_cols = np.tile(lam, (1, 4)).reshape(-1)
+        self._cbf_rows = np.repeat(self.row_cbf + np.arange(N), 4)
+        self._cbf_cols = legv.reshape(-1)
+        # moment rows of the base equations: -[r_i]x on (f_x, f_y, f_z) of each foot
+        f_cols = lam[:, :3]
+        self._S_rows = np.tile(np.repeat(np.arange(3, 6), 3), N)
+        self._S_cols = np.concatenate([np.tile(f_cols[i], 3) for i in range(N)])
+        self._lam_diag = np.tile([self.cfg.w_lambda_t, self.cfg.w_lambda_t, self.cfg.w_lambda_n,
+                                  self.cfg.w_lambda_t], N)
+        self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
+        self._lam_flat = lam.reshape(-1)
+        self._leg_j_flat = np.array(self.leg_j).reshape(-1)
+
+    def update(self, inp: ControllerInput) -> ControllerOutput:
+        """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then)."""
+        self._check_input(inp)
+        cfg, rm, p, N, nv = self.cfg, self.rm, self.problem, self.N, self.nv
+        t = inp.t
+        q, v = inp.q, inp.v
+        support = np.asarray(inp.support, dtype=bool)
+        qj, dqj = q[7:], v[6:]
+        t_cycle = time.perf_counter()
+
+        lb = rm.legs_batch(qj, dqj)
+        if cfg.jdot_mode == "fd":
+            self._fd_jdot(lb, qj, dqj)
+        M = rm.mass_matrix(q)
+        h = rm.bias(q, v)
+        R = rotation_from_quat_xyzw(q[3:7])
+        t_start = time.perf_counter()  # QP time = build + solve + residual check (as the paper)
+
+        # ---------------- references
+        ref = self.refs(t)
+        acc_body = body_task(cfg, ref, q[:3], R, v[:3], v[3:6])
+        phases = self.gait.phases(t)
+        progress = self.gait.swing_progress(t)
+        cycles = self.gait.cycle_index(t)
+        mode = cfg.relative_pitch_mode
+        tau_sw = np.zeros(self.n)
+        W = np.empty((N, 4))
+        b = np.empty((N, 4))
+        W[:, :3] = np.where(support, cfg.w_support, cfg.w_swing)[:, None]
+        W[:, 3] = cfg.w_pitch_none if mode == "none" else cfg.w_pitch
+        b[:, :3] = -lb.dJ_p_dq
+        b[:, 3] = -lb.dJ_theta_dq
+        if cfg.support_foot_acceleration == "consistent":
+            # relative acceleration of a world-fixed foot under the desired base motion:
+            # a_rel = -(v_dot_B + w_dot_B x p) - w_B x v_rel   (base frame)
+            w_b = v[3:6]
+            a_rel = -(acc_body[:3][None, :] + cross_rows(np.broadcast_to(acc_body[3:], lb.p.shape), lb.p)) \
+                - cross_rows(np.broadcast_to(w_b, lb.p.shape), lb.v_p)
+            b[:, :3] += np.where(support[:, None], a_rel, 0.0)
+        if mode != "none":
+            damp = np.clip(-cfg.k_dtheta * lb.theta_dot, -cfg.theta_ddot_max, cfg.theta_ddot_max)
+            if cfg.swing_pitch_recenter:
+                # swing legs are free to move in their null space: bring theta back to the nominal
+                # stance value before touchdown (support legs still get no reference angle)
+                swing_acc = cfg.kp_swing_pitch * (self.theta_nominal - lb.theta) - cfg.kd_swing_pitch * lb.theta_dot
+            else:
+                swing_acc = np.zeros(N)
+            b[:, 3] += np.where(support, damp, swing_acc)
+        for i in np.flatnonzero((phases != SUPPORT) | ~support):
+            if phases[i] != SUPPORT and cycles[i] != self._swing_cycle[i]:
+                # a new swing begins: from where the foot is to the touchdown target
+                self._swing_cycle[i] = cycles[i]
+                target = self.stance[i][0].copy()
+                target[2] = -cfg.stand_height + rm.foot_radius - cfg.touchdown_depth
+                v_body = R.T @ ref.v
+                target[:2] += cfg.raibert_gain * v_body[:2] * self.gait.support_duration
+                self.swing[i].begin(lb.p[i], target, self.gait.swing_duration, v_start=lb.v_p[i], v_end=-v_body)
+            if not support[i]:
+                if self.swing[i].start is not None and phases[i] != SUPPORT:
+                    p_ref, v_ref, a_ref = self.swing[i](progress[i], cfg.lift_height)
+                else:  # out of the support set outside a nominal swing: hold the foot where it is
+                    p_ref, v_ref, a_ref = lb.p[i], np.zeros(3), np.zeros(3)
+                b[i, :3] += a_ref
+                f_sw = np.asarray(cfg.kp_swing) * (p_ref - lb.p[i]) + np.asarray(cfg.kd_swing) * (v_ref - lb.v_p[i])
+                t_i = lb.J[i, :3].T @ f_sw
+                if cfg.swing_pitch_projection:
+                    # remove the part of J_p^T F that would accelerate the relative pitch:
+                    # tau' = (I - J_th^T Jbar_th^T) tau, Jbar_th = M^-1 J_th^T / (J_th M^-1 J_th^T)
+                    cols = self.leg_v[i]
+                    Minv_Jt = np.linalg.solve(M[np.ix_(cols, cols)], lb.J[i, 3])
+                    den = float(lb.J[i, 3] @ Minv_Jt)
+                    if den > 1e-12:
+                        t_i = t_i - lb.J[i, 3] * (float(Minv_Jt @ t_i) / den)
+                tau_sw[self.leg_j[i]] = t_i
+
+        # ---------------- cost: body rows, leg blocks J_i^T W_i J_i, force regularization
+        p.H[:] = 0.0
+        p.g[:] = 0.0
+        p.H[np.arange(6), np.arange(6)] = cfg.w_body
+        p.g[:6] = -cfg.w_body * acc_body
+        JtW = lb.J.transpose(0, 2, 1) * W[:, None, :]                 # (N, 4, 4)
+        p.H[self._H_rows, self._H_cols] = (JtW @ lb.J).reshape(-1)
+        p.g[self._legv.reshape(-1)] = -np.einsum("nij,nj->ni", JtW, b).reshape(-1)
+        p.H[self._lam_flat, self._lam_flat] = self._lam_diag
+        for k in range(self.ns):
+            s = nv + 4 * N + k
+            p.H[s, s] = cfg.cbf_slack_weight
+        reg = cfg.hessian_reg * float(np.max(np.diagonal(p.H)))
+        p.H[np.diag_indices(self.nx)] += reg
+
+        # ---------------- floating-base rows: M_B nu_dot - [sum f; sum r x f] = -h_B
+        p.A_eq[:6, :nv] = M[:6]
+        p.b_eq[:6] = -h[:6]
+        rx, ry, rz = lb.p[:, 0], lb.p[:, 1], lb.p[:, 2]
+        zero = np.zeros(N)
+        neg_skew = np.stack([zero, rz, -ry, -rz, zero, rx, ry, -rx, zero], axis=1)   # -[r]x row-major
+        p.A_eq[self._S_rows, self._S_cols] = neg_skew.reshape(-1)
+        # ---------------- contact state: f_z upper bounds
+        p.u[self._fz_rows] = np.where(support, cfg.fz_max, 0.0)
+        # ---------------- torque rows
+        r_t = self.row_tau
+        p.C[r_t:r_t + self.n, :nv] = M[6:]
+        p.C[self._T_rows, self._T_cols] = (-lb.J.transpose(0, 2, 1)).reshape(-1)
+        tmin, tmax = self.tau_bounds()
+        p.l[r_t:r_t + self.n] = tmin - h[6:] - tau_sw
+        p.u[r_t:r_t + self.n] = tmax - h[6:] - tau_sw
+        # ---------------- CBF rows (loose unless cbf mode and support)
+        p.C[self._cbf_rows, self._cbf_cols] = lb.J[:, 3].reshape(-1)
+        rc = slice(self.row_cbf, self.row_cbf + N)
+        if mode == "cbf":
+            th_lo, th_hi = cfg.theta_min + cfg.cbf_margin, cfg.theta_max - cfg.cbf_margin
+            lo = -(cfg.kp_b * (lb.theta - th_lo) + cfg.kd_b * lb.theta_dot + lb.dJ_theta_dq)
+            hi = cfg.kp_b * (th_hi - lb.theta) - cfg.kd_b * lb.theta_dot - lb.dJ_theta_dq
+            p.l[rc] = np.where(support, lo, -INF)
+            p.u[rc] = np.where(support, hi, INF)
+        else:
+            p.l[rc], p.u[rc] = -INF, INF
+
+        # ---------------- solve and check
+        t_solve = time.perf_counter()
+        try:
+            res = self.backend.solve(p)
+        except Exception as exc:  # a backend error is a failed cycle, not a crash
+            res = QpResult(np.zeros(self.nx), False, f"solver error: {exc}", 0)
+        solve_us = (time.perf_counter() - t_solve) * 1e6
+        x = res.x
+        finite = bool(np.all(np.isfinite(x)))
+        eq_res, viol = p.residuals(x) if finite else (np.inf, np.inf)
+        nu_dot = x[:nv]
+        lam = x[self.lam0:self.lam0 + 4 * N]
+        tau_wbc = M[6:] @ nu_dot + h[6:]
+        tau_wbc[self._leg_j_flat] -= np.einsum("nji,nj->ni", lb.J, lam.reshape(N, 4)).reshape(-1)
+        tau = tau_wbc + tau_sw
+        in_bounds = bool(np.all(tau >= tmin - 1e-6 * np.abs(tmin) - 1e-6) and np.all(tau <= tmax + 1e-6 * np.abs(tmax) + 1e-6))
+        accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
+                    and bool(np.all(np.isfinite(tau))) and in_bounds)
+        qp_us = (time.perf_counter() - t_start) * 1e6
+        status = res.status
+        if not accepted:
+            self.consecutive_failures += 1
+            self.total_failures += 1
+            if res.optimal and (eq_res > cfg.residual_tol or viol > cfg.residual_tol):
+                status += f" (rejected: residual {eq_res:.2e} / violation {viol:.2e})"
+            elif res.optimal:
+                status += " (rejected: torque not finite or out of bounds)"
+            if self.consecutive_failures > cfg.max_failures:
+                self.safe_stop = True
+            out_tau = np.zeros(self.n) if self.safe_stop else self.last_tau.copy()
+        elif self.safe_stop:
+            out_tau = np.zeros(self.n)
+        else:
+            self.consecutive_failures = 0
+            self.last_tau = tau.copy()
+            out_tau = tau
+        cbf_active = np.zeros(N, dtype=bool)
+        if mode == "cbf" and accepted:
+            Cx = p.C[rc] @ x
+            tol = 1e-6 * np.maximum(1.0, np.abs(p.u[rc]))
+            cbf_active = support & ((Cx >= p.u[rc] - tol) | (Cx <= p.l[rc] + tol))
+        E = ref.R.T @ R - R.T @ ref.R
+        diag = Diagnostics(theta=lb.theta.copy(), theta_dot=lb.theta_dot.copy(), cbf_active=cbf_active,
+                           support=support.copy(), qp_status=status, qp_accepted=bool(accepted),
+                           qp_iterations=res.iterations, qp_time_us=qp_us, solve_time_us=solve_us,
+                           eq_residual=eq_res, ineq_violation=viol, consecutive_failures=self.consecutive_failures,
+                           total_failures=self.total_failures, safe_stop=self.safe_stop, forces=lam.copy(),
+                           tau_wbc=tau_wbc, tau_sw=tau_sw, body_error_rpy=0.5 * np.array([E[2, 1], E[0, 2], E[1, 0]]))
+        self.last_x = x
+        self.last_legs = lb
+        diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6
+        return ControllerOutput(tau=out_tau, diag=diag)
+
+    def _fd_jdot(self, legs, qj, dqj) -> None:
+        """The paper's J_theta_dot: directional central difference (step 1e-5), 0 if |q_dot_i| <= 1e-6."""
+        eps = 1e-5
+        lp = self.rm.legs_batch(qj + eps * dqj)
+        lm = self.rm.legs_batch(qj - eps * dqj)
+        for i in range(self.N):
+            dq = dqj[self.leg_j[i]]
+            if np.linalg.norm(dq) <= 1e-6:
+                legs.dJ_theta_dq[i] = 0.0
+            else:
+                legs.dJ_theta_dq[i] = float((lp.J[i, 3] - lm.J[i, 3]) @ dq / (2 * eps))
