@@ -212,7 +212,15 @@ class NodeParameters:
         values = {}
         for spec in self.specs.values():
             try:
-                p = node.declare_parameter(spec.name, spec.default, spec.descriptor())
+                if spec.type.endswith("_array") and not spec.default:
+                    # rclpy would infer BYTE_ARRAY from an empty list: declare the type explicitly
+                    ptype = Parameter.Type(spec.descriptor().type)
+                    p = node.declare_parameter(spec.name, ptype, spec.descriptor())
+                    if p.value is None:
+                        node.set_parameters([Parameter(spec.name, ptype, [])])
+                        p = node.get_parameter(spec.name)
+                else:
+                    p = node.declare_parameter(spec.name, spec.default, spec.descriptor())
             except Exception as exc:  # InvalidParameterValueException / TypeException
                 raise ParameterSchemaError(f"parameter {spec.name}: {exc}") from exc
             value = p.value

@@ -1,0 +1,331 @@
+"""``bag_recorder``: records the stack's topics into a standard rosbag2 (MCAP by default, or sqlite3).
+
+``ros2 bag`` (rosbag2) does not install from PyPI, so this node does its job for our stack: it
+subscribes to topics as *serialized* messages (rclpy ``raw=True``: nothing is deserialized) and
+writes them unchanged (CDR) with ``rosbags.rosbag2.Writer`` (rosbag2 format version 9, readable by
+``ros2 bag``, ``rosbags`` and, for MCAP, any MCAP reader with the ``ros2msg`` schema decoder).
+
+* Topics: ``topics`` lists ``/name`` or ``/name:pkg/msg/Type`` entries. An entry with a type is
+  subscribed at start-up, before any publisher exists, so the first message is never missed; an
+  entry without one is subscribed once graph discovery (every ``discovery_period``) shows a
+  publisher. With ``record_all`` (or an empty ``topics``) every other discovered topic is recorded
+  too (from its discovery on). ``exclude`` removes topics.
+* QoS: reliable subscriptions of depth ``qos_depth`` (best-effort if a publisher only offers
+  best-effort; transient-local if all publishers are, so latched data is recorded). A topic's
+  ``offered_qos_profiles`` in the bag are the publishers' profiles, read from the graph when the
+  topic's first message arrives.
+* Message definitions and type hashes (RIHS01) come from rosbags' Kilted type store, or from the
+  ``.msg`` files of the installed interface packages for types it lacks.
+* Time stamps: receive time on the node's clock, i.e. sim time (``/clock``) when the node runs with
+  ``use_sim_time: true`` (the launch file sets it), wall time otherwise. With sim time, a recorded
+  ``/clock`` message also advances the recorder's time at once (it is subscribed first, so the
+  samples published right after a clock tick get that tick's time rather than the previous one).
+* Stopping: on SIGINT/SIGTERM, or when a node named in ``stop_when_gone`` (seen once) leaves the
+  graph, the recorder first drains every message already received (until ``drain_time`` passes
+  without a new one), then closes the bag, which writes the MCAP summary / commits sqlite and
+  writes ``metadata.yaml``: the bag is complete and readable. Exit status 0; 2 for a bad
+  parameter or an existing output directory.
+
+Parameters: see ``SCHEMA`` and ``config/recorder.yaml``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import struct
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from legged_wbc.ros_params import NodeParameters, ParameterSchemaError, ParamSpec
+
+SCHEMA = [
+    ParamSpec("output", "", "bag directory to create (must not exist); empty = ./rosbag2_<date>-<time>",
+              read_only=True),
+    ParamSpec("storage", "mcap", "rosbag2 storage plugin", choices=("mcap", "sqlite3"), read_only=True),
+    ParamSpec("topics", [], "topics to record as /name or /name:pkg/msg/Type; empty = all discovered topics",
+              type="str_array", read_only=True),
+    ParamSpec("record_all", True, "also record every other topic that appears in the graph", read_only=True),
+    ParamSpec("exclude", ["/rosout", "/parameter_events"], "topics never recorded", type="str_array",
+              read_only=True),
+    ParamSpec("qos_depth", 2000, "subscription history depth [messages]", min=1, max=1_000_000, read_only=True),
+    ParamSpec("discovery_period", 0.2, "graph polling period for new topics and peers [s wall]", min=0.01, max=60.0),
+    ParamSpec("stop_when_gone", [], "close the bag when one of these nodes (seen once) leaves the graph",
+              type="str_array"),
+    ParamSpec("drain_time", 0.3, "on stop, keep taking messages until none arrived for this long [s wall]",
+              min=0.0, max=10.0),
+    ParamSpec("custom_data", "", "key=value pairs separated by ';' stored in metadata.yaml custom_data",
+              read_only=True),
+]
+
+
+# ------------------------------------------------------------------------------------ type support
+def message_class(msgtype: str):
+    """The rclpy message class of ``pkg/msg/Name`` (raises ImportError/AttributeError)."""
+    pkg, kind, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+
+
+def _msg_file(msgtype: str) -> Path | None:
+    pkg, kind, name = msgtype.split("/")
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        p = Path(get_package_share_directory(pkg), kind, f"{name}.msg")
+        return p if p.exists() else None
+    except Exception:
+        return None
+
+
+def ensure_type(typestore, msgtype: str, _seen: set | None = None) -> None:
+    """Register ``msgtype`` (and what it uses) in ``typestore`` from installed ``.msg`` files if missing."""
+    from rosbags.typesys import get_types_from_msg
+    from rosbags.typesys.base import Nodetype
+
+    seen = _seen if _seen is not None else set()
+    if msgtype in seen:
+        return
+    seen.add(msgtype)
+    if msgtype not in typestore.fielddefs:
+        path = _msg_file(msgtype)
+        if path is None:
+            raise KeyError(f"no message definition for {msgtype} (not in the type store, no .msg installed)")
+        typestore.register(get_types_from_msg(path.read_text(), msgtype))
+    for _, desc in typestore.fielddefs[msgtype][1]:
+        node = desc
+        while node[0] in (Nodetype.ARRAY, Nodetype.SEQUENCE):
+            node = node[1][0]
+        if node[0] == Nodetype.NAME:
+            ensure_type(typestore, node[1], seen)
+
+
+def qos_to_rosbags(profile):
+    """rclpy ``QoSProfile`` -> ``rosbags.interfaces.Qos`` (for ``offered_qos_profiles``)."""
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    def t(d):
+        ns = d.nanoseconds
+        if ns >= 2**63 - 1 or ns < 0:
+            return QosTime(sec=0x7FFFFFFF, nsec=0xFFFFFFFF)  # rosbag2's "infinite"
+        return QosTime(sec=ns // 1_000_000_000, nsec=ns % 1_000_000_000)
+
+    def enum(cls, v, default):
+        try:
+            return cls(int(v))
+        except ValueError:
+            return default
+
+    return Qos(
+        history=enum(QosHistory, profile.history, QosHistory.UNKNOWN),
+        depth=int(profile.depth),
+        reliability=enum(QosReliability, profile.reliability, QosReliability.UNKNOWN),
+        durability=enum(QosDurability, profile.durability, QosDurability.UNKNOWN),
+        deadline=t(profile.deadline),
+        lifespan=t(profile.lifespan),
+        liveliness=enum(QosLiveliness, profile.liveliness, QosLiveliness.UNKNOWN),
+        liveliness_lease_duration=t(profile.liveliness_lease_duration),
+        avoid_ros_namespace_conventions=bool(profile.avoid_ros_namespace_conventions),
+    )
+
+
+def default_output() -> str:
+    return datetime.now().strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
+
+
+# ------------------------------------------------------------------------------------ node
+def _make_node_class():
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    class BagRecorder(Node):
+        """See the module docstring."""
+
+        def __init__(self, **kwargs):
+            super().__init__("bag_recorder", **kwargs)
+            self.params = NodeParameters(self, SCHEMA)
+            P = self.params
+            from rosbags.rosbag2 import StoragePlugin, Writer
+            from rosbags.typesys import Stores, get_typestore
+
+            self.typestore = get_typestore(Stores.ROS2_KILTED)
+            out = Path(P["output"] or default_output()).expanduser()
+            if out.exists():
+                raise ParameterSchemaError(f"output {out} exists already; rosbag2 never overwrites a bag")
+            plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[P["storage"]]
+            self.writer = Writer(out, version=9, storage_plugin=plugin)
+            for item in filter(None, (s.strip() for s in P["custom_data"].split(";"))):
+                key, _, value = item.partition("=")
+                self.writer.set_custom_data(key.strip(), value.strip())
+            self.writer.open()
+            self.path = out
+            self.exclude = set(P["exclude"])
+            self.wanted: dict[str, str | None] = {}
+            for entry in P["topics"]:
+                name, _, typ = entry.partition(":")
+                self.wanted[self.resolve_topic_name(name)] = typ or None
+            self.subs: dict[str, object] = {}
+            self.types: dict[str, str] = {}
+            self.connections: dict[str, object] = {}
+            self.counts: dict[str, int] = {}
+            self.last_rx = time.monotonic()
+            self.seen_peers: set[str] = set()
+            self.stop_reason: str | None = None
+            self.closed = False
+            self._qos_depth = int(P["qos_depth"])
+            self._sim_time = bool(self.get_parameter("use_sim_time").value)
+            self._clock_ns = 0
+            self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
+            for name, typ in self.wanted.items():
+                if typ:
+                    self._subscribe(name, typ, [])
+            self.get_logger().info(f"recording to {out} ({P['storage']}), "
+                                   f"{'all topics' if not self.wanted else sorted(self.wanted)}"
+                                   f"{' + all discovered' if self.wanted and P['record_all'] else ''}, "
+                                   f"stamps: {'sim time' if self.get_parameter('use_sim_time').value else 'wall time'}")
+
+        # ---------------------------------------------------------------- subscriptions
+        def _subscribe(self, topic: str, msgtype: str, pub_infos) -> None:
+            QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy = self._QoS
+            try:
+                cls = message_class(msgtype)
+                ensure_type(self.typestore, msgtype)
+            except Exception as exc:
+                self.get_logger().warning(f"not recording {topic}: type {msgtype} unavailable ({exc})")
+                self.subs[topic] = None
+                return
+            reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in pub_infos)
+            latched = bool(pub_infos) and all(
+                i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in pub_infos)
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self._qos_depth,
+                             reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+            self.types[topic] = msgtype
+            self.counts[topic] = 0
+            self.subs[topic] = self.create_subscription(cls, topic, lambda data, t=topic: self._on_message(t, data),
+                                                        qos, raw=True)
+            self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
+
+        def discover(self) -> None:
+            for topic, types in self.get_topic_names_and_types():
+                if topic in self.subs or topic in self.exclude or not types:
+                    continue
+                if self.wanted and topic not in self.wanted and not self.params["record_all"]:
+                    continue
+                infos = self.get_publishers_info_by_topic(topic)
+                if not infos:
+                    continue  # only subscribers so far
+                self._subscribe(topic, self.wanted.get(topic) or types[0], infos)
+
+        def check_peers(self) -> None:
+            watch = self.params["stop_when_gone"]
+            if not watch:
+                return
+            names = set(self.get_node_names())
+            for peer in watch:
+                if peer in names:
+                    self.seen_peers.add(peer)
+                elif peer in self.seen_peers and self.stop_reason is None:
+                    self.stop_reason = f"node {peer} left the graph"
+
+        # ---------------------------------------------------------------- writing
+        def _connection(self, topic: str):
+            conn = self.connections.get(topic)
+            if conn is None:
+                msgtype = self.types[topic]
+                infos = self.get_publishers_info_by_topic(topic)
+                qos = [qos_to_rosbags(i.qos_profile) for i in infos]
+                digest = None
+                for i in infos:
+                    h = str(getattr(i, "topic_type_hash", "") or "")
+                    if h.startswith("RIHS01_") and h != "RIHS01_" + "0" * 64:
+                        digest = h
+                        break
+                msgdef, _ = self.typestore.generate_msgdef(msgtype, ros_version=2)
+                conn = self.writer.add_connection(topic, msgtype, msgdef=msgdef,
+                                                  rihs01=digest or self.typestore.hash_rihs01(msgtype),
+                                                  offered_qos_profiles=qos)
+                self.connections[topic] = conn
+            return conn
+
+        def _on_message(self, topic: str, data: bytes) -> None:
+            if self.closed:
+                return
+            t = self.get_clock().now().nanoseconds
+            if self._sim_time:
+                if topic == "/clock" and len(data) >= 12 and data[1] == 1:  # CDR little-endian Clock
+                    sec, nsec = struct.unpack_from("<iI", data, 4)
+                    self._clock_ns = max(self._clock_ns, sec * 1_000_000_000 + nsec)
+                # the recorded /clock is usually taken before the TimeSource's best-effort copy
+                t = max(t, self._clock_ns)
+            self.writer.write(self._connection(topic), t, data)
+            self.counts[topic] += 1
+            self.last_rx = time.monotonic()
+
+        def close(self) -> None:
+            if self.closed:
+                return
+            self.closed = True
+            self.writer.close()
+            total = sum(self.counts.values())
+            per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
+            self.get_logger().info(f"bag closed: {self.path} ({total} messages: {per})")
+
+    return BagRecorder
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    node = None
+    stop = {"signal": None}
+
+    def _on_signal(signum, frame):
+        stop["signal"] = signal.Signals(signum).name
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    rc = 0
+    try:
+        try:
+            node = _make_node_class()()
+        except ParameterSchemaError as exc:
+            print(f"bag_recorder: {exc}", file=sys.stderr)
+            return 2
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        period = float(node.params["discovery_period"])
+        next_poll = 0.0
+        while stop["signal"] is None and node.stop_reason is None:
+            executor.spin_once(timeout_sec=0.05)
+            now = time.monotonic()
+            if now >= next_poll:
+                node.discover()
+                node.check_peers()
+                next_poll = now + period
+        why = f"signal {stop['signal']}" if stop["signal"] else node.stop_reason
+        # drain: take everything already delivered before closing (never lose the last messages)
+        drain = float(node.params["drain_time"])
+        t_end = time.monotonic() + 10.0
+        node.last_rx = time.monotonic()
+        while time.monotonic() - node.last_rx < drain and time.monotonic() < t_end:
+            executor.spin_once(timeout_sec=0.02)
+        node.get_logger().info(f"stopping ({why})")
+        node.close()
+        executor.shutdown(timeout_sec=1.0)
+    finally:
+        if node is not None:
+            if not node.closed:
+                node.close()
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
