@@ -24,7 +24,9 @@ picks the change up at its next cycle. rclpy's own descriptor check runs first f
 and its reason (``Parameter NAME out of range Min: a, Max: b, value: v``) also names both.
 
 An integer given for a ``float`` parameter (``duration:=10`` on a command line, ``kp: 100`` in a
-YAML file) is accepted and stored as a float, as users expect.
+YAML file) is accepted and stored as a float, and a number for a ``str`` parameter as its text, as
+users expect (start-up values only; live updates must have the declared type, which
+``legged-wbc param set`` takes care of).
 """
 
 from __future__ import annotations
@@ -268,6 +270,10 @@ class NodeParameters:
                 continue
             if spec.type == "float" and p.type_ == Parameter.Type.INTEGER:
                 overrides[name] = Parameter(name, Parameter.Type.DOUBLE, float(p.value))
+            elif spec.type == "str" and p.type_ not in (Parameter.Type.STRING, Parameter.Type.NOT_SET):
+                # `-p output:=2024` or `record:=123` would otherwise be an integer
+                text = p.value if not isinstance(p.value, bool) else str(p.value).lower()
+                overrides[name] = Parameter(name, Parameter.Type.STRING, str(text))
             elif spec.type == "float_array" and p.type_ == Parameter.Type.INTEGER_ARRAY:
                 overrides[name] = Parameter(name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in p.value])
 

@@ -68,8 +68,8 @@ SIM seconds the watchdog applies joint damping until a command arrives.
 Disturbance hook: ``self.disturbance_fn(t, sim) -> np.ndarray | None`` is called before every
 physics step with the sim time [s] and the :class:`~mujoco_bridge.sim.MujocoSim`; it returns the
 extra joint torque [N m] in joint_states order (``None`` = zero). The ``scenario`` parameter
-selects it through ``legged_wbc.scenarios.make_disturbance(name, robot, node)`` once such a
-module exists; until then (and for ``scenario: none``) the disturbance is zero.
+selects it through ``legged_wbc.scenario.make_disturbance(name, robot, node)`` once that function
+exists; until then (and for ``scenario: none``) the disturbance is zero.
 
 ``duration`` > 0: the node exits (status 0) once that many sim seconds have been simulated.
 Parameters: see ``SCHEMA`` below and ``config/mujoco_bridge.yaml``.
@@ -210,15 +210,20 @@ def _make_node_class():
 
         # ------------------------------------------------------------ set-up helpers
         def _load_scenario(self, name: str):
+            """The disturbance hook of scenario ``name``: ``legged_wbc.scenario.make_disturbance(name, robot,
+            node)`` once that exists; zero disturbance until then and for ``none``."""
             if name in ("", "none"):
                 return None
             try:
-                mod = importlib.import_module("legged_wbc.scenarios")
+                mod = importlib.import_module("legged_wbc.scenario")
             except ModuleNotFoundError:
-                self.get_logger().warning(f"scenario {name!r}: no scenario provider (legged_wbc.scenarios) yet; "
-                                          "the disturbance stays zero")
+                mod = None
+            factory = getattr(mod, "make_disturbance", None)
+            if factory is None:
+                self.get_logger().info(f"scenario {name!r}: no disturbance provider yet "
+                                       "(legged_wbc.scenario.make_disturbance); the disturbance stays zero")
                 return None
-            return mod.make_disturbance(name, self.robot, self)
+            return factory(name, self.robot, self)
 
         def _open_viewer(self):
             try:
