@@ -1,0 +1,185 @@
+"""Headless closed loop: MuJoCo at 1 kHz, estimator and whole-body controller at 500 Hz, no ROS.
+
+The estimator sees only what the bridge node publishes (joint states, IMU); the controller sees
+only the estimator's output. Ground truth is logged for evaluation, never fed back. The loop is
+deterministic for a given scenario (MuJoCo and the QP solvers are deterministic; noise is seeded).
+
+Per control tick ``k`` (t = 0.002 k): read sensors -> estimator -> controller -> hold the torque
+for two physics steps, adding the scenario disturbance when its window is open and the disturbed
+leg is in the *estimated* support set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mujoco_bridge.sim import MujocoSim, SensorNoise
+from state_estimator.config import load_estimator_config
+from state_estimator.estimator import StateEstimator
+from wbc_controller.config import load_wbc_config
+from wbc_controller.controller import ControllerInput, WholeBodyController
+
+from .gait import GaitConfig, GaitScheduler
+from .metrics import compute_metrics, roll_pitch_from_quat_xyzw
+from .model import RobotModel, null_vector
+from .scenario import Scenario
+
+CONTROL_DT = 0.002
+PHYSICS_PER_CONTROL = 2
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    mode: str
+    series: dict
+    metrics: dict
+    fell: bool
+    fall_reason: str = ""
+    sim_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def disturbance_torque(rm: RobotModel, leg_index: int, qj: np.ndarray, magnitude: float, sign: int) -> np.ndarray:
+    """Joint torque [N m] of ``magnitude`` along the unit null-space vector of leg ``leg_index``'s J_p
+    (``sign`` +1: the direction that increases the relative pitch)."""
+    lg = rm.legs(qj)[leg_index]
+    tau = np.zeros(rm.n)
+    tau[rm.leg_joints[leg_index]] = sign * magnitude * null_vector(lg.J_p, lg.J_theta)
+    return tau
+
+
+class ClosedLoop:
+    def __init__(self, scenario: Scenario, mode: str, solver: str | None = None):
+        self.sc = scenario
+        self.mode = mode
+        self.rm = RobotModel(scenario.robot)
+        rm = self.rm
+        self.gait_cfg = GaitConfig.from_dict(scenario.gait_dict(rm.cfg.gait))
+        noise = SensorNoise(**{k: scenario.noise[k] for k in ("joint_velocity", "gyro", "accel", "seed")
+                               if k in scenario.noise})
+        self.sim = MujocoSim(rm, noise=noise)
+        over = scenario.controller_overrides(mode)
+        if solver:
+            over["solver"] = solver
+        self.wcfg = load_wbc_config(overrides=over)
+        self.ctl = WholeBodyController(rm, self.wcfg, self.gait_cfg)
+        self.ecfg = load_estimator_config(overrides=scenario.estimator)
+        self.est = StateEstimator(rm, GaitScheduler(self.gait_cfg, rm.cfg.leg_names), self.ecfg, dt=CONTROL_DT)
+        names = rm.cfg.leg_names
+        if scenario.disturbance.enabled and scenario.disturbance.leg not in names:
+            raise ValueError(f"scenario.disturbance.leg: unknown leg {scenario.disturbance.leg!r} (legs: {names})")
+        self.dist_leg = names.index(scenario.disturbance.leg) if scenario.disturbance.leg in names else 0
+        q0 = rm.stance_configuration(scenario.initial_height)
+        self.q0 = q0
+        self.sim.reset(q0)
+        self.est.reset(q0)
+        self.ctl.reset(q0)
+
+    def run(self, duration: float | None = None, progress: bool = False, stop_on_fall: bool = True) -> RunResult:
+        sc, rm, sim, N, n = self.sc, self.rm, self.sim, self.rm.n_legs, self.rm.n
+        duration = sc.duration if duration is None else duration
+        steps = int(round(duration / CONTROL_DT))
+        S = {
+            "t": np.zeros(steps), "theta": np.zeros((steps, N)), "theta_dot": np.zeros((steps, N)),
+            "support": np.zeros((steps, N), bool), "contact_gt": np.zeros((steps, N), bool),
+            "touchdown": np.zeros((steps, N), bool), "cbf_active": np.zeros((steps, N), bool),
+            "rp_err": np.zeros((steps, 2)), "tau": np.zeros((steps, n)), "disturbance": np.zeros((steps, n)),
+            "qp_time_us": np.zeros(steps), "cycle_time_us": np.zeros(steps), "qp_accepted": np.zeros(steps, bool),
+            "base_pos": np.zeros((steps, 3)), "base_quat": np.zeros((steps, 4)), "base_vel_world": np.zeros((steps, 3)),
+            "est_pos": np.zeros((steps, 3)), "est_vel_world": np.zeros((steps, 3)),
+            "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
+        }
+        fell, reason = False, ""
+        wall0 = time.perf_counter()
+        dist = sc.disturbance
+        tau_dist = np.zeros(n)
+        last_print = -1.0
+        k = 0
+        for k in range(steps):
+            t = sim.time
+            f = sim.sensors()
+            est = self.est.update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
+            out = self.ctl.update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support))
+            sim.set_torque(out.tau)
+            if dist.active_window(t) and est.support[self.dist_leg]:
+                tau_dist = disturbance_torque(rm, self.dist_leg, f.joint_pos, dist.torque_nm, dist.sign)
+            else:
+                tau_dist = np.zeros(n)
+            sim.set_disturbance(tau_dist)
+            q_gt, v_gt = sim.ground_truth()
+            d = out.diag
+            S["t"][k] = t
+            S["theta"][k] = d.theta
+            S["theta_dot"][k] = d.theta_dot
+            S["support"][k] = est.support
+            S["touchdown"][k] = est.touchdown
+            S["contact_gt"][k] = sim.foot_contacts()
+            S["cbf_active"][k] = d.cbf_active
+            S["tau"][k] = out.tau
+            S["disturbance"][k] = tau_dist
+            S["qp_time_us"][k] = d.qp_time_us
+            S["cycle_time_us"][k] = d.cycle_time_us
+            S["qp_accepted"][k] = d.qp_accepted
+            S["safe_stop"][k] = d.safe_stop
+            S["base_pos"][k] = q_gt[:3]
+            S["base_quat"][k] = q_gt[3:7]
+            S["base_vel_world"][k] = sim.d.qvel[:3]
+            S["est_pos"][k] = est.q[:3]
+            S["est_vel_world"][k] = est.v_world
+            S["joint_pos"][k] = f.joint_pos
+            sim.step(PHYSICS_PER_CONTROL)
+            # fall detection on ground truth (evaluation only)
+            tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (q_gt[3] ** 2 + q_gt[4] ** 2)))))
+            if q_gt[2] < sc.fall_min_height and t > sc.stand_up_start + sc.stand_up_duration:
+                fell, reason = True, f"base height {q_gt[2]:.3f} m < {sc.fall_min_height} m at t={t:.3f} s"
+            elif tilt > sc.fall_max_tilt_deg:
+                fell, reason = True, f"base tilt {tilt:.1f} deg > {sc.fall_max_tilt_deg} deg at t={t:.3f} s"
+            elif sim.base_contact():
+                fell, reason = True, f"base touched the floor at t={t:.3f} s"
+            if progress and (t - last_print >= 1.0 or fell):
+                last_print = t
+                print(f"\r[{self.mode}] t={t:6.2f}/{duration:.1f} s  x={q_gt[0]:6.3f} m  z={q_gt[2]:.3f} m  "
+                      f"theta[{', '.join(f'{x:+.2f}' for x in d.theta)}]  qp={d.qp_time_us:5.0f} us  "
+                      f"fail={d.total_failures}", end="", flush=True)
+            if fell and stop_on_fall:
+                break
+        if progress:
+            print()
+        used = k + 1
+        for key in S:
+            S[key] = S[key][:used]
+        wall = time.perf_counter() - wall0
+        S["rp_err"] = roll_pitch_from_quat_xyzw(S["base_quat"])  # desired attitude is level
+        t0, t1 = sc.eval_window
+        m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
+        m.update(sim_time_s=float(sim.time), wall_time_s=float(wall),
+                 realtime_factor=float(sim.time / wall) if wall > 0 else None,
+                 controller=self.mode, scenario=sc.name, fall_reason=reason or None)
+        return RunResult(sc, self.mode, S, m, fell, reason, float(sim.time), wall)
+
+
+def save_run(res: RunResult, out: str | Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(res.metrics, indent=2) + "\n")
+    meta = {"scenario": res.scenario.raw, "controller": res.mode, "control_dt": CONTROL_DT}
+    np.savez_compressed(out / "log.npz", meta=json.dumps(meta), **res.series)
+    return out
+
+
+def load_log(path: str | Path) -> tuple[dict, dict]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "log.npz"
+    with np.load(p, allow_pickle=False) as z:
+        series = {k: z[k] for k in z.files if k != "meta"}
+        meta = json.loads(str(z["meta"]))
+    return series, meta

@@ -1,0 +1,90 @@
+"""Experiment metrics (DESIGN sec. 7), computed from time series: the same functions serve the
+headless runs (``legged-wbc run``) and the bags (``legged-wbc compare``).
+
+Series (arrays over control ticks, 500 Hz):
+
+* ``t`` (T,) [s]; ``theta`` (T, N) relative pitch [rad]; ``support`` (T, N) estimated support set;
+* ``rp_err`` (T, 2) body roll / pitch error [rad]; ``tau`` (T, n) joint command torque [N m];
+* ``qp_time_us`` (T,) QP time (build + solve + residual check) [us]; ``qp_accepted`` (T,) bool;
+* ``base_pos`` (T, 3) ground-truth base position [m].
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def violation(theta: np.ndarray, theta_min: float, theta_max: float) -> np.ndarray:
+    """Relative-pitch violation ``max(0, theta - theta_max, theta_min - theta)`` [rad]."""
+    return np.maximum(0.0, np.maximum(theta - theta_max, theta_min - theta))
+
+
+def first_violation_time(t: np.ndarray, theta: np.ndarray, support: np.ndarray, theta_min: float,
+                         theta_max: float) -> float | None:
+    v = violation(theta, theta_min, theta_max) * support
+    idx = np.flatnonzero(np.any(v > 0, axis=1))
+    return float(t[idx[0]]) if idx.size else None
+
+
+def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float = -0.3, theta_max: float = 0.3,
+                    fell: bool = False) -> dict:
+    """Table-3 metrics over ``[t_start, t_end]`` and the cycles whose QP was accepted.
+
+    Missing series give ``None`` for the metrics that need them (``missing`` lists them)."""
+    out: dict = {}
+    missing = [k for k in ("t", "theta", "support", "rp_err", "tau", "qp_time_us", "qp_accepted", "base_pos")
+               if k not in series or series[k] is None or len(series[k]) == 0]
+    t = np.asarray(series["t"]) if "t" not in missing else np.zeros(0)
+    win = (t >= t_start) & (t <= t_end)
+    ok = win & (np.asarray(series["qp_accepted"], dtype=bool) if "qp_accepted" not in missing else True)
+    if "theta" not in missing and "support" not in missing:
+        theta = np.asarray(series["theta"])
+        sup = np.asarray(series["support"], dtype=bool)
+        v = violation(theta[ok], theta_min, theta_max)
+        s = sup[ok]
+        vs = v[s]
+        out["max_violation_rad"] = float(vs.max()) if vs.size else 0.0
+        out["violation_rate_pct"] = float(100.0 * np.count_nonzero(vs > 0) / vs.size) if vs.size else 0.0
+        out["first_violation_time_s"] = first_violation_time(t, theta, sup, theta_min, theta_max)
+    else:
+        out.update(max_violation_rad=None, violation_rate_pct=None, first_violation_time_s=None)
+    if "rp_err" not in missing:
+        e = np.asarray(series["rp_err"])[ok]
+        out["rp_rmse_deg"] = float(np.degrees(math.sqrt(np.mean(np.sum(e**2, axis=1))))) if len(e) else None
+    else:
+        out["rp_rmse_deg"] = None
+    if "tau" not in missing:
+        tau = np.asarray(series["tau"])[ok]
+        out["torque_rms_nm"] = float(np.sqrt(np.mean(tau**2))) if tau.size else None
+        out["torque_max_nm"] = float(np.abs(tau).max()) if tau.size else None
+    else:
+        out["torque_rms_nm"] = out["torque_max_nm"] = None
+    if "qp_time_us" not in missing:
+        qt = np.asarray(series["qp_time_us"])[ok]
+        out["qp_p99_us"] = float(np.percentile(qt, 99)) if qt.size else None
+        out["qp_over_2ms_pct"] = float(100.0 * np.count_nonzero(qt > 2000.0) / qt.size) if qt.size else None
+    else:
+        out["qp_p99_us"] = out["qp_over_2ms_pct"] = None
+    out["qp_failures"] = (int(np.count_nonzero(~np.asarray(series["qp_accepted"], dtype=bool)))
+                          if "qp_accepted" not in missing else None)
+    if "base_pos" not in missing and np.any(win):
+        bp = np.asarray(series["base_pos"])[win]
+        out["distance_m"] = float(bp[-1, 0] - bp[0, 0])
+    else:
+        out["distance_m"] = None
+    out["fell"] = bool(fell)
+    out["window_s"] = [float(t_start), float(t_end)]
+    out["samples"] = int(np.count_nonzero(ok))
+    if missing:
+        out["missing"] = missing
+    return out
+
+
+def roll_pitch_from_quat_xyzw(quat: np.ndarray) -> np.ndarray:
+    """Roll and pitch (ZYX Euler) of base->world quaternions ``(T, 4)`` ``xyzw`` [rad]."""
+    x, y, z, w = np.asarray(quat).T
+    roll = np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
+    pitch = np.arcsin(np.clip(2 * (w * y - z * x), -1.0, 1.0))
+    return np.stack([roll, pitch], axis=-1)

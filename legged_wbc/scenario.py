@@ -1,0 +1,147 @@
+"""Experiment scenarios (``config/scenarios/*.yaml``) with dotted-key overrides.
+
+``load_scenario("paper", ["disturbance.leg=rf", "disturbance.torque_nm=40"])`` reads the YAML,
+applies each ``key=value`` (value parsed as YAML, key must exist unless it is under
+``controller.`` / ``estimator.``, which take any parameter of those nodes) and validates.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .robot import ConfigError, share_path
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    enabled: bool
+    leg: str
+    torque_nm: float
+    sign: int
+    start: float       # absolute start time [s]
+    duration: float
+
+    def active_window(self, t: float) -> bool:
+        return self.enabled and self.start <= t < self.start + self.duration
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    robot: str
+    initial_height: float
+    stand_up_start: float
+    stand_up_duration: float
+    stand_height: float
+    gait_start: float
+    t_s: float
+    forward_velocity: float
+    window: float
+    duration: float
+    disturbance: Disturbance
+    fall_min_height: float
+    fall_max_tilt_deg: float
+    noise: dict
+    controller: dict
+    estimator: dict
+    raw: dict
+
+    @property
+    def eval_window(self) -> tuple[float, float]:
+        return self.t_s, self.t_s + self.window
+
+    def controller_overrides(self, mode: str) -> dict:
+        """WBC parameters implied by the scenario, then the scenario's explicit overrides."""
+        d = {"relative_pitch_mode": mode, "stand_height": self.stand_height, "stand_up_start": self.stand_up_start,
+             "stand_up_duration": self.stand_up_duration, "forward_velocity": self.forward_velocity,
+             "velocity_ramp_end": self.t_s}
+        d.update(self.controller)
+        return d
+
+    def gait_dict(self, robot_gait: dict) -> dict:
+        g = dict(robot_gait)
+        g["start_time"] = self.gait_start
+        return g
+
+
+def _set_dotted(d: dict, key: str, value) -> None:
+    parts = key.split(".")
+    cur = d
+    for k, p in enumerate(parts[:-1]):
+        if p not in cur or not isinstance(cur[p], dict):
+            if parts[0] in ("controller", "estimator") and k == 0:
+                cur[p] = {}
+            else:
+                raise ConfigError(f"--set {key}: no such scenario key {'.'.join(parts[:k + 1])!r}")
+        cur = cur[p]
+    leaf = parts[-1]
+    if parts[0] in ("controller", "estimator") and len(parts) == 2:
+        cur[leaf] = value
+        return
+    if leaf not in cur:
+        raise ConfigError(f"--set {key}: no such scenario key (known here: {sorted(cur)})")
+    cur[leaf] = value
+
+
+def parse_overrides(items: list[str] | None) -> list[tuple[str, object]]:
+    out = []
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        out.append((k.strip(), yaml.safe_load(v)))
+    return out
+
+
+def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scenario:
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = share_path("config", "scenarios", f"{name_or_path}.yaml")
+    if not p.exists():
+        avail = sorted(x.stem for x in share_path("config", "scenarios").glob("*.yaml"))
+        raise ConfigError(f"scenario {name_or_path!r} not found (available: {avail})")
+    raw = yaml.safe_load(p.read_text())["scenario"]
+    raw = copy.deepcopy(raw)
+    for k, v in parse_overrides(overrides):
+        _set_dotted(raw, k, v)
+    return scenario_from_dict(raw)
+
+
+def scenario_from_dict(raw: dict) -> Scenario:
+    try:
+        walk, su, dist = raw["walk"], raw["stand_up"], raw["disturbance"]
+        t_s = float(walk["t_s"])
+        sc = Scenario(
+            name=str(raw["name"]), robot=str(raw.get("robot", "hexapod")),
+            initial_height=float(raw["initial_height"]),
+            stand_up_start=float(su["start"]), stand_up_duration=float(su["duration"]),
+            stand_height=float(su["height"]),
+            gait_start=float(walk["gait_start"]), t_s=t_s, forward_velocity=float(walk["forward_velocity"]),
+            window=float(raw["evaluation"]["window"]), duration=float(raw["duration"]),
+            disturbance=Disturbance(enabled=bool(dist["enabled"]), leg=str(dist["leg"]),
+                                    torque_nm=float(dist["torque_nm"]), sign=int(dist["sign"]),
+                                    start=t_s + float(dist["start_offset"]), duration=float(dist["duration"])),
+            fall_min_height=float(raw["fall"]["min_height"]), fall_max_tilt_deg=float(raw["fall"]["max_tilt_deg"]),
+            noise=dict(raw.get("noise", {})), controller=dict(raw.get("controller") or {}),
+            estimator=dict(raw.get("estimator") or {}), raw=raw)
+    except KeyError as exc:
+        raise ConfigError(f"scenario: missing key {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"scenario: bad value ({exc})") from exc
+    if sc.duration <= 0:
+        raise ConfigError(f"scenario.duration: must be > 0, got {sc.duration}")
+    if sc.disturbance.sign not in (-1, 1):
+        raise ConfigError(f"scenario.disturbance.sign: must be +1 or -1, got {sc.disturbance.sign}")
+    if sc.disturbance.torque_nm < 0:
+        raise ConfigError(f"scenario.disturbance.torque_nm: must be >= 0, got {sc.disturbance.torque_nm}")
+    if not sc.gait_start <= sc.t_s:
+        raise ConfigError(f"scenario.walk.t_s ({sc.t_s}) must be >= walk.gait_start ({sc.gait_start})")
+    return sc
+
+
+def dump_scenario(sc: Scenario) -> str:
+    return yaml.safe_dump({"scenario": sc.raw}, sort_keys=False)
