@@ -231,6 +231,10 @@ def cmd_param(args) -> int:
                     print(f"Set parameter successful: {args.name} = {value!r}")
                     return 0
                 print(f"Setting parameter failed: {reason}", file=sys.stderr)
+                try:
+                    print(describe_text(args.name, pc.describe(args.name)), file=sys.stderr)
+                except TimeoutError:
+                    pass
                 return 1
             if args.action == "list":
                 names = sorted(pc.call("list", prefixes=[], depth=0).result.names)

@@ -1,0 +1,338 @@
+"""Launcher (parsing, substitutions, process supervision), ros_io conversions, ros_params schema.
+
+No DDS traffic here except the in-process parameter test (a lone node on a test-unique domain).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from legged_wbc import launcher as L
+from legged_wbc import ros_io
+
+
+# ------------------------------------------------------------------------------------ launch file
+def _plan(**args):
+    return L.load_launch(L.resolve_launch_file("walking_sim"), {k: str(v) for k, v in args.items()})
+
+
+def _node(plan, name):
+    return next(n for n in plan.nodes if n.name == name)
+
+
+def test_walking_sim_defaults():
+    plan = _plan()
+    assert [n.name for n in plan.nodes] == ["mujoco_bridge", "state_estimator", "wbc_controller"]
+    br = _node(plan, "mujoco_bridge")
+    assert br.shutdown_on_exit and br.exec == "mujoco_bridge" and br.pkg == "legged_wbc"
+    cmd = br.command("/x/mujoco_bridge")
+    assert cmd[:4] == ["/x/mujoco_bridge", "--ros-args", "-r", "__node:=mujoco_bridge"]
+    i = cmd.index("--params-file")
+    assert cmd[i + 1].endswith("config/mujoco_bridge.yaml") and Path(cmd[i + 1]).is_file()
+    assert "mode:=lockstep" in cmd and "duration:=0.0" in cmd and "startup_min_subscribers:=2" in cmd
+    assert "viewer:=false" in cmd and "robot:=hexapod" in cmd
+    # params files come before the single -p values (ROS applies them in order)
+    assert cmd.index("--params-file") < cmd.index("-p")
+    ctrl = _node(plan, "wbc_controller")
+    c = ctrl.command("wbc_controller")
+    assert "relative_pitch_mode:=cbf" in c and "use_sim_time:=true" in c
+    assert any(a.endswith("config/wbc_controller.yaml") for a in c)
+    est = _node(plan, "state_estimator").command("state_estimator")
+    assert "use_sim_time:=true" in est and not _node(plan, "state_estimator").shutdown_on_exit
+
+
+def test_walking_sim_args_and_recording(tmp_path):
+    bag = tmp_path / "bag"
+    plan = _plan(controller="damping", mode="realtime", duration=12.5, record=bag, storage="sqlite3",
+                 viewer="true", robot="quadruped", scenario="paper")
+    assert [n.name for n in plan.nodes] == ["mujoco_bridge", "state_estimator", "wbc_controller", "bag_recorder"]
+    br = _node(plan, "mujoco_bridge").command("b")
+    for want in ("mode:=realtime", "duration:=12.5", "viewer:=true", "robot:=quadruped", "scenario:=paper",
+                 "startup_min_subscribers:=3"):
+        assert want in br
+    assert "relative_pitch_mode:=damping" in _node(plan, "wbc_controller").command("w")
+    rec = _node(plan, "bag_recorder")
+    rc = rec.command("bag_recorder")
+    assert f"output:={bag}" in rc and "storage:=sqlite3" in rc and "use_sim_time:=true" in rc
+    assert any(a.startswith("custom_data:=controller=damping;scenario=paper;mode=realtime") for a in rc)
+    assert rec.sigterm_timeout == 15.0
+    with pytest.raises(L.LaunchError, match="unknown launch argument"):
+        _plan(contoller="cbf")
+
+
+def test_cli_dry_run_and_show_args(capsys):
+    from legged_wbc.cli import main
+
+    assert main(["launch", "walking_sim", "--dry-run", "controller:=none", "record:=/tmp/never_created"]) == 0
+    out = capsys.readouterr().out
+    assert "[mujoco_bridge] (on_exit=shutdown)" in out and "relative_pitch_mode:=none" in out
+    assert "[bag_recorder]" in out and not Path("/tmp/never_created").exists()
+    assert main(["launch", "walking_sim", "--show-args"]) == 0
+    out = capsys.readouterr().out
+    assert "controller:" in out and "record:" in out and "duration:" in out
+    assert main(["launch", "no_such_launch_file", "--dry-run"]) == 2
+
+
+def test_substitutions_and_conditions(tmp_path, monkeypatch):
+    monkeypatch.setenv("LWBC_TEST_ENV", "from_env")
+    monkeypatch.delenv("LWBC_UNSET", raising=False)
+    f = tmp_path / "t.launch.xml"
+    f.write_text(textwrap.dedent("""\
+        <launch>
+          <arg name="a" default="x y"/>
+          <arg name="flag" default="false"/>
+          <arg name="n" default="2"/>
+          <let name="b" value="$(var a)-b"/>
+          <node pkg="p" exec="e1" name="one" if="$(var flag)"/>
+          <node pkg="p" exec="e2" name="two" unless="$(var flag)" args="--foo bar">
+            <param name="s" value="$(var b)"/>
+            <param name="env" value="$(env LWBC_TEST_ENV)"/>
+            <param name="envdef" value="$(env LWBC_UNSET 'dflt val')"/>
+            <param name="opt" value="[$(optenv LWBC_UNSET)]"/>
+            <param name="calc" value="$(eval '$(var n) * 3')"/>
+            <param name="cmp" value="$(eval &quot;'$(var a)' == 'x y'&quot;)"/>
+            <param name="esc" value="a\\$(b)"/>
+            <param name="dir" value="$(dirname)"/>
+            <remap from="in" to="/out"/>
+          </node>
+          <group if="$(eval '$(var n) > 1')">
+            <node pkg="p" exec="e3" namespace="ns" required="true" sigterm_timeout="0.5"/>
+          </group>
+        </launch>
+        """))
+    plan = L.load_launch(f, {})
+    assert [n.name for n in plan.nodes] == ["two", "e3"]
+    two = plan.nodes[0]
+    assert dict(two.params) == {"s": "x y-b", "env": "from_env", "envdef": "dflt val", "opt": "[]",
+                                "calc": "6", "cmp": "True", "esc": "a$(b)", "dir": str(tmp_path)}
+    assert two.remaps == [("in", "/out")] and two.extra_args == ["--foo", "bar"]
+    cmd = two.command("e2")
+    assert cmd[:3] == ["e2", "--foo", "bar"] and "-r" in cmd and "in:=/out" in cmd
+    e3 = plan.nodes[1]
+    assert e3.shutdown_on_exit and e3.sigterm_timeout == 0.5 and "__ns:=/ns" in e3.command("e3")
+    plan = L.load_launch(f, {"flag": "True", "n": "1"})
+    assert [n.name for n in plan.nodes] == ["one"]
+    with pytest.raises(L.LaunchError, match="condition must be"):
+        L.load_launch(f, {"flag": "maybe"})
+    with pytest.raises(L.LaunchError, match="only literals"):
+        L.safe_eval("__import__('os').getcwd()")
+    bad = tmp_path / "bad.launch.xml"
+    bad.write_text('<launch><node pkg="p" exec="e"><param from="/no/such.yaml"/></node></launch>')
+    with pytest.raises(L.LaunchError, match="not found"):
+        L.load_launch(bad, {})
+    bad.write_text('<launch><include file="x.launch.xml"/></launch>')
+    with pytest.raises(L.LaunchError, match="not supported"):
+        L.load_launch(bad, {})
+    req = tmp_path / "req.launch.xml"
+    req.write_text('<launch><arg name="must" description="needed"/></launch>')
+    with pytest.raises(L.LaunchError, match="required launch argument 'must'"):
+        L.load_launch(req, {})
+
+
+# ------------------------------------------------------------------------------------ supervision
+def _script(bindir: Path, name: str, body: str) -> None:
+    p = bindir / name
+    p.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    p.chmod(0o755)
+
+
+@pytest.fixture
+def fake_bin(tmp_path, monkeypatch):
+    """Console scripts on PATH standing in for nodes (no ROS): they ignore the --ros-args they get."""
+    b = tmp_path / "bin"
+    b.mkdir()
+    _script(b, "lwbc_finisher", """\
+        import sys, time
+        print("args", " ".join(sys.argv[1:]), flush=True)
+        time.sleep(0.3)
+        print("done", flush=True)
+        """)
+    _script(b, "lwbc_sleeper", """\
+        import signal, sys, time
+        def h(s, f):
+            print("got SIGINT, stopping", flush=True); sys.exit(0)
+        signal.signal(signal.SIGINT, h)
+        print("sleeping", flush=True)
+        time.sleep(60)
+        """)
+    _script(b, "lwbc_stubborn", """\
+        import signal, time
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("ignoring SIGINT", flush=True)
+        while True:
+            time.sleep(0.05)
+        """)
+    _script(b, "lwbc_crasher", """\
+        import sys, time
+        time.sleep(0.1)
+        print("boom", flush=True)
+        sys.exit(3)
+        """)
+    monkeypatch.setenv("PATH", f"{b}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE", raising=False)
+    return b
+
+
+def _run(tmp_path, body: str) -> tuple[int, str]:
+    f = tmp_path / "s.launch.xml"
+    f.write_text(f"<launch>{body}</launch>")
+    out = io.StringIO()
+    rc = L.Launcher(L.load_launch(f, {}), out=out).run()
+    return rc, out.getvalue()
+
+
+def test_required_node_exit_stops_the_others(tmp_path, fake_bin):
+    rc, out = _run(tmp_path, """
+        <node pkg="p" exec="lwbc_finisher" name="fin" on_exit="shutdown"><param name="k" value="1"/></node>
+        <node pkg="p" exec="lwbc_sleeper" name="sl"/>
+        <node pkg="p" exec="lwbc_stubborn" name="st" sigterm_timeout="0.5"/>""")
+    assert rc == 0, out
+    assert "[fin] args --ros-args -r __node:=fin -p k:=1" in out
+    assert "[fin] done" in out and "[sl] sleeping" in out and "[sl] got SIGINT, stopping" in out
+    assert "fin exited and is marked on_exit=shutdown" in out
+    assert "st still running 0.5 s after SIGINT: SIGTERM" in out
+    assert "crashed" not in out
+
+
+def test_crash_gives_nonzero_and_env_is_localhost(tmp_path, fake_bin):
+    _script(fake_bin, "lwbc_env", """\
+        import os
+        print("range", os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"), flush=True)
+        """)
+    rc, out = _run(tmp_path, """
+        <node pkg="p" exec="lwbc_env" name="env"/>
+        <node pkg="p" exec="lwbc_crasher" name="cr"/>""")
+    assert rc == 1, out
+    assert "[env] range LOCALHOST" in out and "[cr] boom" in out
+    assert "process cr died with exit code 3" in out and "crashed: cr" in out
+    rc, out = _run(tmp_path, '<node pkg="p" exec="lwbc_no_such_exe" name="x" on_exit="shutdown"/>')
+    assert rc == 1 and "cannot start x" in out
+
+
+def test_sigint_to_launcher_is_forwarded(tmp_path, fake_bin):
+    import signal
+    import subprocess
+    import time
+
+    f = tmp_path / "s.launch.xml"
+    f.write_text('<launch><node pkg="p" exec="lwbc_sleeper" name="sl"/></launch>')
+    proc = subprocess.Popen([sys.executable, "-m", "legged_wbc.cli", "launch", str(f)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    lines = []
+    t0 = time.monotonic()
+    for line in proc.stdout:
+        lines.append(line)
+        if "[sl] sleeping" in line:
+            break
+        assert time.monotonic() - t0 < 20, lines
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=20)
+    out = "".join(lines) + rest
+    assert proc.returncode == 130, out
+    assert "[sl] got SIGINT, stopping" in out and "process sl finished (exit code 0)" in out
+
+
+# ------------------------------------------------------------------------------------ ros_io
+def test_ros_io_conversions():
+    names = ["a", "b", "c"]
+    m = ros_io.joint_state_msg(1_234_000_000, names, [1, 2, 3], [4, 5, 6], [7, 8, 9])
+    assert ros_io.stamp_ns(m) == 1_234_000_000 and ros_io.tick_from_stamp(m.header.stamp) == 617
+    assert ros_io.tick_from_stamp(1_233_000_000) is None
+    # reordering by name
+    order = ros_io.JointOrder(["c", "a", "b"])
+    p, v, e = order.arrays(m)
+    assert p.tolist() == [3, 1, 2] and v.tolist() == [6, 4, 5] and e.tolist() == [9, 7, 8]
+    with pytest.raises(ValueError, match="lacks joints"):
+        ros_io.JointOrder(["a", "zz"]).arrays(m)
+    # IMU quaternion x, y, z, w
+    imu = ros_io.imu_msg(0, "base_link", [0.1, 0.2, 0.3, 0.9], [1, 2, 3], [4, 5, 6])
+    assert (imu.orientation.x, imu.orientation.w) == (0.1, 0.9)
+    q, w, a = ros_io.imu_arrays(imu)
+    assert q.tolist() == [0.1, 0.2, 0.3, 0.9] and w.tolist() == [1, 2, 3] and a.tolist() == [4, 5, 6]
+    # odometry: pose world, twist base
+    qf = np.array([1, 2, 3, 0, 0, 0.6, 0.8] + [0] * 3)
+    vf = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6] + [0] * 3)
+    od = ros_io.odometry_msg(5, qf, vf, child_frame_id="base_link")
+    assert od.header.frame_id == "world" and od.child_frame_id == "base_link"
+    qb, vb = ros_io.odometry_arrays(od)
+    assert np.allclose(qb, qf[:7]) and np.allclose(vb, vf[:6])
+    # torque command protocol
+    cmd = ros_io.torque_command_msg([1.0, -2.0, 3.0], 42)
+    assert ros_io.array_label(cmd) == ros_io.TORQUE_CMD_LABEL and cmd.layout.dim[0].size == 4
+    tc = ros_io.parse_torque_command(cmd, 3)
+    assert tc.tick == 42 and tc.tau.tolist() == [1.0, -2.0, 3.0]
+    for data, why in (([1, 2, 3], "expected 3 torques"), ([1, np.nan, 3, 4], "non-finite"),
+                      ([1, 2, 3, 4.5], "not an integer"), ([1, 2, 3, -2], "not an integer")):
+        with pytest.raises(ros_io.CommandError, match=why):
+            ros_io.parse_torque_command(ros_io.float64_array_msg(data, "x"), 3)
+    assert ros_io.parse_torque_command(ros_io.torque_command_msg([0, 0, 0], -1), 3).tick == -1
+    diag = ros_io.diagnostics_msg({"x": 1.0, "y": 2.0})
+    assert ros_io.diagnostics_dict(diag) == {"x": 1.0, "y": 2.0}
+    c = ros_io.contacts_msg([True, False], ["lf", "rf"])
+    assert ros_io.array_label(c) == "foot_contact_0or1[lf,rf]" and list(c.data) == [1.0, 0.0]
+
+
+# ------------------------------------------------------------------------------------ ros_params
+def test_param_spec_validation():
+    from legged_wbc.ros_params import ParameterSchemaError, ParamSpec, normalize_schema
+
+    s = ParamSpec("gain", 1.0, "a gain [N m/rad]", min=0.0, max=10.0)
+    assert s.type == "float" and s.check(s.coerce(5)) is None and s.coerce(5) == 5.0
+    assert "out of range [0, 10]" in s.check(11.0) and "gain" in s.check(11.0) and "[N m/rad]" in s.check(11.0)
+    assert "NaN" in s.check(float("nan"))
+    d = s.descriptor()
+    assert d.floating_point_range[0].from_value == 0.0 and d.floating_point_range[0].to_value == 10.0
+    assert d.description == "a gain [N m/rad]"
+    m = ParamSpec("mode", "a", "mode", choices=("a", "b"))
+    assert "must be one of 'a', 'b'" in m.check("c") and "one of: a, b" in m.descriptor().additional_constraints
+    arr = ParamSpec("w", [0.5, 0.5], "weights [-]", min=0, max=1)
+    assert arr.type == "float_array" and "w[1]" in arr.check([0.5, 2.0])
+    with pytest.raises(ParameterSchemaError, match="default of k"):
+        ParamSpec("k", 20, "k", min=0, max=10)
+    specs = normalize_schema([{"name": "x", "type": "int", "default": 3, "min": 0, "max": 5,
+                               "choices": None, "description": "x [-]"}])
+    assert specs[0].descriptor().integer_range[0].to_value == 5
+    with pytest.raises(ParameterSchemaError, match="duplicate"):
+        normalize_schema([s, s])
+
+
+@pytest.mark.ros
+def test_node_parameters_live_updates():
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from legged_wbc.ros_params import NodeParameters, ParameterSchemaError, ParamSpec
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=random.randint(101, 200),
+               args=["--ros-args", "-p", "gain:=3", "-p", "name:=42", "-p", "bad:=5"])
+    try:
+        node = rclpy.create_node("lwbc_param_test", context=ctx)
+        changes = []
+        P = NodeParameters(node, [ParamSpec("gain", 1.0, "gain [1/s]", min=0.0, max=10.0),
+                                  ParamSpec("name", "x", "a name"),
+                                  ParamSpec("names", [], "names", type="str_array"),
+                                  ParamSpec("ro", 1, "fixed", read_only=True)],
+                           on_change=changes.append)
+        assert P.values == {"gain": 3.0, "name": "42", "names": [], "ro": 1}  # int -> float, int -> str
+        r = node.set_parameters([Parameter("gain", value=20.0)])[0]
+        assert not r.successful and "gain" in r.reason and "10" in r.reason
+        assert P["gain"] == 3.0 and changes == []
+        assert node.set_parameters([Parameter("gain", value=7.5)])[0].successful
+        assert P["gain"] == 7.5 and changes == [{"gain": 7.5}]
+        assert not node.set_parameters([Parameter("ro", value=2)])[0].successful
+        node.destroy_node()
+        bad = rclpy.create_node("lwbc_param_test2", context=ctx)
+        with pytest.raises(ParameterSchemaError, match="bad"):
+            NodeParameters(bad, [ParamSpec("bad", 1.0, "bad [m]", min=0.0, max=2.0)])
+        bad.destroy_node()
+    finally:
+        rclpy.shutdown(context=ctx)
