@@ -65,6 +65,7 @@ class MujocoSim:
         if min(self.foot_geoms) < 0:
             raise RuntimeError("foot sphere geoms missing from the MuJoCo model")
         self.floor_geom = mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+        self._foot_geom_set = set(self.foot_geoms)
         self.tau = np.zeros(self.robot.n)
         self.disturbance = np.zeros(self.robot.n)  # extra joint torque [N m], Pinocchio order
 
@@ -119,25 +120,23 @@ class MujocoSim:
         """True ``(q, v)`` in Pinocchio conventions (evaluation only)."""
         return self.conv.q_from_mj(self.d.qpos), self.conv.v_from_mj(self.d.qpos, self.d.qvel)
 
+    def _floor_contacts(self) -> list[int]:
+        """Geoms touching the floor (one entry per contact)."""
+        n = self.d.ncon
+        if n == 0:
+            return []
+        fl = self.floor_geom
+        return [b if a == fl else a for a, b in self.d.contact.geom[:n].tolist() if a == fl or b == fl]
+
     def foot_contacts(self) -> np.ndarray:
         """True foot-floor contact per leg (bool, evaluation only)."""
-        out = np.zeros(self.robot.n_legs, dtype=bool)
-        idx = {g: i for i, g in enumerate(self.foot_geoms)}
-        for c in self.d.contact[: self.d.ncon]:
-            for g, other in ((c.geom1, c.geom2), (c.geom2, c.geom1)):
-                if g in idx and other == self.floor_geom:
-                    out[idx[g]] = True
-        return out
+        touching = set(self._floor_contacts())
+        return np.array([g in touching for g in self.foot_geoms])
 
     def base_contact(self) -> bool:
         """Whether anything but a foot touches the floor (a fall)."""
-        feet = set(self.foot_geoms)
-        for c in self.d.contact[: self.d.ncon]:
-            if self.floor_geom in (c.geom1, c.geom2):
-                other = c.geom2 if c.geom1 == self.floor_geom else c.geom1
-                if other not in feet:
-                    return True
-        return False
+        feet = self._foot_geom_set
+        return any(g not in feet for g in self._floor_contacts())
 
     def warnings(self) -> dict:
         return {int(i): int(self.d.warning[i].number) for i in range(len(self.d.warning)) if self.d.warning[i].number}

@@ -34,7 +34,7 @@ from legged_wbc.conventions import rotation_from_quat_xyzw
 
 from .config import WbcConfig
 from .qp import INF, QpProblem, QpResult, make_backend
-from .references import BodyReferenceGenerator, SwingTrajectory, body_task
+from .references import BodyReferenceGenerator, SwingPlanner, body_task
 
 
 @dataclass
@@ -105,7 +105,7 @@ class WholeBodyController:
         self.stance = robot.stance_targets()
         self.theta_nominal = np.array([th for _, th in self.stance])
         self.refs = BodyReferenceGenerator(cfg, gait.start_time)
-        self.swing = [SwingTrajectory() for _ in range(N)]
+        self.swing = SwingPlanner(N)
         self._swing_cycle = -np.ones(N, dtype=int)
         self._build_index()
         self._fill_constant_rows()
@@ -128,17 +128,27 @@ class WholeBodyController:
         rebuild = cfg.solver != self.cfg.solver or cfg.cbf_slack != self.cfg.cbf_slack
         self.cfg = cfg
         self.refs.cfg = cfg
+        self._cache_config()
         if rebuild:
             state = (self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, self.refs.p0)
             self.__init__(self.rm, cfg, self.gait.cfg)
             self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, p0 = state
             self.refs.reset(p0)
 
+    def _cache_config(self) -> None:
+        cfg = self.cfg
+        self._kp_swing = np.asarray(cfg.kp_swing)
+        self._kd_swing = np.asarray(cfg.kd_swing)
+        if cfg.torque_limit_mode == "realistic":
+            self._tmin, self._tmax = -self.rm.effort.copy(), self.rm.effort.copy()
+        else:
+            self._tmax = np.full(self.n, cfg.tau_limit_paper)
+            self._tmin = -self._tmax
+        self._tau_tol = 1e-6 * np.abs(self._tmax) + 1e-6
+
     def tau_bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.cfg.torque_limit_mode == "realistic":
-            return -self.rm.effort, self.rm.effort.copy()
-        lim = np.full(self.n, self.cfg.tau_limit_paper)
-        return -lim, lim
+        """Final command-torque bounds [N m] (paper: +-tau_limit_paper; realistic: URDF effort)."""
+        return self._tmin, self._tmax
 
     def _fill_constant_rows(self) -> None:
         p, N = self.problem, self.N
@@ -197,6 +207,9 @@ class WholeBodyController:
         self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
         self._lam_flat = lam.reshape(-1)
         self._leg_j_flat = np.array(self.leg_j).reshape(-1)
+        self._Mll_rows = legv[:, :, None].repeat(4, axis=2)              # (N, 4, 4) leg blocks of M
+        self._Mll_cols = legv[:, None, :].repeat(4, axis=1)
+        self._cache_config()
 
     def update(self, inp: ControllerInput) -> ControllerOutput:
         """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then)."""
@@ -246,32 +259,34 @@ class WholeBodyController:
             else:
                 swing_acc = np.zeros(N)
             b[:, 3] += np.where(support, damp, swing_acc)
-        for i in np.flatnonzero((phases != SUPPORT) | ~support):
-            if phases[i] != SUPPORT and cycles[i] != self._swing_cycle[i]:
-                # a new swing begins: from where the foot is to the touchdown target
-                self._swing_cycle[i] = cycles[i]
-                target = self.stance[i][0].copy()
-                target[2] = -cfg.stand_height + rm.foot_radius - cfg.touchdown_depth
-                v_body = R.T @ ref.v
-                target[:2] += cfg.raibert_gain * v_body[:2] * self.gait.support_duration
-                self.swing[i].begin(lb.p[i], target, self.gait.swing_duration, v_start=lb.v_p[i], v_end=-v_body)
-            if not support[i]:
-                if self.swing[i].start is not None and phases[i] != SUPPORT:
-                    p_ref, v_ref, a_ref = self.swing[i](progress[i], cfg.lift_height)
-                else:  # out of the support set outside a nominal swing: hold the foot where it is
-                    p_ref, v_ref, a_ref = lb.p[i], np.zeros(3), np.zeros(3)
-                b[i, :3] += a_ref
-                f_sw = np.asarray(cfg.kp_swing) * (p_ref - lb.p[i]) + np.asarray(cfg.kd_swing) * (v_ref - lb.v_p[i])
-                t_i = lb.J[i, :3].T @ f_sw
-                if cfg.swing_pitch_projection:
-                    # remove the part of J_p^T F that would accelerate the relative pitch:
-                    # tau' = (I - J_th^T Jbar_th^T) tau, Jbar_th = M^-1 J_th^T / (J_th M^-1 J_th^T)
-                    cols = self.leg_v[i]
-                    Minv_Jt = np.linalg.solve(M[np.ix_(cols, cols)], lb.J[i, 3])
-                    den = float(lb.J[i, 3] @ Minv_Jt)
-                    if den > 1e-12:
-                        t_i = t_i - lb.J[i, 3] * (float(Minv_Jt @ t_i) / den)
-                tau_sw[self.leg_j[i]] = t_i
+        for i in np.flatnonzero((phases != SUPPORT) & (cycles != self._swing_cycle)):
+            # a new swing begins: from where the foot is to the touchdown target
+            self._swing_cycle[i] = cycles[i]
+            target = self.stance[i][0].copy()
+            target[2] = -cfg.stand_height + rm.foot_radius - cfg.touchdown_depth
+            v_body = R.T @ ref.v
+            target[:2] += cfg.raibert_gain * v_body[:2] * self.gait.support_duration
+            self.swing.begin(i, lb.p[i], target, self.gait.swing_duration, v_start=lb.v_p[i], v_end=-v_body)
+        sw = np.flatnonzero(~support)
+        if sw.size:
+            # swing PD torque (task space, base frame) of the legs outside the support set
+            tracking = self.swing.planned[sw] & (phases[sw] != SUPPORT)
+            p_ref, v_ref, a_ref = self.swing(sw, progress[sw], cfg.lift_height)
+            hold = ~tracking  # out of the support set outside a nominal swing: hold the foot where it is
+            p_ref[hold], v_ref[hold], a_ref[hold] = lb.p[sw][hold], 0.0, 0.0
+            b[sw, :3] += a_ref
+            f_sw = self._kp_swing * (p_ref - lb.p[sw]) + self._kd_swing * (v_ref - lb.v_p[sw])
+            Jp = lb.J[sw, :3]
+            t_sw = np.einsum("kij,ki->kj", Jp, f_sw)                     # J_p^T F
+            if cfg.swing_pitch_projection:
+                # remove the part of J_p^T F that would accelerate the relative pitch:
+                # tau' = tau - J_th^T (J_th M^-1 tau) / (J_th M^-1 J_th^T)   (leg block of M)
+                Jt = lb.J[sw, 3]
+                Minv_Jt = np.linalg.solve(M[self._Mll_rows[sw], self._Mll_cols[sw]], Jt[:, :, None])[:, :, 0]
+                den = np.einsum("ki,ki->k", Jt, Minv_Jt)
+                coef = np.where(den > 1e-12, np.einsum("ki,ki->k", Minv_Jt, t_sw) / np.maximum(den, 1e-12), 0.0)
+                t_sw = t_sw - Jt * coef[:, None]
+            tau_sw[np.array(self.leg_j)[sw].reshape(-1)] = t_sw.reshape(-1)
 
         # ---------------- cost: body rows, leg blocks J_i^T W_i J_i, force regularization
         p.H[:] = 0.0
@@ -331,7 +346,7 @@ class WholeBodyController:
         tau_wbc = M[6:] @ nu_dot + h[6:]
         tau_wbc[self._leg_j_flat] -= np.einsum("nji,nj->ni", lb.J, lam.reshape(N, 4)).reshape(-1)
         tau = tau_wbc + tau_sw
-        in_bounds = bool(np.all(tau >= tmin - 1e-6 * np.abs(tmin) - 1e-6) and np.all(tau <= tmax + 1e-6 * np.abs(tmax) + 1e-6))
+        in_bounds = bool(np.all(tau >= tmin - self._tau_tol)) and bool(np.all(tau <= tmax + self._tau_tol))
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
                     and bool(np.all(np.isfinite(tau))) and in_bounds)
         qp_us = (time.perf_counter() - t_start) * 1e6

@@ -95,48 +95,52 @@ def body_task(cfg: WbcConfig, ref: BodyReference, p: np.ndarray, R: np.ndarray, 
     return out
 
 
-class SwingTrajectory:
-    """Body-relative swing path of one foot: from its lift-off point to a touchdown target.
+class SwingPlanner:
+    """Body-relative swing paths of all feet (base frame), evaluated together.
 
-    Horizontal: cubic Hermite from the lift-off position/velocity to the target with the end
+    A swing goes from the lift-off position/velocity to a touchdown target reached with the end
     velocity ``v_end`` (``-v_body``: the foot lands at ground speed, no tangential impact).
-    Vertical: quintic blend plus a ``16 s^2 (1-s)^2`` bump of ``lift_height``.
-    Returns position [m], velocity [m/s] and acceleration [m/s^2] in the base frame."""
+    Horizontal: cubic Hermite. Vertical: quintic blend plus a ``16 s^2 (1-s)^2`` bump of the lift
+    height. Positions [m], velocities [m/s], accelerations [m/s^2]."""
 
-    def __init__(self):
-        self.start = None
-        self.target = None
-        self.v_start = np.zeros(3)
-        self.v_end = np.zeros(3)
-        self.duration = 1.0
+    def __init__(self, n_legs: int):
+        self.start = np.zeros((n_legs, 3))
+        self.target = np.zeros((n_legs, 3))
+        self.v_start = np.zeros((n_legs, 3))
+        self.v_end = np.zeros((n_legs, 3))
+        self.duration = np.ones(n_legs)
+        self.planned = np.zeros(n_legs, dtype=bool)
 
-    def begin(self, start: np.ndarray, target: np.ndarray, duration: float,
-              v_start: np.ndarray | None = None, v_end: np.ndarray | None = None) -> None:
-        self.start, self.target, self.duration = np.array(start, dtype=float), np.array(target, dtype=float), duration
-        self.v_start = np.zeros(3) if v_start is None else np.array(v_start, dtype=float)
-        self.v_end = np.zeros(3) if v_end is None else np.array(v_end, dtype=float)
-        self.v_start[2] = self.v_end[2] = 0.0
+    def begin(self, i: int, start, target, duration: float, v_start=None, v_end=None) -> None:
+        self.start[i], self.target[i], self.duration[i] = start, target, duration
+        self.v_start[i] = 0.0 if v_start is None else v_start
+        self.v_end[i] = 0.0 if v_end is None else v_end
+        self.v_start[i, 2] = self.v_end[i, 2] = 0.0
+        self.planned[i] = True
 
-    def __call__(self, s: float, lift: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        T = self.duration
-        sc = min(max(s, 0.0), 1.0)
+    def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3)."""
+        T = self.duration[legs][:, None]
+        sc = np.clip(s, 0.0, 1.0)[:, None]
         s2, s3 = sc * sc, sc * sc * sc
-        h = (2 * s3 - 3 * s2 + 1, s3 - 2 * s2 + sc, -2 * s3 + 3 * s2, s3 - s2)
-        dh = (6 * s2 - 6 * sc, 3 * s2 - 4 * sc + 1, -6 * s2 + 6 * sc, 3 * s2 - 2 * sc)
-        ddh = (12 * sc - 6, 6 * sc - 4, -12 * sc + 6, 6 * sc - 2)
-        p0, p1, m0, m1 = self.start, self.target, self.v_start * T, self.v_end * T
-        p = h[0] * p0 + h[1] * m0 + h[2] * p1 + h[3] * m1
-        v = (dh[0] * p0 + dh[1] * m0 + dh[2] * p1 + dh[3] * m1) / T
-        a = (ddh[0] * p0 + ddh[1] * m0 + ddh[2] * p1 + ddh[3] * m1) / T**2
-        f, df, ddf = smoothstep5(sc)
-        dz = p1[2] - p0[2]
-        b = 16 * s2 * (1 - sc) ** 2
-        db = 32 * sc * (1 - sc) ** 2 - 32 * s2 * (1 - sc)
-        ddb = 32 * (1 - sc) ** 2 - 128 * sc * (1 - sc) + 32 * s2
-        p[2] = p0[2] + dz * f + lift * b
-        v[2] = (dz * df + lift * db) / T
-        a[2] = (dz * ddf + lift * ddb) / T**2
+        p0, p1 = self.start[legs], self.target[legs]
+        m0, m1 = self.v_start[legs] * T, self.v_end[legs] * T
+        p = (2 * s3 - 3 * s2 + 1) * p0 + (s3 - 2 * s2 + sc) * m0 + (-2 * s3 + 3 * s2) * p1 + (s3 - s2) * m1
+        v = ((6 * s2 - 6 * sc) * p0 + (3 * s2 - 4 * sc + 1) * m0 + (-6 * s2 + 6 * sc) * p1 + (3 * s2 - 2 * sc) * m1) / T
+        a = ((12 * sc - 6) * p0 + (6 * sc - 4) * m0 + (-12 * sc + 6) * p1 + (6 * sc - 2) * m1) / T**2
+        u = sc[:, 0]
+        f = 10 * u**3 - 15 * u**4 + 6 * u**5
+        df = 30 * u**2 - 60 * u**3 + 30 * u**4
+        ddf = 60 * u - 180 * u**2 + 120 * u**3
+        b = 16 * u**2 * (1 - u) ** 2
+        db = 32 * u * (1 - u) ** 2 - 32 * u**2 * (1 - u)
+        ddb = 32 * (1 - u) ** 2 - 128 * u * (1 - u) + 32 * u**2
+        dz = p1[:, 2] - p0[:, 2]
+        Tz = T[:, 0]
+        p[:, 2] = p0[:, 2] + dz * f + lift * b
+        v[:, 2] = (dz * df + lift * db) / Tz
+        a[:, 2] = (dz * ddf + lift * ddb) / Tz**2
         return p, v, a
 
 
-__all__ = ["BodyReference", "BodyReferenceGenerator", "SwingTrajectory", "body_task", "skew", "smoothstep5", "vee"]
+__all__ = ["BodyReference", "BodyReferenceGenerator", "SwingPlanner", "body_task", "skew", "smoothstep5", "vee"]
