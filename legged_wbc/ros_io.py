@@ -294,7 +294,12 @@ def diagnostics_dict(msg) -> dict:
 
 # ----------------------------------------------------------------------------- torque command
 class CommandError(ValueError):
-    """A torque command that must not be applied; the message is the reason."""
+    """A torque command that must not be applied; the message is the reason, ``kind`` its category
+    (``length``, ``tick``, ``nonfinite``)."""
+
+    def __init__(self, reason: str, kind: str = "invalid"):
+        super().__init__(reason)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -312,12 +317,12 @@ def parse_torque_command(msg_or_data, n: int) -> TorqueCommand:
     """Validate and decode a torque command for ``n`` joints; raises :class:`CommandError`."""
     data = array_data(msg_or_data) if hasattr(msg_or_data, "layout") else np.asarray(msg_or_data, float)
     if data.shape != (n + 1,):
-        raise CommandError(f"expected {n} torques + 1 control tick = {n + 1} values, got {data.size}")
+        raise CommandError(f"expected {n} torques + 1 control tick = {n + 1} values, got {data.size}", "length")
     tick = data[-1]
     if not np.isfinite(tick) or tick != np.floor(tick) or tick < UNTIMED_TICK:
-        raise CommandError(f"control tick {tick!r} is not an integer >= -1")
+        raise CommandError(f"control tick {tick!r} is not an integer >= -1", "tick")
     tau = data[:n]
     bad = np.flatnonzero(~np.isfinite(tau))
     if bad.size:
-        raise CommandError(f"non-finite torque at joint index(es) {bad.tolist()} (tick {int(tick)})")
+        raise CommandError(f"non-finite torque at joint index(es) {bad.tolist()} (tick {int(tick)})", "nonfinite")
     return TorqueCommand(tick=int(tick), tau=tau.copy())

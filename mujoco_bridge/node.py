@@ -183,6 +183,7 @@ def _make_node_class():
             self.counters = dict(commands_applied=0, deadline_misses=0, stale_commands=0,
                                  rejected_commands=0, watchdog_events=0)
             self.watchdog_active = False
+            self._reject_log: dict[str, tuple[float, int]] = {}
             self._got_first_command = False
             self._diag_next_ns = 0
             self._diag_wall = (time.monotonic(), 0)
@@ -235,27 +236,37 @@ def _make_node_class():
                 return None
 
         # ------------------------------------------------------------ commands (executor thread)
-        def _reject(self, reason: str) -> None:
+        def _reject(self, reason: str, kind: str | None = None) -> None:
+            """Count and log a rejected command; each kind of reason is logged at most once per wall second."""
             self.counters["rejected_commands"] += 1
-            self.get_logger().warning(f"torque command rejected: {reason}", throttle_duration_sec=1.0)
+            kind = kind or reason.split(" ")[0]
+            now = time.monotonic()
+            last, suppressed = self._reject_log.get(kind, (-1e9, 0))
+            if now - last >= 1.0:
+                more = f" ({suppressed} more like it suppressed)" if suppressed else ""
+                self.get_logger().warning(f"torque command rejected: {reason}{more}")
+                self._reject_log[kind] = (now, 0)
+            else:
+                self._reject_log[kind] = (last, suppressed + 1)
 
         def _on_command(self, msg) -> None:
             try:
                 cmd = ros_io.parse_torque_command(msg, self.n)
             except ros_io.CommandError as exc:
-                self._reject(str(exc))
+                self._reject(str(exc), kind=exc.kind)
                 return
             with self._cond:
                 if self.lockstep:
                     if cmd.tick == ros_io.UNTIMED_TICK:
                         self._reject("untimed command (tick -1) in lockstep mode; answer the tick of the "
-                                     "sensor sample (ros_io.tick_from_stamp)")
+                                     "sensor sample (ros_io.tick_from_stamp)", kind="untimed")
                         return
                     if cmd.tick < self.tick:
                         self.counters["stale_commands"] += 1
                         return
                     if cmd.tick > self.tick:
-                        self._reject(f"command for tick {cmd.tick} arrived while the bridge is at tick {self.tick}")
+                        self._reject(f"command for tick {cmd.tick} arrived while the bridge is at tick {self.tick}",
+                                     kind="future")
                         return
                     self._pending = cmd
                 else:
@@ -495,6 +506,20 @@ def _make_node_class():
 
         _applied_cmd = None
 
+        def flush_publishers(self, timeout: float = 5.0) -> None:
+            """Wait until subscribers acknowledged the last samples: exiting right after ``publish``
+            drops what is still in flight (seen: the last 3 of 501 samples lost), so the recorder would
+            miss the end of the run. Acknowledgements come with the DDS heartbeat (Fast DDS: every
+            3 s), so this can take up to ~3 s."""
+            from rclpy.duration import Duration
+
+            t_end = time.monotonic() + timeout
+            for pub in (self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
+                        self.pub_diag):
+                left = max(0.0, t_end - time.monotonic())
+                if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
+                    self.get_logger().warning(f"{pub.topic_name}: not all samples acknowledged within {timeout:g} s")
+
         def run(self) -> int:
             self.wait_for_peers()
             if self.stop_requested:
@@ -505,6 +530,7 @@ def _make_node_class():
             else:
                 self.run_realtime()
             self.publish_diagnostics()
+            self.flush_publishers()
             if self.stop_requested:
                 self.get_logger().info(f"stopped at t = {self.t_ns * 1e-9:.3f} s")
             else:
