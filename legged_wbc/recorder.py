@@ -32,6 +32,7 @@ Parameters: see ``SCHEMA`` and ``config/recorder.yaml``.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import struct
 import sys
@@ -69,14 +70,15 @@ def message_class(msgtype: str):
 
 
 def _msg_file(msgtype: str) -> Path | None:
+    """The installed ``share/<pkg>/msg/<Name>.msg``: in the venv (the PyPI ROS wheels install there)
+    or under an ``AMENT_PREFIX_PATH`` prefix."""
     pkg, kind, name = msgtype.split("/")
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        p = Path(get_package_share_directory(pkg), kind, f"{name}.msg")
-        return p if p.exists() else None
-    except Exception:
-        return None
+    prefixes = [sys.prefix, *filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep))]
+    for prefix in prefixes:
+        p = Path(prefix, "share", pkg, kind, f"{name}.msg")
+        if p.exists():
+            return p
+    return None
 
 
 def ensure_type(typestore, msgtype: str, _seen: set | None = None) -> None:

@@ -336,3 +336,18 @@ def test_node_parameters_live_updates():
         bad.destroy_node()
     finally:
         rclpy.shutdown(context=ctx)
+
+
+def test_recorder_loads_message_definitions_from_installed_msg_files():
+    """Types missing from rosbags' store are read from the installed .msg files, with the same hash."""
+    from rosbags.typesys import Stores, get_typestore
+
+    from legged_wbc.recorder import ensure_type
+
+    empty, kilted = get_typestore(Stores.EMPTY), get_typestore(Stores.ROS2_KILTED)
+    for t in ("sensor_msgs/msg/JointState", "nav_msgs/msg/Odometry", "std_msgs/msg/Float64MultiArray"):
+        ensure_type(empty, t)
+        assert empty.hash_rihs01(t) == kilted.hash_rihs01(t)
+        assert empty.generate_msgdef(t, ros_version=2) == kilted.generate_msgdef(t, ros_version=2)
+    with pytest.raises(KeyError, match="no message definition"):
+        ensure_type(empty, "no_such_pkg/msg/Nothing")
