@@ -77,6 +77,7 @@ class ClosedLoop:
         if scenario.disturbance.enabled and scenario.disturbance.leg not in names:
             raise ValueError(f"scenario.disturbance.leg: unknown leg {scenario.disturbance.leg!r} (legs: {names})")
         self.dist_leg = names.index(scenario.disturbance.leg) if scenario.disturbance.leg in names else 0
+        self._leg_joint_flat = np.array(rm.leg_joints).reshape(-1)
         q0 = rm.stance_configuration(scenario.initial_height)
         self.q0 = q0
         self.sim.reset(q0)
@@ -107,7 +108,9 @@ class ClosedLoop:
             t = sim.time
             f = sim.sensors()
             est = self.est.update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
-            out = self.ctl.update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support))
+            tau_ext = np.empty(n)
+            tau_ext[self._leg_joint_flat] = est.tau_ext.reshape(-1)
+            out = self.ctl.update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext))
             sim.set_torque(out.tau)
             if dist.active_window(t) and est.support[self.dist_leg]:
                 tau_dist = disturbance_torque(rm, self.dist_leg, f.joint_pos, dist.torque_nm, dist.sign)

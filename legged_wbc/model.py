@@ -366,6 +366,20 @@ def null_vector(J_p: np.ndarray, J_theta: np.ndarray | None = None) -> np.ndarra
     return n
 
 
+def null_vectors(Jp: np.ndarray, Jt: np.ndarray | None = None) -> np.ndarray:
+    """Unit null-space vectors of stacked 3x4 Jacobians ``Jp`` (N, 3, 4), signed 3x3 minors,
+    oriented so ``Jt[i] @ n[i] >= 0`` when ``Jt`` (N, 4) is given. Vectorized :func:`null_vector`."""
+    def det3(a, b, c):  # columns a, b, c of shape (N, 3)
+        return (a[:, 0] * (b[:, 1] * c[:, 2] - b[:, 2] * c[:, 1]) - b[:, 0] * (a[:, 1] * c[:, 2] - a[:, 2] * c[:, 1])
+                + c[:, 0] * (a[:, 1] * b[:, 2] - a[:, 2] * b[:, 1]))
+    c0, c1, c2, c3 = Jp[:, :, 0], Jp[:, :, 1], Jp[:, :, 2], Jp[:, :, 3]
+    n = np.stack([det3(c1, c2, c3), -det3(c0, c2, c3), det3(c0, c1, c3), -det3(c0, c1, c2)], axis=1)
+    n /= np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-300)
+    if Jt is not None:
+        n *= np.where(np.einsum("ni,ni->n", Jt, n) < 0.0, -1.0, 1.0)[:, None]
+    return n
+
+
 def joint_permutation(names_from: Sequence[str], names_to: Sequence[str]) -> np.ndarray:
     """Index array ``idx`` so that ``x_to = x_from[idx]``; raises naming missing joints."""
     pos = {n: k for k, n in enumerate(names_from)}

@@ -30,6 +30,9 @@ class WbcConfig:
     cbf_slack_weight: float = param(1e6, 1.0, 1e12, "weight of the CBF slack in the cost [-]")
     jdot_mode: str = param("exact", desc="J_theta_dot q_dot: exact (Pinocchio + analytic) or fd (paper's central difference)",
                            choices=("exact", "fd"))
+    null_space_compensation: bool = param(False, desc="cancel the estimated external torque (touchdown Kalman "
+                                          "filter) along each support leg's J_p null space; paper: off")
+    compensation_limit: float = param(200.0, 0.0, 1e4, "bound on the compensated null-space torque per leg [N m]")
     # --- contact
     mu: float = param(0.6, 0.05, 2.0, "friction coefficient of the pyramid [-]")
     fz_max: float = param(5000.0, 1.0, 1e5, "normal-force upper bound of a support foot [N]")

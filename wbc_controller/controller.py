@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from legged_wbc.gait import SUPPORT, GaitConfig, GaitScheduler
-from legged_wbc.model import RobotModel, cross_rows, skew
+from legged_wbc.model import RobotModel, cross_rows, null_vectors, skew
 from legged_wbc.conventions import rotation_from_quat_xyzw
 
 from .config import WbcConfig
@@ -45,6 +45,7 @@ class ControllerInput:
     q: np.ndarray            # estimated configuration (nq)
     v: np.ndarray            # estimated velocity (nv), base part in the base frame
     support: np.ndarray      # estimated support set S_c (bool, per leg)
+    tau_ext: np.ndarray | None = None  # estimated external joint torque (n), "opposes the motor"
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Diagnostics:
     forces: np.ndarray = field(default_factory=lambda: np.zeros(0))   # lambda* (4N), base frame
     tau_wbc: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tau_sw: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tau_comp: np.ndarray = field(default_factory=lambda: np.zeros(0))   # null-space disturbance compensation
     body_error_rpy: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
 
@@ -172,7 +174,10 @@ class WholeBodyController:
     # ------------------------------------------------------------------ input checks
     def _check_input(self, inp: ControllerInput) -> None:
         rm = self.rm
-        for name, arr, size in (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N)):
+        checks = [("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N)]
+        if inp.tau_ext is not None:
+            checks.append(("tau_ext", inp.tau_ext, self.n))
+        for name, arr, size in checks:
             a = np.asarray(arr)
             if a.shape != (size,):
                 raise InputError(f"controller input {name}: expected {size} values, got shape {a.shape}")
@@ -288,6 +293,19 @@ class WholeBodyController:
                 t_sw = t_sw - Jt * coef[:, None]
             tau_sw[np.array(self.leg_j)[sw].reshape(-1)] = t_sw.reshape(-1)
 
+        # estimated disturbance along the support legs' null spaces, cancelled by the command
+        # (J_p^T f has no component along n, so n^T tau_ext is free of the contact forces)
+        tau_comp = np.zeros(self.n)
+        if cfg.null_space_compensation and inp.tau_ext is not None:
+            sup = np.flatnonzero(support)
+            if sup.size:
+                n_vec = null_vectors(lb.J[sup, :3], lb.J[sup, 3])
+                jidx = np.array(self.leg_j)[sup]
+                d = np.einsum("ki,ki->k", n_vec, inp.tau_ext[jidx])
+                d = np.clip(d, -cfg.compensation_limit, cfg.compensation_limit)
+                tau_comp[jidx.reshape(-1)] = (n_vec * d[:, None]).reshape(-1)
+        tau_sw_total = tau_sw + tau_comp
+
         # ---------------- cost: body rows, leg blocks J_i^T W_i J_i, force regularization
         p.H[:] = 0.0
         p.g[:] = 0.0
@@ -317,8 +335,8 @@ class WholeBodyController:
         p.C[r_t:r_t + self.n, :nv] = M[6:]
         p.C[self._T_rows, self._T_cols] = (-lb.J.transpose(0, 2, 1)).reshape(-1)
         tmin, tmax = self.tau_bounds()
-        p.l[r_t:r_t + self.n] = tmin - h[6:] - tau_sw
-        p.u[r_t:r_t + self.n] = tmax - h[6:] - tau_sw
+        p.l[r_t:r_t + self.n] = tmin - h[6:] - tau_sw_total
+        p.u[r_t:r_t + self.n] = tmax - h[6:] - tau_sw_total
         # ---------------- CBF rows (loose unless cbf mode and support)
         p.C[self._cbf_rows, self._cbf_cols] = lb.J[:, 3].reshape(-1)
         rc = slice(self.row_cbf, self.row_cbf + N)
@@ -345,7 +363,7 @@ class WholeBodyController:
         lam = x[self.lam0:self.lam0 + 4 * N]
         tau_wbc = M[6:] @ nu_dot + h[6:]
         tau_wbc[self._leg_j_flat] -= np.einsum("nji,nj->ni", lb.J, lam.reshape(N, 4)).reshape(-1)
-        tau = tau_wbc + tau_sw
+        tau = tau_wbc + tau_sw_total
         in_bounds = bool(np.all(tau >= tmin - self._tau_tol)) and bool(np.all(tau <= tmax + self._tau_tol))
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
                     and bool(np.all(np.isfinite(tau))) and in_bounds)
@@ -378,7 +396,7 @@ class WholeBodyController:
                            qp_iterations=res.iterations, qp_time_us=qp_us, solve_time_us=solve_us,
                            eq_residual=eq_res, ineq_violation=viol, consecutive_failures=self.consecutive_failures,
                            total_failures=self.total_failures, safe_stop=self.safe_stop, forces=lam.copy(),
-                           tau_wbc=tau_wbc, tau_sw=tau_sw, body_error_rpy=0.5 * np.array([E[2, 1], E[0, 2], E[1, 0]]))
+                           tau_wbc=tau_wbc, tau_sw=tau_sw, tau_comp=tau_comp, body_error_rpy=0.5 * np.array([E[2, 1], E[0, 2], E[1, 0]]))
         self.last_x = x
         self.last_legs = lb
         diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6
