@@ -71,6 +71,11 @@ extra joint torque [N m] in joint_states order (``None`` = zero). The ``scenario
 selects it through ``legged_wbc.scenario.make_disturbance(name, robot, node)`` once that function
 exists; until then (and for ``scenario: none``) the disturbance is zero.
 
+Initial state: ``RobotModel.stance_configuration(h)`` (level, at the origin, feet on the floor, at
+rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial_height`` (see
+``config/scenarios/``), else the robot config's stance height. Sensor noise: the ``noise_*``
+parameters, or the scenario's ``noise`` block when they are all zero.
+
 ``duration`` > 0: the node exits (status 0) once that many sim seconds have been simulated.
 Parameters: see ``SCHEMA`` below and ``config/mujoco_bridge.yaml``.
 """
@@ -93,8 +98,8 @@ SCHEMA = [
     ParamSpec("mode", "lockstep", "timing: lockstep (wait for each tick's command) or realtime (wall-clock paced)",
               choices=("lockstep", "realtime"), read_only=True),
     ParamSpec("duration", 0.0, "stop after this many sim seconds [s]; 0 = run until stopped", min=0.0, max=1e7),
-    ParamSpec("initial_height", 0.0, "initial base height of the stance pose [m]; 0 = the robot config's stance height",
-              min=0.0, max=2.0, read_only=True),
+    ParamSpec("initial_height", 0.0, "initial base height of the stance pose [m]; "
+              "0 = the scenario's, else the robot config's stance height", min=0.0, max=2.0, read_only=True),
     ParamSpec("control_period_steps", 2, "physics steps (1 ms each) per control tick", min=1, max=100, read_only=True),
     ParamSpec("watchdog_timeout", 0.5, "no valid command for this long -> joint damping [s] "
               "(lockstep: wall seconds waiting for a tick's command; realtime: sim seconds)", min=0.001, max=3600.0),
@@ -109,7 +114,8 @@ SCHEMA = [
     ParamSpec("ground_truth_decimation", 2, "publish /ground_truth/* and /disturbance every N physics steps [-]",
               min=1, max=1000),
     ParamSpec("diagnostics_period", 0.1, "period of /bridge/diagnostics [sim s]", min=0.001, max=3600.0),
-    ParamSpec("qos_depth", 200, "history depth of the reliable publishers [messages]", min=1, max=100000, read_only=True),
+    ParamSpec("qos_depth", 200, "history depth of the reliable publishers [messages]", min=1, max=100000,
+              read_only=True),
     ParamSpec("scenario", "none", "disturbance scenario name (none = no disturbance)", read_only=True),
     ParamSpec("viewer", False, "open the MuJoCo passive viewer (needs a display)", read_only=True),
     ParamSpec("noise_joint_velocity", 0.0, "white noise std of joint velocities [rad/s]", min=0.0, max=100.0,
@@ -139,8 +145,14 @@ def _make_node_class():
             from mujoco_bridge.sim import MujocoSim, SensorNoise
 
             self.robot = RobotModel(P["robot"])
+            self.scenario = self._scenario_config(P["scenario"])
             noise = SensorNoise(joint_velocity=P["noise_joint_velocity"], gyro=P["noise_gyro"],
                                 accel=P["noise_accel"], seed=P["noise_seed"])
+            if self.scenario is not None and not noise.enabled and getattr(self.scenario, "noise", None):
+                sn = self.scenario.noise
+                noise = SensorNoise(joint_velocity=float(sn.get("joint_velocity", 0.0)),
+                                    gyro=float(sn.get("gyro", 0.0)), accel=float(sn.get("accel", 0.0)),
+                                    seed=int(sn.get("seed", 0)))
             self.sim = MujocoSim(self.robot, noise=noise)
             if abs(self.sim.dt * 1e9 - ros_io.PHYSICS_DT_NS) > 1e-3:
                 raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
@@ -150,7 +162,7 @@ def _make_node_class():
             self.base_frame = self.robot.cfg.base_link
             self.steps_per_tick = int(P["control_period_steps"])
             self.lockstep = P["mode"] == "lockstep"
-            h = P["initial_height"] or None
+            h = P["initial_height"] or getattr(self.scenario, "initial_height", None) or None
             self.q0 = self.robot.stance_configuration(h)
             self.sim.reset(self.q0)
             self.step_count = 0      # physics steps since reset; sim time = step_count * 1 ms
@@ -207,9 +219,21 @@ def _make_node_class():
             }
             self.get_logger().info(
                 f"{self.robot.cfg.name}: {self.n} joints, mode={P['mode']}, control period "
-                f"{self.steps_per_tick} ms, duration={P['duration'] or 'inf'} s, scenario={P['scenario']}")
+                f"{self.steps_per_tick} ms, duration={P['duration'] or 'inf'} s, scenario={P['scenario']}, "
+                f"initial base height {self.q0[2]:.3f} m")
 
         # ------------------------------------------------------------ set-up helpers
+        def _scenario_config(self, name: str):
+            """The scenario (``legged_wbc.scenario.load_scenario``) for its initial height and sensor noise,
+            or None (``none``, or no scenario module)."""
+            if name in ("", "none"):
+                return None
+            try:
+                from legged_wbc.scenario import load_scenario
+            except ImportError:
+                return None
+            return load_scenario(name)
+
         def _load_scenario(self, name: str):
             """The disturbance hook of scenario ``name``: ``legged_wbc.scenario.make_disturbance(name, robot,
             node)`` once that exists; zero disturbance until then and for ``none``."""
@@ -336,7 +360,8 @@ def _make_node_class():
             w0, s0 = self._diag_wall
             rtf = ((self.step_count - s0) * 1e-3) / (now - w0) if now > w0 and self.step_count > s0 else 0.0
             self._diag_wall = (now, self.step_count)
-            d = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick), **{k: float(v) for k, v in self.counters.items()},
+            d = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick),
+                 **{k: float(v) for k, v in self.counters.items()},
                  "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf}
             self.pub_diag.publish(ros_io.diagnostics_msg({k: d[k] for k in DIAG_FIELDS}))
 
