@@ -27,8 +27,8 @@ from wbc_controller.controller import ControllerInput, WholeBodyController
 
 from .gait import GaitConfig, GaitScheduler
 from .metrics import compute_metrics, roll_pitch_from_quat_xyzw
-from .model import RobotModel, null_vector
-from .scenario import Scenario
+from .model import RobotModel
+from .scenario import DisturbanceModel, Scenario
 
 CONTROL_DT = 0.002
 PHYSICS_PER_CONTROL = 2
@@ -45,15 +45,6 @@ class RunResult:
     sim_time_s: float = 0.0
     wall_time_s: float = 0.0
     extra: dict = field(default_factory=dict)
-
-
-def disturbance_torque(rm: RobotModel, leg_index: int, qj: np.ndarray, magnitude: float, sign: int) -> np.ndarray:
-    """Joint torque [N m] of ``magnitude`` along the unit null-space vector of leg ``leg_index``'s J_p
-    (``sign`` +1: the direction that increases the relative pitch)."""
-    lg = rm.legs(qj)[leg_index]
-    tau = np.zeros(rm.n)
-    tau[rm.leg_joints[leg_index]] = sign * magnitude * null_vector(lg.J_p, lg.J_theta)
-    return tau
 
 
 class ClosedLoop:
@@ -73,10 +64,8 @@ class ClosedLoop:
         self.ctl = WholeBodyController(rm, self.wcfg, self.gait_cfg)
         self.ecfg = load_estimator_config(overrides=scenario.estimator)
         self.est = StateEstimator(rm, GaitScheduler(self.gait_cfg, rm.cfg.leg_names), self.ecfg, dt=CONTROL_DT)
-        names = rm.cfg.leg_names
-        if scenario.disturbance.enabled and scenario.disturbance.leg not in names:
-            raise ValueError(f"scenario.disturbance.leg: unknown leg {scenario.disturbance.leg!r} (legs: {names})")
-        self.dist_leg = names.index(scenario.disturbance.leg) if scenario.disturbance.leg in names else 0
+        self.disturbance = DisturbanceModel(scenario, rm)
+        self.dist_leg = self.disturbance.leg
         self._leg_joint_flat = np.array(rm.leg_joints).reshape(-1)
         q0 = rm.stance_configuration(scenario.initial_height)
         self.q0 = q0
@@ -100,8 +89,6 @@ class ClosedLoop:
         }
         fell, reason = False, ""
         wall0 = time.perf_counter()
-        dist = sc.disturbance
-        tau_dist = np.zeros(n)
         last_print = -1.0
         k = 0
         for k in range(steps):
@@ -112,10 +99,7 @@ class ClosedLoop:
             tau_ext[self._leg_joint_flat] = est.tau_ext.reshape(-1)
             out = self.ctl.update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext))
             sim.set_torque(out.tau)
-            if dist.active_window(t) and est.support[self.dist_leg]:
-                tau_dist = disturbance_torque(rm, self.dist_leg, f.joint_pos, dist.torque_nm, dist.sign)
-            else:
-                tau_dist = np.zeros(n)
+            tau_dist = self.disturbance.torque(t, f.joint_pos, bool(est.support[self.dist_leg]))
             sim.set_disturbance(tau_dist)
             q_gt, v_gt = sim.ground_truth()
             d = out.diag

@@ -143,5 +143,35 @@ def scenario_from_dict(raw: dict) -> Scenario:
     return sc
 
 
+class DisturbanceModel:
+    """The scenario's disturbance as the simulation applies it (headless loop and bridge node).
+
+    ``torque(t, joint_pos, leg_in_support)`` [N m, Pinocchio joint order]: ``torque_nm`` along
+    the unit null-space vector of the disturbed leg's ``J_p`` (sign +1 increases the relative
+    pitch), while the window is open and the leg is in the *estimated* support set."""
+
+    def __init__(self, sc: Scenario, robot):
+        self.dist = sc.disturbance
+        self.robot = robot
+        names = robot.cfg.leg_names
+        if self.dist.enabled and self.dist.leg not in names:
+            raise ValueError(f"scenario.disturbance.leg: unknown leg {self.dist.leg!r} (legs: {names})")
+        self.leg = names.index(self.dist.leg) if self.dist.leg in names else 0
+
+    def active(self, t: float) -> bool:
+        return self.dist.active_window(t)
+
+    def torque(self, t: float, joint_pos, leg_in_support: bool):
+        import numpy as np
+
+        from .model import null_vector
+
+        tau = np.zeros(self.robot.n)
+        if self.dist.active_window(t) and leg_in_support:
+            lg = self.robot.legs(np.asarray(joint_pos, dtype=float))[self.leg]
+            tau[self.robot.leg_joints[self.leg]] = self.dist.sign * self.dist.torque_nm * null_vector(lg.J_p, lg.J_theta)
+        return tau
+
+
 def dump_scenario(sc: Scenario) -> str:
     return yaml.safe_dump({"scenario": sc.raw}, sort_keys=False)
