@@ -1,0 +1,309 @@
+"""The state estimator: touchdown detection, support set, base velocity, height and pose.
+
+Plain Python (no ROS); the node wraps :class:`StateEstimator`. One :meth:`StateEstimator.update`
+per control cycle (500 Hz, ``dt = 0.002 s``) from one sensor sample:
+
+1. **Touchdown** (:mod:`.touchdown`): per-leg Kalman filter on ``[q_dot_i; tau_ext_i]`` driven by the
+   measured joint effort, with the leg blocks of ``M`` and ``h`` evaluated at the previous cycle's
+   estimated state (explicit Euler: the effort measured now is the torque applied over the step
+   that just ended, zero-order hold). Touchdown flags from the swing-down landing test.
+2. **Support set** ``S_c = S_nominal | S_touchdown`` (nominal from the gait scheduler at ``t``).
+   This is the support mask the controller uses.
+3. **Base velocity** (:mod:`.velocity`): world-frame velocity, IMU-predicted, corrected by the
+   leg kinematics of the reliable support feet (soft gating, 20-cycle exclusion after entry).
+4. **Base height**: ``z_raw = mean_{i in S_c}(foot_radius - (R p_i)_z)`` (foot points are the sphere
+   centres, ground at ``z = 0``), first-order low-pass at ``height.cutoff_hz`` (25 Hz). With no
+   support foot, ``z`` integrates the estimated vertical velocity.
+5. **Base x, y**: integral of the estimated world velocity. **Orientation** and **angular rate**:
+   straight from the IMU (quaternion ``xyzw`` base->world, gyro in the base frame).
+
+Output (:class:`EstimatedState`) in Pinocchio conventions: ``q = [p_world, quat_xyzw, q_joints]``,
+``v = [R^T v_world, gyro, q_dot_joints]`` (base linear velocity in the base frame); joint positions and
+velocities are passed through as measured. Joint order everywhere: ``RobotModel.joint_names``.
+
+Time: the filters integrate over the actual sample spacing ``t - t_prev``; ``update`` rejects a
+non-increasing ``t`` and non-finite or wrongly sized inputs with ``ValueError`` before touching any
+state, so a bad sample can simply be dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pinocchio as pin
+
+from legged_wbc.gait import GaitScheduler
+from legged_wbc.model import RobotModel
+
+from .config import EstimatorConfig
+from .touchdown import TouchdownDetector
+from .velocity import GRAVITY_WORLD, BaseVelocityFilter
+
+QUAT_NORM_TOL = 1e-2  # accepted |‖quat‖ - 1| of the IMU orientation (it is renormalized)
+
+
+@dataclass
+class EstimatedState:
+    """Estimator output for one cycle (arrays are fresh copies the caller may keep).
+
+    Per-leg arrays are in the robot config's leg order (``RobotModel.cfg.legs``)."""
+
+    t: float                       # sample time [s]
+    q: np.ndarray                  # (nq,) [p_world (m), quat_xyzw base->world, q_joints (rad)]
+    v: np.ndarray                  # (nv,) [v_base_in_base (m/s), w_base_in_base (rad/s), dq (rad/s)]
+    v_world: np.ndarray            # (3,) base linear velocity in the world frame [m/s]
+    support: np.ndarray            # (L,) bool, S_c = nominal support | touchdown (the controller's mask)
+    touchdown: np.ndarray          # (L,) bool, touchdown detected (latched within a swing-down)
+    nominal_support: np.ndarray    # (L,) bool, nominal support from the gait
+    phase: np.ndarray              # (L,) int, nominal phase (legged_wbc.gait SUPPORT/SWING_UP/SWING_DOWN)
+    cycle: np.ndarray              # (L,) int, gait-cycle index (-1 before the gait starts)
+    # touchdown-detector diagnostics
+    td_score: np.ndarray           # (L,) score ||tau_ext_k - tau_ext_k-1|| / dt [N m/s]
+    td_count: np.ndarray           # (L,) int, consecutive swing-down samples over gamma_land
+    tau_ext: np.ndarray            # (L, k) estimated external joint torque [N m] (opposes the motor)
+    # velocity-filter diagnostics
+    vel_d2: np.ndarray             # (L,) squared Mahalanobis distance of each support foot (NaN otherwise)
+    vel_inflation: np.ndarray      # (L,) covariance inflation factor (1 when not gated / not used)
+    vel_used: np.ndarray           # (L,) bool, foot used as a velocity measurement this cycle
+    vel_excluded: np.ndarray       # (L,) bool, support foot inside its post-touchdown exclusion window
+    vel_cycles_in_support: np.ndarray  # (L,) int, cycles since the foot entered the support set
+    vel_cov: np.ndarray            # (3, 3) covariance of v_world [(m/s)^2]
+    # height / kinematics diagnostics
+    height_raw: float              # unfiltered support-foot base height [m] (NaN: no support foot)
+    foot_pos_base: np.ndarray      # (L, 3) foot points (sphere centres) in the base frame [m]
+    dt: float                      # time since the previous sample [s] (0 on the first)
+
+
+def _as_vector(name: str, x, n: int) -> np.ndarray:
+    try:
+        a = np.array(x, dtype=float)  # a copy: the caller's buffer may change later
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: expected {n} numbers, got {x!r}") from exc
+    if a.shape != (n,):
+        raise ValueError(f"{name}: expected {n} values, got shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name}: contains NaN/inf: {a}")
+    return a
+
+
+class StateEstimator:
+    """Floating-base state estimator of a legged robot (see the module docstring)."""
+
+    def __init__(self, rm: RobotModel, gait: GaitScheduler, cfg: EstimatorConfig | None = None,
+                 dt: float = 0.002):
+        if not (math.isfinite(dt) and dt > 0):
+            raise ValueError(f"dt must be a positive number of seconds, got {dt}")
+        if gait.n_legs != rm.n_legs:
+            raise ValueError(f"gait has {gait.n_legs} legs, robot {rm.n_legs}")
+        self.rm, self.gait, self.dt = rm, gait, float(dt)
+        self.cfg = cfg if cfg is not None else EstimatorConfig()
+        self.n, self.L = rm.n, rm.n_legs
+        self.k = len(rm.leg_joints[0])
+        if any(len(j) != self.k for j in rm.leg_joints):
+            raise ValueError("all legs must have the same number of joints")
+        self.leg_j = np.array(rm.leg_joints)                  # (L, k) joint indices
+        lv = self.leg_j + 6                                   # (L, k) indices in v
+        r, c = lv[:, :, None], lv[:, None, :]
+        self._m_rows = np.broadcast_to(np.minimum(r, c), (self.L, self.k, self.k)).copy()  # upper triangle
+        self._m_cols = np.broadcast_to(np.maximum(r, c), (self.L, self.k, self.k)).copy()
+        self._h_idx = lv
+        self._mb_rows = np.broadcast_to(lv[:, :, None], (self.L, self.k, 6)).copy()
+        self._mb_cols = np.broadcast_to(np.arange(6)[None, None, :], (self.L, self.k, 6)).copy()
+        self._M_lb = np.zeros((self.L, self.k, 6))            # leg-base coupling blocks
+        self._gyro_prev = np.zeros(3)
+        self._vb_prev = np.zeros(3)
+        self.base_coupling = True
+        self._pdata = rm.model.createData()                   # own Pinocchio data (not shared)
+        self._fdata = rm.fixed.createData()
+        self._feet = list(rm.foot_frames_fixed)
+        self._lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+        self.foot_radius = float(rm.foot_radius)
+        self.touchdown = TouchdownDetector(self.cfg.touchdown, self.L, self.k, self.dt)
+        self.velocity = BaseVelocityFilter(self.cfg.velocity, self.L, self.dt)
+        self._alpha_nom = self._alpha(self.dt)
+        self._p_foot = np.zeros((self.L, 3))                  # foot points, base frame
+        self._v_rel = np.zeros((self.L, 3))                   # J_p dq, base frame
+        self._M_inv = np.zeros((self.L, self.k, self.k))      # leg blocks at the last estimate
+        self._h_leg = np.zeros((self.L, self.k))
+        self._pos = np.zeros(3)                               # base position, world [m]
+        self._t: float | None = None
+        self._started = False                                 # first sample processed
+        self._height_init: float | None = None
+        self._is_reset = False
+
+    # ------------------------------------------------------------------ setup
+    def _alpha(self, dt: float) -> float:
+        return 1.0 - math.exp(-2.0 * math.pi * self.cfg.height.cutoff_hz * dt)
+
+    def reset(self, q0: np.ndarray | None = None, t0: float | None = None) -> None:
+        """Start over with the robot at rest (all feet settled). ``q0`` (Pinocchio ``q``) gives the
+        initial base position; without it, x = y = 0 and z comes from the first sample's feet.
+        ``t0``: time of the previous sample, if any (the first ``update`` must be later)."""
+        if q0 is not None:
+            q0 = np.asarray(q0, dtype=float)
+            self.rm.check_state(q0)
+            self._pos[:] = q0[:3]
+            self._height_init = float(q0[2])
+        else:
+            self._pos[:] = 0.0
+            self._height_init = None
+        if t0 is not None and not math.isfinite(t0):
+            raise ValueError(f"t0 must be finite, got {t0}")
+        self._t = None if t0 is None else float(t0)
+        self.velocity.reset(np.zeros(3))
+        self.touchdown.initialized = False
+        self._started = False
+        self._is_reset = True
+
+    # ------------------------------------------------------------------ one cycle
+    def update(self, t: float, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
+               imu_accel) -> EstimatedState:
+        """Process one sensor sample (Pinocchio joint order; IMU quaternion ``xyzw`` base->world,
+        gyro [rad/s] and accelerometer specific force [m/s^2] in the base frame; effort = applied
+        motor torque [N m]). Raises ``ValueError`` (state untouched) on bad input."""
+        # ---- validate everything before touching any state
+        if not self._is_reset:
+            raise RuntimeError("StateEstimator: call reset() before update()")
+        try:
+            t = float(t)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"t: expected a time in seconds, got {t!r}") from exc
+        if not math.isfinite(t):
+            raise ValueError(f"t: must be finite, got {t}")
+        if self._t is not None and not t > self._t:
+            raise ValueError(f"t: samples must be strictly increasing in time, got t={t!r} after {self._t!r}")
+        n = self.n
+        qj = _as_vector("joint_pos", joint_pos, n)
+        dqj = _as_vector("joint_vel", joint_vel, n)
+        tau = _as_vector("joint_effort", joint_effort, n)
+        quat = _as_vector("imu_quat_xyzw", imu_quat_xyzw, 4)
+        gyro = _as_vector("imu_gyro", imu_gyro, 3)
+        acc = _as_vector("imu_accel", imu_accel, 3)
+        qn = math.sqrt(float(quat @ quat))
+        if abs(qn - 1.0) > QUAT_NORM_TOL:
+            raise ValueError(f"imu_quat_xyzw: not a unit quaternion (norm {qn:.6g})")
+        quat /= qn
+
+        # ---- all inputs valid: advance
+        first = not self._started
+        dt = 0.0 if self._t is None else t - self._t
+        step = dt if dt > 0 else self.dt                     # integration step of the filters
+        x, y, z, w = quat
+        R = np.array([
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ])
+        gait = self.gait
+        phase = gait.phases(t)
+        cycle = gait.cycle_index(t)
+        nominal = phase == 0
+        lj = self.leg_j
+        td = self.touchdown
+
+        # 1. touchdown filters (M, h from the previous estimate; on the first sample, from this one)
+        if first:
+            self._dynamics(self._q_vector(qj, quat, self._pos), self._v_vector(R, gyro, dqj))
+            td.reset(dqj[lj], tau[lj] - self._h_leg)        # at rest: tau_ext = tau - h
+            touchdown = td.detect(phase, cycle)
+        else:
+            h_leg = self._h_leg
+            if self.base_coupling:
+                a_b = np.empty(6)
+                wx, wy, wz = gyro
+                vx, vy, vz = self._vb_prev
+                a_b[:3] = acc + R[2] * GRAVITY_WORLD[2]
+                a_b[0] -= wy * vz - wz * vy
+                a_b[1] -= wz * vx - wx * vz
+                a_b[2] -= wx * vy - wy * vx
+                a_b[3:] = (gyro - self._gyro_prev) / step if self.base_coupling != "linear" else 0.0
+                h_leg = h_leg + self._M_lb @ a_b
+            touchdown = td.update(self._M_inv, tau[lj], h_leg, dqj[lj], phase, cycle, step)
+
+        # 2. support set
+        support = nominal | touchdown
+
+        # 3. leg kinematics and base velocity
+        self._kinematics(qj, dqj)
+        vf = self.velocity
+        if not first and dt > 0:
+            vf.predict(R @ acc + GRAVITY_WORLD, step)
+        usable = vf.reliable(support)
+        wx, wy, wz = gyro
+        W = np.array([[0.0, -wz, wy], [wz, 0.0, -wx], [-wy, wx, 0.0]])   # [w]x; rows: p [w]x = p x w
+        z_feet = (self._p_foot @ W - self._v_rel) @ R.T        # R (-(w x p) - J_p dq), world
+
+        vf.correct(z_feet, usable, support)
+        v_world = vf.v
+
+        # 4. height
+        if support.any():
+            h_raw = float(np.mean(self.foot_radius - self._p_foot[support] @ R[2]))
+        else:
+            h_raw = math.nan
+        if first:
+            z0 = self._height_init if self._height_init is not None else (h_raw if h_raw == h_raw else 0.0)
+            self._pos[2] = z0
+        elif h_raw == h_raw:
+            a = self._alpha_nom if step == self.dt else self._alpha(step)
+            self._pos[2] += a * (h_raw - self._pos[2])
+        else:
+            self._pos[2] += step * v_world[2]
+        # 5. x, y
+        if not first:
+            self._pos[:2] += step * v_world[:2]
+
+        q = self._q_vector(qj, quat, self._pos)
+        v = self._v_vector(R, gyro, dqj, v_world)
+        self._dynamics(q, v)                                  # for the next cycle's prediction
+        self._gyro_prev[:] = gyro
+        self._vb_prev[:] = v[:3]
+        self._t = t
+        self._started = True
+        return EstimatedState(
+            t=t, q=q, v=v, v_world=v_world.copy(), support=support, touchdown=touchdown.copy(),
+            nominal_support=nominal, phase=phase, cycle=cycle,
+            td_score=td.score.copy(), td_count=td.count.copy(), tau_ext=td.tau_ext.copy(),
+            vel_d2=vf.d2.copy(), vel_inflation=vf.inflation.copy(), vel_used=vf.used.copy(),
+            vel_excluded=vf.excluded.copy(), vel_cycles_in_support=vf.cycles_in_support.copy(),
+            vel_cov=vf.P.copy(), height_raw=h_raw, foot_pos_base=self._p_foot.copy(), dt=dt)
+
+    def update_sensors(self, frame) -> EstimatedState:
+        """``update`` from an object with the fields of ``mujoco_bridge.sim.SensorFrame``."""
+        return self.update(frame.t, frame.joint_pos, frame.joint_vel, frame.joint_effort,
+                           frame.imu_quat_xyzw, frame.imu_gyro, frame.imu_accel)
+
+    # ------------------------------------------------------------------ helpers
+    def _q_vector(self, qj, quat, pos) -> np.ndarray:
+        q = np.empty(self.n + 7)
+        q[:3] = pos
+        q[3:7] = quat
+        q[7:] = qj
+        return q
+
+    def _v_vector(self, R, gyro, dqj, v_world=None) -> np.ndarray:
+        v = np.empty(self.n + 6)
+        v[:3] = 0.0 if v_world is None else R.T @ v_world
+        v[3:6] = gyro
+        v[6:] = dqj
+        return v
+
+    def _dynamics(self, q: np.ndarray, v: np.ndarray) -> None:
+        """Leg blocks of ``M`` (inverted) and ``h`` at ``(q, v)``, for all legs at once."""
+        model, data = self.rm.model, self._pdata
+        M = pin.crba(model, data, q)                          # upper triangle is always filled
+        self._M_inv = np.linalg.inv(M[self._m_rows, self._m_cols])
+        h = pin.nonLinearEffects(model, data, q, v)
+        self._h_leg = h[self._h_idx]
+        self._M_lb = M[self._mb_cols, self._mb_rows]
+
+    def _kinematics(self, qj: np.ndarray, dqj: np.ndarray) -> None:
+        """Foot points ``p_i`` and velocities ``J_p,i dq_i`` relative to the base, base frame."""
+        m, d = self.rm.fixed, self._fdata
+        pin.forwardKinematics(m, d, qj, dqj)
+        for i, f in enumerate(self._feet):
+            pin.updateFramePlacement(m, d, f)
+            self._p_foot[i] = d.oMf[f].translation
+            self._v_rel[i] = pin.getFrameVelocity(m, d, f, self._lwa).linear
