@@ -1,0 +1,204 @@
+"""``state_estimator``: the state estimator as a ROS 2 node (500 Hz, one update per control tick).
+
+A thin wrapper around :class:`state_estimator.estimator.StateEstimator` (the object the headless
+loop runs). For each control tick ``k`` it waits for the ``/joint_states`` and ``/imu`` samples
+stamped ``t_k = k * 2 ms`` (the 1 kHz samples in between are not used, as in the headless loop),
+updates, and publishes with the same stamp:
+
+* ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose in ``world``, twist in the base frame;
+* ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs): ``position`` = support set
+  S_c (1/0, the controller's contact mask), ``velocity`` = touchdown detected (1/0), ``effort`` =
+  touchdown score [N m/s];
+* ``/estimator/tau_ext`` (JointState-shaped, ``name`` = joints): ``effort`` = estimated external
+  joint torque [N m] ("opposes the motor", see :mod:`state_estimator.touchdown`);
+* ``/estimator/diagnostics`` (Float64MultiArray, label ``estimator[<fields>]``): per leg, in robot
+  leg order, blocks of ``vel_d2`` (squared Mahalanobis distance), ``vel_inflation``, ``vel_excluded``
+  (1/0), ``vel_used`` (1/0), then ``height_raw`` [m].
+
+Bad samples (NaN, wrong length, unknown joint names, time not increasing) are rejected and logged;
+the filter state is untouched and that tick gets no output (the controller then sends no command
+and the bridge's watchdog acts). Parameters: the estimator schema (live-updatable, validated) plus
+``robot`` and ``scenario`` (gait start time) read-only.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from legged_wbc import ros_io
+from legged_wbc.ros_params import NodeParameters, ParamSpec
+
+TOPIC_EST_ODOM = "estimator/odom"
+TOPIC_EST_SUPPORT = "estimator/support"
+TOPIC_EST_TAU_EXT = "estimator/tau_ext"
+TOPIC_EST_DIAG = "estimator/diagnostics"
+
+NODE_SCHEMA = [
+    ParamSpec("robot", "hexapod", "robot config name or YAML path", read_only=True),
+    ParamSpec("scenario", "nominal", "scenario (gait start time, initial pose)", read_only=True),
+    ParamSpec("qos_depth", 200, "history depth of the reliable topics [messages]", min=1, max=100000, read_only=True),
+]
+
+
+def _schema():
+    from .config import parameter_schema
+
+    types = {bool: "bool", int: "int", float: "float", str: "str"}
+    return NODE_SCHEMA + [ParamSpec(p.name, p.default, p.description, type=types[p.type], min=p.min, max=p.max)
+                          for p in parameter_schema()]
+
+
+def _make_node_class():
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from nav_msgs.msg import Odometry
+    from sensor_msgs.msg import Imu, JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from legged_wbc.gait import GaitConfig, GaitScheduler
+    from legged_wbc.model import RobotModel
+    from legged_wbc.scenario import load_scenario
+
+    from .config import EstimatorConfig, GROUPS
+    from .estimator import StateEstimator
+
+    def est_cfg(values: dict) -> EstimatorConfig:
+        return EstimatorConfig.from_flat({k: v for k, v in values.items() if k.split(".")[0] in GROUPS})
+
+    class EstimatorNode(Node):
+        def __init__(self, **kw):
+            super().__init__("state_estimator", **kw)
+            self.params = NodeParameters(self, _schema(), on_change=self._on_params, validate=self._validate)
+            P = self.params
+            self.rm = RobotModel(P["robot"])
+            sc = load_scenario(P["scenario"]) if P["scenario"] not in ("", "none") else None
+            gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
+            self.est = StateEstimator(self.rm, GaitScheduler(gait, self.rm.cfg.leg_names), est_cfg(P.as_dict()))
+            self.est.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
+            self._pending_cfg = None
+            self.joint_names = list(self.rm.joint_names)
+            self.leg_names = list(self.rm.cfg.leg_names)
+            self.leg_joint_flat = np.array(self.rm.leg_joints).reshape(-1)
+            self.order = ros_io.JointOrder(self.joint_names)
+            self.base_frame = self.rm.cfg.base_link
+            self.buf: dict[int, dict] = {}
+            self.last_tick = -1
+            self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
+            self.rejected = 0
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
+                             reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+            self.create_subscription(JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
+            self.create_subscription(Imu, ros_io.TOPIC_IMU, self._on_imu, qos)
+            self.pub_odom = self.create_publisher(Odometry, TOPIC_EST_ODOM, qos)
+            self.pub_support = self.create_publisher(JointState, TOPIC_EST_SUPPORT, qos)
+            self.pub_tau_ext = self.create_publisher(JointState, TOPIC_EST_TAU_EXT, qos)
+            self.pub_diag = self.create_publisher(Float64MultiArray, TOPIC_EST_DIAG, qos)
+            legs = ",".join(self.leg_names)
+            self.diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),"
+                               f"vel_used({legs}),height_raw_m]")
+
+        def _validate(self, candidate: dict) -> str | None:
+            try:
+                est_cfg(candidate)
+            except ValueError as exc:
+                return str(exc)
+            return None
+
+        def _on_params(self, changed: dict) -> None:
+            self._pending_cfg = est_cfg(self.params.as_dict())
+
+        def _resend(self) -> None:
+            """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
+            for pub, msg in self._last_out:
+                pub.publish(msg)
+
+        def _reject(self, what: str, reason: str) -> None:
+            self.rejected += 1
+            self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
+
+        def _on_js(self, msg) -> None:
+            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            if tick is None or tick < self.last_tick:
+                return
+            if tick == self.last_tick:
+                return self._resend()
+            try:
+                arrays = self.order.arrays(msg)
+            except ValueError as exc:
+                return self._reject("joint state", str(exc))
+            if not all(np.all(np.isfinite(a)) for a in arrays):
+                return self._reject("joint state", "NaN/inf or missing fields")
+            self.buf.setdefault(tick, {})["js"] = arrays
+            self._try(tick)
+
+        def _on_imu(self, msg) -> None:
+            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            if tick is None or tick < self.last_tick:
+                return
+            if tick == self.last_tick:
+                return self._resend()
+            arrays = ros_io.imu_arrays(msg)
+            if not all(np.all(np.isfinite(a)) for a in arrays):
+                return self._reject("imu", "NaN/inf")
+            self.buf.setdefault(tick, {})["imu"] = arrays
+            self._try(tick)
+
+        def _try(self, tick: int) -> None:
+            d = self.buf[tick]
+            if "js" not in d or "imu" not in d:
+                return
+            for k in [k for k in self.buf if k <= tick]:
+                del self.buf[k]
+            self.last_tick = tick
+            if self._pending_cfg is not None:
+                self.est.cfg = self._pending_cfg  # filters read their gains from cfg each cycle
+                self.est.touchdown.cfg = self._pending_cfg.touchdown
+                self.est.velocity.cfg = self._pending_cfg.velocity
+                self._pending_cfg = None
+            pos, vel, eff = d["js"]
+            quat, gyro, acc = d["imu"]
+            t_ns = tick * ros_io.CONTROL_PERIOD_NS
+            try:
+                e = self.est.update(t_ns * 1e-9, pos, vel, eff, quat, gyro, acc)
+            except ValueError as exc:
+                return self._reject("sample", str(exc))
+            tau_ext = np.zeros(self.rm.n)
+            tau_ext[self.leg_joint_flat] = e.tau_ext.reshape(-1)
+            diag = np.concatenate([e.vel_d2, e.vel_inflation, e.vel_excluded.astype(float), e.vel_used.astype(float),
+                                   [e.height_raw]])
+            self._last_out = [
+                (self.pub_diag, ros_io.float64_array_msg(diag, self.diag_label)),
+                (self.pub_tau_ext, ros_io.joint_state_msg(t_ns, self.joint_names, np.zeros(self.rm.n),
+                                                          np.zeros(self.rm.n), tau_ext)),
+                (self.pub_support, ros_io.joint_state_msg(t_ns, self.leg_names, e.support.astype(float),
+                                                          e.touchdown.astype(float), e.td_score)),
+                (self.pub_odom, ros_io.odometry_msg(t_ns, e.q, e.v, self.base_frame)),
+            ]
+            self._resend()
+
+    return EstimatorNode
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = None
+    try:
+        node = _make_node_class()()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

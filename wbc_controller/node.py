@@ -1,0 +1,255 @@
+"""``wbc_controller``: the whole-body controller as a ROS 2 node (answers every control tick, 500 Hz).
+
+A thin wrapper around :class:`wbc_controller.controller.WholeBodyController`: the same object the
+headless loop runs. For each control tick ``k`` it waits until it holds the samples stamped
+``t_k = k * 2 ms`` of
+
+* ``/joint_states`` (sensor_msgs/JointState): joint positions and velocities, by name;
+* ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose (world) and twist (base frame);
+* ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs): ``position`` = estimated
+  support set S_c (1/0), ``velocity`` = touchdown detected (1/0);
+* ``/estimator/tau_ext`` (sensor_msgs/JointState-shaped, ``name`` = joints): ``effort`` = estimated
+  external joint torque [N m] (only waited for when ``null_space_compensation`` is on),
+
+then computes the torque and publishes, in this order,
+
+* ``/wbc/relative_pitch`` (JointState-shaped, ``name`` = legs): ``position`` = theta [rad],
+  ``velocity`` = theta_dot [rad/s], ``effort`` = 1 where a CBF bound is binding;
+* ``/wbc/diagnostics`` (Float64MultiArray, label ``wbc[<fields>]``, fields :data:`DIAG_FIELDS`);
+* ``/joint_torque_cmd`` (Float64MultiArray ``[tau (joint_states order), tick]``, see
+  :mod:`legged_wbc.ros_io`).
+
+A sample with NaN or the wrong length is rejected (logged, counted in the diagnostics) and that tick
+gets no command: the bridge's watchdog takes over, a NaN never reaches the torque output.
+Parameters: every field of :class:`~wbc_controller.config.WbcConfig` (live-updatable, validated,
+taking effect at the next tick) plus ``robot`` and ``scenario`` (read-only). The scenario's
+body references (stand-up, speed, gait start) are applied on top of ``config/wbc_controller.yaml``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from legged_wbc import ros_io
+from legged_wbc.ros_params import NodeParameters, ParamSpec
+
+TOPIC_EST_ODOM = "estimator/odom"
+TOPIC_EST_SUPPORT = "estimator/support"
+TOPIC_EST_TAU_EXT = "estimator/tau_ext"
+TOPIC_WBC_PITCH = "wbc/relative_pitch"
+TOPIC_WBC_DIAG = "wbc/diagnostics"
+
+DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",
+               "eq_residual", "ineq_violation", "consecutive_failures", "total_failures", "safe_stop",
+               "rejected_inputs", "err_roll", "err_pitch")
+
+NODE_SCHEMA = [
+    ParamSpec("robot", "hexapod", "robot config name or YAML path", read_only=True),
+    ParamSpec("scenario", "nominal", "scenario whose references (stand-up, speed, gait start) are used",
+              read_only=True),
+    ParamSpec("qos_depth", 200, "history depth of the reliable topics [messages]", min=1, max=100000, read_only=True),
+]
+
+
+def _schema():
+    from legged_wbc.params import schema
+
+    from .config import WbcConfig
+
+    return NODE_SCHEMA + [ParamSpec(s["name"], s["default"], s["description"], type=s["type"], min=s["min"],
+                                    max=s["max"], choices=tuple(s["choices"]) if s["choices"] else None,
+                                    read_only=s["name"] in ("solver", "cbf_slack"))
+                          for s in schema(WbcConfig)]
+
+
+def _make_node_class():
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from nav_msgs.msg import Odometry
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from legged_wbc.gait import GaitConfig
+    from legged_wbc.model import RobotModel
+    from legged_wbc.params import from_flat
+    from legged_wbc.scenario import load_scenario
+
+    from .config import WbcConfig
+    from .controller import ControllerInput, InputError, WholeBodyController
+
+    wbc_fields = set(WbcConfig.__dataclass_fields__)
+
+    class WbcNode(Node):
+        def __init__(self, **kw):
+            super().__init__("wbc_controller", **kw)
+            self.params = NodeParameters(self, _schema(), on_change=self._on_params, validate=self._validate)
+            P = self.params
+            self.rm = RobotModel(P["robot"])
+            sc = load_scenario(P["scenario"]) if P["scenario"] not in ("", "none") else None
+            if sc is not None:
+                # scenario references on top of the parameter file, made visible as parameters
+                from rclpy.parameter import Parameter
+
+                over = {k: v for k, v in sc.controller_overrides(P["relative_pitch_mode"]).items()
+                        if k != "relative_pitch_mode" and k in wbc_fields}
+                specs = self.params.specs
+                self.set_parameters([Parameter(k, value=specs[k].coerce(v)) for k, v in over.items()])
+                gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait))
+            else:
+                gait = GaitConfig.from_dict(self.rm.cfg.gait)
+            self.cfg = self._config(self.params.as_dict())
+            self.ctl = WholeBodyController(self.rm, self.cfg, gait)
+            self.ctl.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
+            self._pending_cfg = None
+            self.joint_names = list(self.rm.joint_names)
+            self.leg_names = list(self.rm.cfg.leg_names)
+            self.order = ros_io.JointOrder(self.joint_names)
+            self.legs_order = ros_io.JointOrder(self.leg_names)
+            self.buf: dict[int, dict] = {}
+            self.last_tick = -1
+            self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
+            self.rejected = 0
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
+                             reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+            self.create_subscription(JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
+            self.create_subscription(Odometry, TOPIC_EST_ODOM, self._on_odom, qos)
+            self.create_subscription(JointState, TOPIC_EST_SUPPORT, self._on_support, qos)
+            self.create_subscription(JointState, TOPIC_EST_TAU_EXT, self._on_tau_ext, qos)
+            self.pub_cmd = self.create_publisher(Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, qos)
+            self.pub_pitch = self.create_publisher(JointState, TOPIC_WBC_PITCH, qos)
+            self.pub_diag = self.create_publisher(Float64MultiArray, TOPIC_WBC_DIAG, qos)
+            self.diag_label = "wbc[" + ",".join(DIAG_FIELDS) + "]"
+            self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
+                                   f"scenario {P['scenario']}")
+
+        # -------------------------------------------------------------- parameters
+        @staticmethod
+        def _config(values: dict) -> WbcConfig:
+            return from_flat(WbcConfig, {k: v for k, v in values.items() if k in wbc_fields})
+
+        def _validate(self, candidate: dict) -> str | None:
+            try:
+                self._config(candidate)
+            except ValueError as exc:
+                return str(exc)
+            return None
+
+        def _on_params(self, changed: dict) -> None:
+            self._pending_cfg = self._config(self.params.as_dict())  # applied at the next tick
+
+        # -------------------------------------------------------------- inputs
+        def _slot(self, msg, key: str, value) -> None:
+            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            if tick is None or tick < self.last_tick:
+                return
+            if tick == self.last_tick:
+                return self._resend()
+            self.buf.setdefault(tick, {})[key] = value
+            self._try(tick)
+
+        def _resend(self) -> None:
+            """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
+            for pub, msg in self._last_out:
+                pub.publish(msg)
+
+        def _reject(self, what: str, reason: str) -> None:
+            self.rejected += 1
+            self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
+
+        def _on_js(self, msg) -> None:
+            if ros_io.tick_from_stamp(msg.header.stamp) is None:
+                return
+            try:
+                pos, vel, _ = self.order.arrays(msg)
+            except ValueError as exc:
+                return self._reject("joint state", str(exc))
+            if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(vel))):
+                return self._reject("joint state", "NaN/inf or missing position/velocity")
+            self._slot(msg, "js", (pos, vel))
+
+        def _on_odom(self, msg) -> None:
+            qb, vb = ros_io.odometry_arrays(msg)
+            if not (np.all(np.isfinite(qb)) and np.all(np.isfinite(vb))):
+                return self._reject("odometry", "NaN/inf")
+            self._slot(msg, "odom", (qb, vb))
+
+        def _on_support(self, msg) -> None:
+            try:
+                sup, _, _ = self.legs_order.arrays(msg)
+            except ValueError as exc:
+                return self._reject("support", str(exc))
+            if not np.all(np.isfinite(sup)):
+                return self._reject("support", "NaN")
+            self._slot(msg, "support", sup > 0.5)
+
+        def _on_tau_ext(self, msg) -> None:
+            try:
+                _, _, eff = self.order.arrays(msg)
+            except ValueError as exc:
+                return self._reject("tau_ext", str(exc))
+            if not np.all(np.isfinite(eff)):
+                return self._reject("tau_ext", "NaN")
+            self._slot(msg, "tau_ext", eff)
+
+        # -------------------------------------------------------------- one control tick
+        def _try(self, tick: int) -> None:
+            d = self.buf[tick]
+            need = ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
+            if not all(k in d for k in need):
+                return
+            for k in [k for k in self.buf if k <= tick]:
+                del self.buf[k]
+            self.last_tick = tick
+            if self._pending_cfg is not None:
+                self.cfg, self._pending_cfg = self._pending_cfg, None
+                self.ctl.set_config(self.cfg)
+            pos, vel = d["js"]
+            qb, vb = d["odom"]
+            q = np.concatenate([qb, pos])
+            v = np.concatenate([vb, vel])
+            t = tick * ros_io.CONTROL_PERIOD_NS * 1e-9
+            try:
+                out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext")))
+            except InputError as exc:
+                return self._reject("controller input", str(exc))
+            diag = out.diag
+            t_ns = tick * ros_io.CONTROL_PERIOD_NS
+            vals = [tick, diag.qp_accepted, diag.qp_time_us, diag.solve_time_us, diag.cycle_time_us,
+                    diag.qp_iterations, diag.eq_residual, diag.ineq_violation, diag.consecutive_failures,
+                    diag.total_failures, diag.safe_stop, self.rejected, diag.body_error_rpy[0], diag.body_error_rpy[1]]
+            if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
+                self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
+            self._last_out = [
+                (self.pub_pitch, ros_io.joint_state_msg(t_ns, self.leg_names, diag.theta, diag.theta_dot,
+                                                        diag.cbf_active.astype(float))),
+                (self.pub_diag, ros_io.float64_array_msg([float(x) for x in vals], self.diag_label)),
+                (self.pub_cmd, ros_io.torque_command_msg(out.tau, tick)),
+            ]
+            self._resend()
+
+    return WbcNode
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = None
+    try:
+        node = _make_node_class()()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
