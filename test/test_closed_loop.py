@@ -141,3 +141,12 @@ def test_run_cli_writes_metrics(tmp_path):
                 "qp_p99_us", "qp_over_2ms_pct", "qp_failures", "distance_m", "fell", "first_violation_time_s",
                 "sim_time_s", "wall_time_s"):
         assert key in m
+
+
+def test_quadruped_variant_walks():
+    """The 4-legged variant is a config change only: same code, crawl gait from its robot YAML."""
+    sc = load_scenario("nominal", FAST + ["robot=quadruped", "evaluation.window=3.0"])
+    res = ClosedLoop(sc, "cbf").run(5.5)
+    assert not res.fell, res.fall_reason
+    assert res.series["theta"].shape[1] == 4
+    assert res.metrics["qp_failures"] == 0 and res.metrics["distance_m"] > 0.1
