@@ -44,6 +44,11 @@ in between, at 1 kHz, have no tick). ``tick = -1`` means "untimed": accepted onl
 
 Time stamps: integer nanoseconds of sim time (``/clock``); use :func:`stamp_ns` /
 :func:`time_msg` to convert, never floats, so tick arithmetic is exact.
+
+Start-up: DDS drops what a volatile publisher sends before a subscriber is *matched*, so a node
+should call :func:`wait_for_matched_subscribers` on its publishers before its first message of a
+run (the bridge does before tick 0; a controller should before answering tick 0), or the recorder
+may miss the beginning of that topic.
 """
 
 from __future__ import annotations
@@ -326,3 +331,19 @@ def parse_torque_command(msg_or_data, n: int) -> TorqueCommand:
     if bad.size:
         raise CommandError(f"non-finite torque at joint index(es) {bad.tolist()} (tick {int(tick)})", "nonfinite")
     return TorqueCommand(tick=int(tick), tau=tau.copy())
+
+
+# ----------------------------------------------------------------------------- start-up helper
+def wait_for_matched_subscribers(node, publishers, timeout: float = 2.0, min_count: int = 0) -> bool:
+    """Wait until each publisher is matched with every subscription the ROS graph shows for its topic
+    (and at least ``min_count``). True if so within ``timeout`` wall seconds, else False (e.g. a
+    QoS-incompatible subscriber that will never match)."""
+    import time
+
+    t_end = time.monotonic() + timeout
+    while True:
+        ok = all(p.get_subscription_count() >= max(min_count, node.count_subscribers(p.topic_name))
+                 for p in publishers)
+        if ok or time.monotonic() >= t_end:
+            return ok
+        time.sleep(0.01)

@@ -37,9 +37,13 @@ Control tick ``k`` is sim time ``t_k = k * control_period`` (``control_period`` 
 ``control_period_steps`` physics steps = 0.002 s).
 
 1. Start-up: the sim is reset to the stance pose; the bridge waits (at most ``startup_timeout``
-   wall seconds) until ``/joint_states`` has ``startup_min_subscribers`` matched subscriptions and,
-   in lockstep, ``/joint_torque_cmd`` has a publisher; then it publishes the tick-0 sample (stamp 0)
-   of every topic.
+   wall seconds) until ``/joint_states`` has ``startup_min_subscribers`` matched subscriptions,
+   in lockstep ``/joint_torque_cmd`` has a publisher, and with ``startup_wait_all_topics`` every
+   published topic has a matched subscription (the recorder's); then (at most 2 s more) until every
+   subscription the graph shows on its topics is matched; then it publishes the tick-0 sample
+   (stamp 0) of every topic. A controller should likewise call
+   ``ros_io.wait_for_matched_subscribers(node, [cmd_publisher])`` before answering tick 0, or the
+   recorder can miss its first commands.
 2. At tick ``k`` the bridge has published the samples stamped ``t_k`` and waits for a command whose
    ``tick == k`` (a controller reads ``k`` off the stamp with ``ros_io.tick_from_stamp``; samples
    between ticks have no tick and need no answer).
@@ -108,6 +112,8 @@ SCHEMA = [
               "watchdog engages [s]; 0 = wait forever", min=0.0, max=86400.0),
     ParamSpec("startup_min_subscribers", 1, "matched /joint_states subscriptions to wait for before publishing tick 0",
               min=0, max=1000, read_only=True),
+    ParamSpec("startup_wait_all_topics", False, "also wait until every published topic has a matched subscription "
+              "before tick 0 (set when a recorder runs, so no topic misses its first samples)", read_only=True),
     ParamSpec("republish_period", 1.0, "start-up only: re-publish the tick-0 samples after this many wall seconds "
               "without the tick-0 command [s]", min=0.01, max=3600.0),
     ParamSpec("realtime_factor", 1.0, "realtime mode: sim seconds per wall second [-]", min=0.01, max=100.0),
@@ -403,18 +409,28 @@ def _make_node_class():
             while not self.stop_requested:
                 subs = self.pub_js.get_subscription_count()
                 pubs = self.count_publishers(self.sub_cmd.topic_name) if self.lockstep else 1
-                if subs >= need and pubs >= 1:
-                    time.sleep(0.2)  # let the other endpoints of those peers match too
+                unmatched = [p.topic_name for p in self._publishers_list() if p.get_subscription_count() < 1] \
+                    if self.params["startup_wait_all_topics"] else []
+                if subs >= need and pubs >= 1 and not unmatched:
+                    # every subscriber known to the graph (the recorder's on all topics) matched: none of
+                    # the samples from tick 0 on is dropped for lack of a match
+                    if not ros_io.wait_for_matched_subscribers(self, self._publishers_list(), timeout=2.0):
+                        self.get_logger().warning("start-up: some subscriptions did not match within 2 s")
                     return True
                 if timeout and time.monotonic() - t0 > timeout:
                     self.get_logger().error(f"start-up: {subs}/{need} /joint_states subscribers, {pubs} command "
-                                            f"publishers after {timeout:g} s; starting anyway")
+                                            f"publishers, unmatched topics {unmatched} after {timeout:g} s; "
+                                            "starting anyway")
                     return False
                 if not logged and time.monotonic() - t0 > 2.0:
                     self.get_logger().info(f"waiting for {need} /joint_states subscriber(s) and a command publisher")
                     logged = True
                 time.sleep(0.01)
             return False
+
+        def _publishers_list(self):
+            return [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
+                    self.pub_diag]
 
         # ------------------------------------------------------------ lockstep
         def _engage_watchdog(self, why: str) -> None:
@@ -539,8 +555,7 @@ def _make_node_class():
             from rclpy.duration import Duration
 
             t_end = time.monotonic() + timeout
-            for pub in (self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
-                        self.pub_diag):
+            for pub in self._publishers_list():
                 left = max(0.0, t_end - time.monotonic())
                 if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
                     self.get_logger().warning(f"{pub.topic_name}: not all samples acknowledged within {timeout:g} s")

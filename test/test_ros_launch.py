@@ -38,6 +38,7 @@ def test_walking_sim_defaults():
     i = cmd.index("--params-file")
     assert cmd[i + 1].endswith("config/mujoco_bridge.yaml") and Path(cmd[i + 1]).is_file()
     assert "mode:=lockstep" in cmd and "duration:=0.0" in cmd and "startup_min_subscribers:=2" in cmd
+    assert "startup_wait_all_topics:=False" in cmd
     assert "viewer:=false" in cmd and "robot:=hexapod" in cmd
     # params files come before the single -p values (ROS applies them in order)
     assert cmd.index("--params-file") < cmd.index("-p")
@@ -56,7 +57,7 @@ def test_walking_sim_args_and_recording(tmp_path):
     assert [n.name for n in plan.nodes] == ["mujoco_bridge", "state_estimator", "wbc_controller", "bag_recorder"]
     br = _node(plan, "mujoco_bridge").command("b")
     for want in ("mode:=realtime", "duration:=12.5", "viewer:=true", "robot:=quadruped", "scenario:=paper",
-                 "startup_min_subscribers:=3"):
+                 "startup_min_subscribers:=3", "startup_wait_all_topics:=True"):
         assert want in br
     assert "relative_pitch_mode:=damping" in _node(plan, "wbc_controller").command("w")
     rec = _node(plan, "bag_recorder")

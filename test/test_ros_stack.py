@@ -41,6 +41,8 @@ def controller_main(argv: list[str]) -> int:
     ap.add_argument("--stall-at", type=int, default=-1, help="answer this tick only after --stall-s seconds")
     ap.add_argument("--stall-s", type=float, default=1.0)
     ap.add_argument("--hang-at", type=int, default=-1, help="stop answering from this tick on")
+    ap.add_argument("--cmd-subscribers", type=int, default=1,
+                    help="matched /joint_torque_cmd subscriptions to wait for before answering tick 0")
     ap.add_argument("--summary", default="")
     own = argv[: argv.index("--ros-args")] if "--ros-args" in argv else argv
     opts = ap.parse_args(own)
@@ -61,6 +63,9 @@ def controller_main(argv: list[str]) -> int:
           "first_wall": None, "last_wall": None, "diag": {}}
 
     def answer(k, tau):
+        if st["answered"] == 0:  # the protocol's advice: be matched with the recorder before tick 0
+            if not ros_io.wait_for_matched_subscribers(node, [pub], timeout=10.0, min_count=opts.cmd_subscribers):
+                print("WARNING: command subscribers not matched", flush=True)
         pub.publish(ros_io.torque_command_msg(tau, k))
         st["answered"] += 1
 
@@ -220,7 +225,8 @@ def test_lockstep_bridge_recorder_params_and_bad_commands(tmp_path, ros_env, pro
     procs.append(rec)
     bridge = Proc("bridge", [str(BIN / "mujoco_bridge"), "--ros-args", "--params-file",
                              str(ROOT / "config/mujoco_bridge.yaml"), "-p", "duration:=0.2",
-                             "-p", "startup_min_subscribers:=2", "-p", "watchdog_timeout:=0.5"], ros_env, tmp_path)
+                             "-p", "startup_min_subscribers:=2", "-p", "startup_wait_all_topics:=true",
+                             "-p", "watchdog_timeout:=0.5"], ros_env, tmp_path)
     procs.append(bridge)
     bridge.wait_for(r"24 joints, mode=lockstep")
 
@@ -233,7 +239,8 @@ def test_lockstep_bridge_recorder_params_and_bad_commands(tmp_path, ros_env, pro
     assert r.returncode == 0 and "Set parameter successful: watchdog_timeout = 3.0" in r.stdout, r.stderr
     bridge.wait_for(r"parameter watchdog_timeout := 3\.0")
 
-    ctrl = Proc("controller", controller_cmd("--nan-at", "10", "--badlen-at", "11", "--stall-at", "50",
+    ctrl = Proc("controller", controller_cmd("--cmd-subscribers", "2", "--nan-at", "10", "--badlen-at", "11",
+                                             "--stall-at", "50",
                                              "--stall-s", "1.0", "--summary", str(summary)), ros_env, tmp_path)
     procs.append(ctrl)
     assert bridge.wait(60) == 0, bridge.text()
@@ -327,8 +334,9 @@ def test_launcher_watchdog_on_dead_controller_and_sqlite_bag(tmp_path, ros_env, 
     <param name="watchdog_damping" value="5.0"/>
     <param name="ground_truth_decimation" value="1"/>
     <param name="startup_min_subscribers" value="2"/>
+    <param name="startup_wait_all_topics" value="true"/>
   </node>
-  <node pkg="legged_wbc" exec="lwbc_pd_controller" name="pd_test_controller" args="--hang-at 50"/>
+  <node pkg="legged_wbc" exec="lwbc_pd_controller" name="pd_test_controller" args="--hang-at 50 --cmd-subscribers 2"/>
   <node pkg="legged_wbc" exec="bag_recorder" name="bag_recorder" sigterm_timeout="10">
     <param from="$(find-pkg-share legged_wbc)/config/recorder.yaml"/>
     <param name="output" value="$(var bag)"/>
