@@ -68,6 +68,7 @@ TOPIC_DISTURBANCE = "disturbance"
 TOPIC_GT_ODOM = "ground_truth/odom"
 TOPIC_GT_CONTACTS = "ground_truth/contacts"
 TOPIC_BRIDGE_DIAGNOSTICS = "bridge/diagnostics"
+TOPIC_EST_SUPPORT = "estimator/support"   # published by state_estimator (see state_estimator/node.py)
 
 WORLD_FRAME = "world"
 PHYSICS_DT_NS = 1_000_000          # 1 kHz physics

@@ -71,9 +71,12 @@ SIM seconds the watchdog applies joint damping until a command arrives.
 
 Disturbance hook: ``self.disturbance_fn(t, sim) -> np.ndarray | None`` is called before every
 physics step with the sim time [s] and the :class:`~mujoco_bridge.sim.MujocoSim`; it returns the
-extra joint torque [N m] in joint_states order (``None`` = zero). The ``scenario`` parameter
-selects it through ``legged_wbc.scenario.make_disturbance(name, robot, node)`` once that function
-exists; until then (and for ``scenario: none``) the disturbance is zero.
+extra joint torque [N m] in joint_states order (``None`` = zero). For a scenario whose disturbance
+is enabled (``config/scenarios/paper.yaml``) it is :class:`ScenarioDisturbance`: the scenario's
+``DisturbanceModel`` (shared with the headless loop), gated by the estimated support set that the
+bridge then subscribes to on ``/estimator/support`` (JointState-shaped, ``name`` = legs,
+``position`` = 1/0); in lockstep the bridge also waits for that tick's support estimate. Otherwise
+(and for ``scenario: none``) the disturbance is zero.
 
 Initial state: ``RobotModel.stance_configuration(h)`` (level, at the origin, feet on the floor, at
 rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial_height`` (see
@@ -133,6 +136,28 @@ SCHEMA = [
 
 DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
                "watchdog_active", "watchdog_events", "realtime_factor")
+
+
+class ScenarioDisturbance:
+    """``disturbance_fn`` of a scenario: ``DisturbanceModel.torque(t, q_j, leg_in_estimated_support)``
+    evaluated at each control tick (with the true joint positions and the estimator's support set of
+    that tick, from ``/estimator/support``) and held for the tick's physics steps, as in the headless
+    loop. In lockstep the bridge waits for that tick's support estimate before stepping, so the
+    result is deterministic."""
+
+    def __init__(self, model, node):
+        self.model = model
+        self.node = node
+        self.held = np.zeros(node.robot.n)
+
+    def __call__(self, t: float, sim):
+        node = self.node
+        if node.step_count % node.steps_per_tick == 0:
+            sup = node.support_estimate(node.step_count // node.steps_per_tick)
+            in_support = bool(sup[self.model.leg]) if sup is not None else False
+            qj = sim.d.qpos[7:][sim.conv.mj_to_pin]
+            self.held = self.model.torque(t, qj, in_support)
+        return self.held
 
 
 def _make_node_class():
@@ -209,6 +234,16 @@ def _make_node_class():
                                  reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
             self.sub_cmd = self.create_subscription(Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                     cmd_qos)
+            self._support: dict[int, np.ndarray] = {}
+            self._leg_order = ros_io.JointOrder(self.leg_names)
+            self.sub_support = None
+            if isinstance(self.disturbance_fn, ScenarioDisturbance):
+                from sensor_msgs.msg import JointState as _JS
+
+                self.sub_support = self.create_subscription(_JS, ros_io.TOPIC_EST_SUPPORT, self._on_support, cmd_qos)
+                d = self.scenario.disturbance
+                self.get_logger().info(f"disturbance: {d.torque_nm:g} N m on leg {d.leg} from t = {d.start:g} s for "
+                                       f"{d.duration:g} s, while the leg is in the estimated support set")
             self.viewer = self._open_viewer() if P["viewer"] else None
             self._foot_lut = np.full(self.sim.m.ngeom, -1, dtype=int)
             self._foot_lut[self.sim.foot_geoms] = np.arange(len(self.sim.foot_geoms))
@@ -241,20 +276,41 @@ def _make_node_class():
             return load_scenario(name)
 
         def _load_scenario(self, name: str):
-            """The disturbance hook of scenario ``name``: ``legged_wbc.scenario.make_disturbance(name, robot,
-            node)`` once that exists; zero disturbance until then and for ``none``."""
-            if name in ("", "none"):
+            """The disturbance hook of the scenario: its ``DisturbanceModel`` (the one the headless loop
+            uses) when the scenario enables a disturbance, else None (zero disturbance)."""
+            if self.scenario is None or not getattr(getattr(self.scenario, "disturbance", None), "enabled", False):
                 return None
             try:
-                mod = importlib.import_module("legged_wbc.scenario")
-            except ModuleNotFoundError:
-                mod = None
-            factory = getattr(mod, "make_disturbance", None)
-            if factory is None:
-                self.get_logger().info(f"scenario {name!r}: no disturbance provider yet "
-                                       "(legged_wbc.scenario.make_disturbance); the disturbance stays zero")
+                from legged_wbc.scenario import DisturbanceModel
+            except ImportError:
+                self.get_logger().warning(f"scenario {name!r} enables a disturbance but legged_wbc.scenario has no "
+                                          "DisturbanceModel; the disturbance stays zero")
                 return None
-            return factory(name, self.robot, self)
+            return ScenarioDisturbance(DisturbanceModel(self.scenario, self.robot), self)
+
+        # ------------------------------------------------------------ estimated support (disturbance gating)
+        def _on_support(self, msg) -> None:
+            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            if tick is None:
+                return
+            try:
+                flags = self._leg_order.arrays(msg)[0]
+            except ValueError as exc:
+                self.get_logger().warning(f"{ros_io.TOPIC_EST_SUPPORT}: {exc}", throttle_duration_sec=5.0)
+                return
+            with self._cond:
+                self._support[tick] = flags > 0.5
+                for old in [t for t in self._support if t < tick - 50]:
+                    del self._support[old]
+                self._cond.notify_all()
+
+        def support_estimate(self, tick: int):
+            """The estimated support flags of ``tick`` (or the newest older one); None if none yet."""
+            with self._cond:
+                if tick in self._support:
+                    return self._support[tick]
+                older = [t for t in self._support if t <= tick]
+                return self._support[max(older)] if older else None
 
         def _open_viewer(self):
             try:
@@ -456,7 +512,9 @@ def _make_node_class():
             with self._cond:
                 while True:
                     cmd = self._pending
-                    if cmd is not None and cmd.tick == k:
+                    support_ready = (self.sub_support is None or k in self._support or self.watchdog_active
+                                     or (time.monotonic() - t0) > timeout)
+                    if cmd is not None and cmd.tick == k and support_ready:
                         self._pending = None
                         self._got_first_command = True
                         self._leave_watchdog(f"command for tick {k} received, lockstep resumed")

@@ -352,3 +352,37 @@ def test_recorder_loads_message_definitions_from_installed_msg_files():
         assert empty.generate_msgdef(t, ros_version=2) == kilted.generate_msgdef(t, ros_version=2)
     with pytest.raises(KeyError, match="no message definition"):
         ensure_type(empty, "no_such_pkg/msg/Nothing")
+
+
+def test_scenario_disturbance_hook_is_gated_and_held_per_tick(hexapod):
+    """The bridge's disturbance hook: the scenario's DisturbanceModel, evaluated at control ticks with
+    the estimated support of that tick, held over the tick's physics steps."""
+    from types import SimpleNamespace
+
+    from legged_wbc.scenario import DisturbanceModel, load_scenario
+    from mujoco_bridge.node import ScenarioDisturbance
+    from mujoco_bridge.sim import MujocoSim
+
+    sc = load_scenario("paper")
+    sim = MujocoSim(hexapod)
+    sim.reset(hexapod.stance_configuration())
+    support = {}
+    node = SimpleNamespace(robot=hexapod, steps_per_tick=2, step_count=0,
+                           support_estimate=lambda k: support.get(k))
+    fn = ScenarioDisturbance(DisturbanceModel(sc, hexapod), node)
+    t_in = sc.disturbance.start + 0.1
+    assert np.all(fn(t_in, sim) == 0.0)                      # no support estimate yet -> not in support
+    support[0] = np.ones(hexapod.n_legs, dtype=bool)
+    tau = fn(t_in, sim)
+    leg = hexapod.cfg.leg_names.index(sc.disturbance.leg)
+    assert np.isclose(np.linalg.norm(tau), sc.disturbance.torque_nm)
+    assert np.count_nonzero(tau) <= 4 and np.all(tau[np.setdiff1d(np.arange(hexapod.n), hexapod.leg_joints[leg])] == 0)
+    node.step_count = 1                                      # between ticks: held
+    support[0] = np.zeros(hexapod.n_legs, dtype=bool)
+    assert np.array_equal(fn(t_in, sim), tau)
+    node.step_count = 2                                      # next tick, leg in swing: zero
+    support[1] = np.zeros(hexapod.n_legs, dtype=bool)
+    assert np.all(fn(t_in, sim) == 0.0)
+    node.step_count = 4
+    support[2] = np.ones(hexapod.n_legs, dtype=bool)
+    assert np.all(fn(sc.disturbance.start - 0.01, sim) == 0.0)  # outside the window
