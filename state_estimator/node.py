@@ -135,10 +135,8 @@ def _make_node_class():
 
         def _on_imu(self, msg) -> None:
             tick = ros_io.tick_from_stamp(msg.header.stamp)
-            if tick is None or tick < self.last_tick:
+            if tick is None or tick <= self.last_tick:
                 return
-            if tick == self.last_tick:
-                return self._resend()
             arrays = ros_io.imu_arrays(msg)
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("imu", "NaN/inf")
@@ -176,6 +174,8 @@ def _make_node_class():
                                                           e.touchdown.astype(float), e.td_score)),
                 (self.pub_odom, ros_io.odometry_msg(t_ns, e.q, e.v, self.base_frame)),
             ]
+            if tick == 0:
+                ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
             self._resend()
 
     return EstimatorNode

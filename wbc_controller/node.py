@@ -145,7 +145,9 @@ def _make_node_class():
             if tick is None or tick < self.last_tick:
                 return
             if tick == self.last_tick:
-                return self._resend()
+                if key == "js":  # the bridge re-published this tick: our answer was lost
+                    self._resend()
+                return
             self.buf.setdefault(tick, {})[key] = value
             self._try(tick)
 
@@ -227,6 +229,9 @@ def _make_node_class():
                 (self.pub_diag, ros_io.float64_array_msg([float(x) for x in vals], self.diag_label)),
                 (self.pub_cmd, ros_io.torque_command_msg(out.tau, tick)),
             ]
+            if tick == 0:
+                # the first command must reach every subscriber (bridge, recorder) that is in the graph
+                ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
             self._resend()
 
     return WbcNode
