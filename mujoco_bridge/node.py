@@ -564,13 +564,23 @@ def _make_node_class():
         def run_realtime(self) -> None:
             startup = float(self.params["startup_timeout"])
             t0 = time.monotonic()
+            next_republish = t0 + float(self.params["republish_period"])
             with self._cond:
                 while self._latest is None and not self.stop_requested:
-                    left = (t0 + startup - time.monotonic()) if startup else 0.5
+                    now = time.monotonic()
+                    left = (t0 + startup - now) if startup else 0.5
                     if startup and left <= 0:
                         self._engage_watchdog(f"no command within the start-up timeout of {startup:g} s")
                         break
-                    self._cond.wait(min(max(left, 0.0), 0.5))
+                    if now >= next_republish:  # a late subscriber may have missed the tick-0 sample
+                        self._cond.release()
+                        try:
+                            self.get_logger().info("no command yet: re-publishing the tick-0 sample")
+                            self.publish_sample()
+                        finally:
+                            self._cond.acquire()
+                        next_republish = now + float(self.params["republish_period"])
+                    self._cond.wait(min(max(left, 0.0), 0.5, max(next_republish - now, 0.0)))
             wall0 = time.monotonic()
             step0 = self.step_count
             while not self.done():
