@@ -73,7 +73,10 @@ class ClosedLoop:
         self.est.reset(q0)
         self.ctl.reset(q0)
 
-    def run(self, duration: float | None = None, progress: bool = False, stop_on_fall: bool = True) -> RunResult:
+    def run(self, duration: float | None = None, progress: bool = False, stop_on_fall: bool = True,
+            on_tick=None) -> RunResult:
+        """Run for ``duration`` sim seconds (default: the scenario's). ``on_tick(loop, t, sensors, est)``,
+        if given, is called every control tick before the physics steps (evaluation hooks)."""
         sc, rm, sim, N, n = self.sc, self.rm, self.sim, self.rm.n_legs, self.rm.n
         duration = sc.duration if duration is None else duration
         steps = int(round(duration / CONTROL_DT))
@@ -81,6 +84,7 @@ class ClosedLoop:
             "t": np.zeros(steps), "theta": np.zeros((steps, N)), "theta_dot": np.zeros((steps, N)),
             "support": np.zeros((steps, N), bool), "contact_gt": np.zeros((steps, N), bool),
             "touchdown": np.zeros((steps, N), bool), "cbf_active": np.zeros((steps, N), bool),
+            "phase": np.zeros((steps, N), np.int8),
             "rp_err": np.zeros((steps, 2)), "tau": np.zeros((steps, n)), "disturbance": np.zeros((steps, n)),
             "qp_time_us": np.zeros(steps), "cycle_time_us": np.zeros(steps), "qp_accepted": np.zeros(steps, bool),
             "base_pos": np.zeros((steps, 3)), "base_quat": np.zeros((steps, 4)), "base_vel_world": np.zeros((steps, 3)),
@@ -101,6 +105,8 @@ class ClosedLoop:
             sim.set_torque(out.tau)
             tau_dist = self.disturbance.torque(t, f.joint_pos, bool(est.support[self.dist_leg]))
             sim.set_disturbance(tau_dist)
+            if on_tick is not None:
+                on_tick(self, t, f, est)
             q_gt, v_gt = sim.ground_truth()
             d = out.diag
             S["t"][k] = t
@@ -108,6 +114,7 @@ class ClosedLoop:
             S["theta_dot"][k] = d.theta_dot
             S["support"][k] = est.support
             S["touchdown"][k] = est.touchdown
+            S["phase"][k] = est.phase
             S["contact_gt"][k] = sim.foot_contacts()
             S["cbf_active"][k] = d.cbf_active
             S["tau"][k] = out.tau

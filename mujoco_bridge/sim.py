@@ -91,6 +91,12 @@ class MujocoSim:
     def set_disturbance(self, tau_dist: np.ndarray) -> None:
         self.disturbance[:] = tau_dist
 
+    def set_foot_force(self, leg: int, force_world: np.ndarray | None) -> None:
+        """Extra force [N] on leg ``leg``'s foot link (world frame, at its centre of mass), e.g. to
+        make a support foot slip; ``None`` removes it. Evaluation scenarios only."""
+        body = self.m.geom_bodyid[self.foot_geoms[leg]]
+        self.d.xfrc_applied[body, :3] = 0.0 if force_world is None else force_world
+
     def step(self, n: int = 1) -> None:
         self.d.ctrl[:] = self.conv.ctrl_from_tau(self.tau)
         self.d.qfrc_applied[6:] = self.disturbance[self.conv.pin_to_mj]

@@ -1,0 +1,16 @@
+"""``legged-wbc eval-estimator``: see :mod:`state_estimator.evaluate`."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from .evaluate import cmd_eval
+
+    s = sub.add_parser("eval-estimator", help="estimator vs ground truth in closed-loop walking (and a foot slip)")
+    s.add_argument("--duration", type=float, default=12.0, help="simulated seconds per run")
+    s.add_argument("--no-slip", action="store_true", help="skip the slip run")
+    s.add_argument("--slip-leg", default="lm")
+    s.add_argument("--slip-force", type=float, default=350.0, help="horizontal push on the foot [N]")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="scenario override (dotted key)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_eval)
