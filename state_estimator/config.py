@@ -49,18 +49,21 @@ class ParamSpec:
 
 _SCHEMA: tuple[ParamSpec, ...] = (
     # ---------------------------------------------------------------- touchdown detector (per leg KF)
-    ParamSpec("touchdown.gamma_land", float, 600.0, 1.0, 1.0e7,
+    ParamSpec("touchdown.gamma_land", float, 1200.0, 1.0, 1.0e7,
               "touchdown threshold on the score s = ||tau_ext_k - tau_ext_k-1|| / dt [N m/s]"),
     ParamSpec("touchdown.n_land", int, 2, 1, 100,
               "consecutive swing-down samples with s > gamma_land that declare a touchdown [samples]"),
     ParamSpec("touchdown.sigma_dq_process", float, 0.02, 1.0e-6, 100.0,
               "process noise std of the joint-velocity model, per control step [rad/s]"),
-    ParamSpec("touchdown.sigma_tau_process", float, 3.0, 1.0e-6, 1.0e4,
+    ParamSpec("touchdown.sigma_tau_process", float, 1.0, 1.0e-6, 1.0e4,
               "process noise std of the external-torque random walk, per control step [N m]"),
-    ParamSpec("touchdown.sigma_dq_meas", float, 0.01, 1.0e-6, 100.0,
-              "measurement noise std of the joint velocities [rad/s]"),
+    ParamSpec("touchdown.sigma_dq_meas", float, 0.05, 1.0e-6, 100.0,
+              "measurement noise std of the joint velocities, sensor noise plus model error [rad/s]"),
     ParamSpec("touchdown.sigma_tau_init", float, 50.0, 1.0e-3, 1.0e5,
               "initial std of the external-torque estimate [N m]"),
+    ParamSpec("touchdown.base_coupling", bool, True, None, None,
+              "add the leg-base inertia coupling M_ib a_B (base acceleration from the IMU: accelerometer "
+              "and differentiated gyro) to the leg model; false = the paper's leg-block-only model"),
     # ---------------------------------------------------------------- base velocity filter
     ParamSpec("velocity.gating", bool, True, None, None,
               "soft Mahalanobis gating of the leg-kinematics velocity measurements (false: plain KF)"),
@@ -71,9 +74,9 @@ _SCHEMA: tuple[ParamSpec, ...] = (
               "cap of the covariance inflation factor clip(d2 / gate_d2, 1, cap) [-]"),
     ParamSpec("velocity.exclusion_cycles", int, 20, 0, 10000,
               "control cycles a foot is ignored after it enters the support set [cycles]"),
-    ParamSpec("velocity.sigma_accel", float, 0.5, 1.0e-4, 100.0,
+    ParamSpec("velocity.sigma_accel", float, 0.2, 1.0e-4, 100.0,
               "process noise: std of the IMU acceleration error (accelerometer noise + model) [m/s^2]"),
-    ParamSpec("velocity.sigma_meas", float, 0.03, 1.0e-5, 10.0,
+    ParamSpec("velocity.sigma_meas", float, 0.05, 1.0e-5, 10.0,
               "std of one foot's leg-kinematics base-velocity measurement, per axis [m/s]"),
     ParamSpec("velocity.sigma_init", float, 0.05, 1.0e-5, 100.0,
               "initial std of the base velocity estimate at reset, per axis [m/s]"),
@@ -139,6 +142,7 @@ class TouchdownConfig(_Group):
     sigma_tau_process: float = _d("touchdown.sigma_tau_process")
     sigma_dq_meas: float = _d("touchdown.sigma_dq_meas")
     sigma_tau_init: float = _d("touchdown.sigma_tau_init")
+    base_coupling: bool = _d("touchdown.base_coupling")
 
 
 @dataclass(frozen=True)

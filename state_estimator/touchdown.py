@@ -9,8 +9,9 @@ For every leg ``i`` (``k`` joints) the filter state is ``xi = [q_dot_i (k); tau_
 * ``M_i`` [kg m^2] is leg ``i``'s diagonal block of the floating-base mass matrix (armature
   included), ``h_i = C_i + G_i`` [N m] its rows of the bias vector ``h = C(q, v) v + g(q)``; both are
   evaluated at the estimator's state (the caller passes them, computed once per cycle for all legs).
-  The leg block ignores the coupling to the base acceleration; that error is absorbed by ``tau_ext``
-  as a slowly varying term, which the score (a rate) does not see.
+  The leg block alone ignores the coupling to the base acceleration (``M_iB a_B``); the estimator
+  adds it to ``h_i`` from the IMU by default (``touchdown.base_coupling``), otherwise it is absorbed
+  by ``tau_ext``.
 * ``tau_i`` [N m] is the applied motor torque (measured joint effort) over the step.
 * **Sign convention:** ``tau_ext`` [N m] is the external joint torque that *opposes* the motor in the
   model above: ``M q_ddot + h = tau - tau_ext``. A ground reaction force ``F`` on the foot (base frame)
@@ -49,7 +50,8 @@ class TouchdownDetector:
         self.cfg, self.n_legs, self.k, self.dt = cfg, n_legs, k, float(dt)
         L, n = n_legs, 2 * k
         self._I = np.broadcast_to(np.eye(n), (L, n, n))
-        self._q_diag = np.concatenate([np.full(k, cfg.sigma_dq_process ** 2), np.full(k, cfg.sigma_tau_process ** 2)])
+        self._Q = np.diag(np.concatenate([np.full(k, cfg.sigma_dq_process ** 2),
+                                          np.full(k, cfg.sigma_tau_process ** 2)]))  # per nominal step
         self._r = cfg.sigma_dq_meas ** 2
         self._R = self._r * np.eye(k)
         self.x = np.zeros((L, n))            # [q_dot (k); tau_ext (k)] per leg
@@ -102,25 +104,27 @@ class TouchdownDetector:
         if not self.initialized:
             raise RuntimeError("TouchdownDetector: call reset() first")
         dt = self.dt if dt is None else float(dt)
-        k, x, P = self.k, self.x, self.P
+        k, x = self.k, self.x
         tau_prev = x[:, k:].copy()
         # predict: x <- F x + B u, F = [[I, -dt M^-1], [0, I]], B u = dt M^-1 (tau - h)
         B = dt * M_inv
         F = self._F
-        F[:, :k, k:] = -B
-        x[:, :k] += np.einsum("lij,lj->li", B, tau - h - x[:, k:])
-        P = F @ P @ F.transpose(0, 2, 1)
-        idx = np.arange(2 * k)
-        P[:, idx, idx] += self._q_diag * (dt / self.dt)
+        np.negative(B, out=F[:, :k, k:])
+        x[:, :k] += (B @ (tau - h - x[:, k:])[:, :, None])[:, :, 0]
+        P = F @ self.P @ F.transpose(0, 2, 1)
+        P += self._Q if dt == self.dt else self._Q * (dt / self.dt)
         # correct with y = q_dot + v (H = [I 0]); Joseph form, symmetrized
-        S = P[:, :k, :k] + self._R
-        K = P[:, :, :k] @ np.linalg.inv(S)                       # (L, 2k, k)
-        x += np.einsum("lij,lj->li", K, dq_meas - x[:, :k])
+        K = P[:, :, :k] @ np.linalg.inv(P[:, :k, :k] + self._R)     # (L, 2k, k)
+        x += (K @ (dq_meas - x[:, :k])[:, :, None])[:, :, 0]
         A = self._I.copy()
-        A[:, :, :k] -= K                                        # I - K H
-        P = A @ P @ A.transpose(0, 2, 1) + self._r * (K @ K.transpose(0, 2, 1))
-        self.P = 0.5 * (P + P.transpose(0, 2, 1))
-        self.score = np.linalg.norm(x[:, k:] - tau_prev, axis=1) / dt
+        A[:, :, :k] -= K                                            # I - K H
+        P = A @ P @ A.transpose(0, 2, 1)
+        P += self._r * (K @ K.transpose(0, 2, 1))
+        P += P.transpose(0, 2, 1)
+        P *= 0.5
+        self.P = P
+        d = x[:, k:] - tau_prev
+        self.score = np.sqrt((d * d).sum(axis=1)) / dt
         return self.score
 
     # ------------------------------------------------------------------ landing test

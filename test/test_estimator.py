@@ -220,7 +220,7 @@ def stacked_update(v, P, Z, R_list):
 
 @pytest.mark.parametrize("gating", [True, False])
 def test_velocity_update_matches_gating_definition(gating):
-    cfg = VelocityConfig(gating=gating)
+    cfg = VelocityConfig(gating=gating, sigma_meas=0.03)
     f = BaseVelocityFilter(cfg, n_feet=4, dt=DT)
     f.reset(np.array([0.1, -0.05, 0.0]))
     f.P = np.diag([1e-4, 2e-4, 1.5e-4])
