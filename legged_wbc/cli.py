@@ -104,6 +104,7 @@ EXTRA_COMMAND_MODULES = (
     ("wbc_controller.bench", "register"),         # bench qp
     ("state_estimator.cli", "register"),          # eval-estimator
     ("legged_wbc.ros_cli", "register"),           # launch, param
+    ("legged_wbc.report_cli", "register"),        # compare, experiment
 )
 
 
