@@ -150,3 +150,16 @@ def test_quadruped_variant_walks():
     assert not res.fell, res.fall_reason
     assert res.series["theta"].shape[1] == 4
     assert res.metrics["qp_failures"] == 0 and res.metrics["distance_m"] > 0.1
+
+
+@pytest.mark.slow
+def test_full_paper_scenario_targets():
+    """The full protocol (52 s each, ~2-4 min wall): ./run_tests.sh -m slow -k full_paper."""
+    sc = load_scenario("paper")
+    res = {m: ClosedLoop(sc, m).run() for m in ("damping", "cbf")}
+    for m, r in res.items():
+        assert not r.fell and r.metrics["qp_failures"] == 0 and r.metrics["distance_m"] >= 2.0, m
+    assert res["damping"].metrics["max_violation_rad"] >= 0.1
+    assert res["cbf"].metrics["max_violation_rad"] <= 0.005
+    wbc0 = ClosedLoop(load_scenario("nominal"), "none").run(12.0)
+    assert wbc0.metrics["first_violation_time_s"] is not None
