@@ -97,6 +97,7 @@ METRIC_TOPICS = {
     "fell": (T_GT_ODOM,),
     "deadline_misses": (T_BRIDGE_DIAG,),
 }
+METRIC_SOURCE_TOPICS = (T_PITCH, T_SUPPORT, T_CMD, T_WBC_DIAG, T_GT_ODOM)
 SERIES_FOR_METRIC = {
     "max_violation_rad": ("theta", "support"), "violation_rate_pct": ("theta", "support"),
     "first_violation_time_s": ("theta", "support"), "rp_rmse_deg": ("rp_err",), "torque_rms_nm": ("tau",),
@@ -137,6 +138,7 @@ class RunData:
     joint_names: list = field(default_factory=list)
     headless_metrics: dict | None = None                # metrics.json of a headless run
     leg_joints: dict = field(default_factory=dict)      # leg name -> column indices of its joints in tau
+    complete: np.ndarray | None = None                  # rows with every metric topic (None: all)
 
     def joints_of_leg(self, leg: int | str) -> list[int]:
         name = self.leg_names[leg] if isinstance(leg, int) and leg < len(self.leg_names) else leg
@@ -292,6 +294,7 @@ def read_bag_messages(path: Path, topics=TOPICS) -> tuple[dict, dict]:
             if conns:
                 for conn, t, raw in reader.messages(connections=conns):
                     out[conn.topic].append((t, reader.deserialize(raw, conn.msgtype)))
+            out["__end_ns__"] = int(reader.end_time) - 1 if reader.message_count else None  # last log stamp
             # /joint_states: only the first message (joint names), the 1 kHz stream is not needed
             js = [c for c in reader.connections if c.topic == T_JOINT_STATES]
             if js:
@@ -438,8 +441,17 @@ def _series_from_messages(run: RunData, msgs: dict) -> None:
         sim_end_ns = max(ns for ns, _ in gt_list)
     elif bdiag and "sim_time" in bdiag[-1]:
         sim_end_ns = int(round(max(b.get("sim_time", 0.0) for b in bdiag) * 1e9))
-    primary = next((rows for rows in (pitch, cmd, wdiag, support, gt) if rows), {})
-    ticks = np.array(sorted(primary), dtype=int)
+    elif msgs.get("__end_ns__") is not None:
+        # log stamps are sim time (the recorder runs on /clock): the last one is the end of the run
+        sim_end_ns = int(msgs["__end_ns__"])
+        run.notes.append(f"end of the simulation taken from the bag's last receive stamp ({sim_end_ns * 1e-9:g} s; "
+                         f"no {T_GT_ODOM} or {T_BRIDGE_DIAG})")
+    # every tick some controller / estimator / ground-truth topic has (the recorder may have missed
+    # the first ticks of a topic it subscribed to only on discovery: those are gaps, not a later start)
+    present = set()
+    for rows in (cmd, pitch, wdiag, support, gt):
+        present.update(rows)
+    ticks = np.array(sorted(present), dtype=int)
     if sim_end_ns is not None and ticks.size:
         kept = ticks[ticks * CONTROL_PERIOD_NS < sim_end_ns]
         if kept.size < ticks.size and kept.size:
@@ -491,12 +503,16 @@ def _series_from_messages(run: RunData, msgs: dict) -> None:
         # the message stamped t_{k+1} holds the torque applied during tick k
         shifted = {k - 1: v for k, v in dist_at.items() if k >= 1}
         S["disturbance"] = fill(shifted, T_DIST, len(next(iter(dist_at.values()))), lambda r: r, float, 0.0)
+    complete = np.ones(T, dtype=bool)
     for topic, rows in ((T_PITCH, pitch), (T_SUPPORT, support), (T_CMD, cmd), (T_WBC_DIAG, wdiag),
                         (T_GT_ODOM, gt), (T_EST_ODOM, est), (T_GT_CONTACTS, contacts)):
         if rows:
-            miss = int(sum(int(k) not in rows for k in ticks))
-            if miss:
-                run.gaps[topic] = miss
+            has = np.fromiter((int(k) in rows for k in ticks), dtype=bool, count=T)
+            if not has.all():
+                run.gaps[topic] = int(np.count_nonzero(~has))
+                if topic in METRIC_SOURCE_TOPICS:
+                    complete &= has
+    run.complete = complete
     run.wall_time_s = _wall_from_bridge(bdiag)
     run.series = {k: v for k, v in S.items() if v is not None}
     _detect_fall(run)
@@ -541,9 +557,26 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     counters and ``unavailable`` (metric -> reason) for what the input lacks."""
     win = eval_window(run, window)
     S = run.series
+    T = len(S.get("t", []))
+
+    def rows(mask_or_slice):
+        return {k: (v[mask_or_slice] if isinstance(v, np.ndarray) and v.shape[:1] == (T,) else v)
+                for k, v in S.items()}
+
+    keep = np.ones(T, dtype=bool)
     if run.fall_index is not None:
-        S = {k: (v[: run.fall_index + 1] if isinstance(v, np.ndarray) and v.shape[:1] == S["t"].shape else v)
-             for k, v in S.items()}
+        keep[run.fall_index + 1:] = False
+    if run.complete is not None and not run.complete.all():
+        bad = ~run.complete
+        t = S["t"]
+        note = (f"{int(np.count_nonzero(bad))} tick(s) between t = {t[bad][0]:g} and {t[bad][-1]:g} s lack a sample "
+                f"of some metric topic ({', '.join(k for k in run.gaps if k in METRIC_SOURCE_TOPICS)}): "
+                "excluded from the metrics")
+        if note not in run.notes:
+            run.notes.append(note)
+        keep &= run.complete
+    if not keep.all():
+        S = rows(keep)
     if win is None:
         win = (0.0, float(S["t"][-1]) if len(S.get("t", [])) else 0.0)
         run.notes.append("no scenario: evaluation window = the whole run (pass --window T0 T1)")
