@@ -56,7 +56,7 @@ class TouchdownDetector:
         self._R = self._r * np.eye(k)
         self.x = np.zeros((L, n))            # [q_dot (k); tau_ext (k)] per leg
         self.P = np.zeros((L, n, n))
-        self.score = np.zeros(L)             # [N m/s]
+        self.score = np.zeros(L)             # [N m/s] (replaced each step, never modified in place)
         self.count = np.zeros(L, dtype=int)  # consecutive swing-down samples with s > gamma_land
         self.touchdown = np.zeros(L, dtype=bool)
         self.latched_cycle = np.full(L, -(2 ** 62), dtype=np.int64)
@@ -84,7 +84,7 @@ class TouchdownDetector:
         self.x[:, k:] = 0.0 if tau_ext0 is None else tau_ext0
         P0 = np.concatenate([np.full(k, self._r), np.full(k, self.cfg.sigma_tau_init ** 2)])
         self.P[:] = np.diag(P0)
-        self.score[:] = 0.0
+        self.score = np.zeros(self.n_legs)
         self.count[:] = 0
         self.touchdown[:] = False
         self.latched_cycle[:] = -(2 ** 62)

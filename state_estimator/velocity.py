@@ -33,17 +33,36 @@ from .config import VelocityConfig
 GRAVITY_WORLD = np.array([0.0, 0.0, -9.81])  # [m/s^2]
 
 
-def inv3(A: np.ndarray) -> np.ndarray:
-    """Inverse of a 3x3 matrix by cofactors (much cheaper than ``np.linalg.inv`` at this size)."""
-    (a, b, c), (d, e, f), (g, h, i) = A.tolist()
-    c00, c01, c02 = e * i - f * h, f * g - d * i, d * h - e * g
-    det = a * c00 + b * c01 + c * c02
+def _inv3(a: tuple) -> tuple:
+    """Inverse of a 3x3 matrix given as a row-major 9-tuple (cofactors; pure Python is much cheaper
+    than ``np.linalg.inv`` at this size)."""
+    a0, a1, a2, a3, a4, a5, a6, a7, a8 = a
+    c0, c3, c6 = a4 * a8 - a5 * a7, a5 * a6 - a3 * a8, a3 * a7 - a4 * a6
+    det = a0 * c0 + a1 * c3 + a2 * c6
     if det == 0.0 or not math.isfinite(det):
         raise np.linalg.LinAlgError("singular 3x3 matrix")
     s = 1.0 / det
-    return np.array([[c00 * s, (c * h - b * i) * s, (b * f - c * e) * s],
-                     [c01 * s, (a * i - c * g) * s, (c * d - a * f) * s],
-                     [c02 * s, (b * g - a * h) * s, (a * e - b * d) * s]])
+    return (c0 * s, (a2 * a7 - a1 * a8) * s, (a1 * a5 - a2 * a4) * s,
+            c3 * s, (a0 * a8 - a2 * a6) * s, (a2 * a3 - a0 * a5) * s,
+            c6 * s, (a1 * a6 - a0 * a7) * s, (a0 * a4 - a1 * a3) * s)
+
+
+def _mm(a: tuple, b: tuple) -> tuple:
+    """Product of two 3x3 matrices given as row-major 9-tuples."""
+    a0, a1, a2, a3, a4, a5, a6, a7, a8 = a
+    b0, b1, b2, b3, b4, b5, b6, b7, b8 = b
+    return (a0 * b0 + a1 * b3 + a2 * b6, a0 * b1 + a1 * b4 + a2 * b7, a0 * b2 + a1 * b5 + a2 * b8,
+            a3 * b0 + a4 * b3 + a5 * b6, a3 * b1 + a4 * b4 + a5 * b7, a3 * b2 + a4 * b5 + a5 * b8,
+            a6 * b0 + a7 * b3 + a8 * b6, a6 * b1 + a7 * b4 + a8 * b7, a6 * b2 + a7 * b5 + a8 * b8)
+
+
+def _tr(a: tuple) -> tuple:
+    return (a[0], a[3], a[6], a[1], a[4], a[7], a[2], a[5], a[8])
+
+
+def inv3(A: np.ndarray) -> np.ndarray:
+    """Inverse of a 3x3 array (cofactors)."""
+    return np.array(_inv3(tuple(A.ravel().tolist()))).reshape(3, 3)
 
 
 def inflation_factor(d2: np.ndarray | float, threshold: float = 7.81, cap: float = 100.0) -> np.ndarray:
@@ -61,15 +80,13 @@ class BaseVelocityFilter:
             raise ValueError(f"BaseVelocityFilter: dt must be > 0, got {dt}")
         self.cfg, self.n_feet, self.dt = cfg, n_feet, float(dt)
         self._r = cfg.sigma_meas ** 2
-        self._rI = self._r * np.eye(3)
-        self._eye3 = np.eye(3)
-        self._ones = np.ones(n_feet)
         self._q = (cfg.sigma_accel * self.dt) ** 2  # per nominal step
         self.v = np.zeros(3)                        # base linear velocity, world frame [m/s]
         self.P = np.eye(3) * cfg.sigma_init ** 2
         self.prev_support = np.zeros(n_feet, dtype=bool)
         self.cycles_in_support = np.zeros(n_feet, dtype=np.int64)
-        # diagnostics of the last correction
+        # diagnostics of the last cycle; these arrays are replaced, never modified in place, so
+        # callers may keep references to them
         self.d2 = np.full(n_feet, np.nan)           # NaN: not a support foot this cycle
         self.inflation = np.ones(n_feet)
         self.used = np.zeros(n_feet, dtype=bool)
@@ -82,11 +99,11 @@ class BaseVelocityFilter:
         self.P[:] = np.eye(3) * self.cfg.sigma_init ** 2
         sup = np.ones(self.n_feet, dtype=bool) if support is None else np.asarray(support, dtype=bool)
         self.prev_support[:] = sup
-        self.cycles_in_support[:] = np.where(sup, self.cfg.exclusion_cycles, 0)
-        self.d2[:] = np.nan
-        self.inflation[:] = 1.0
-        self.used[:] = False
-        self.excluded[:] = False
+        self.cycles_in_support = np.where(sup, self.cfg.exclusion_cycles, 0)
+        self.d2 = np.full(self.n_feet, np.nan)
+        self.inflation = np.ones(self.n_feet)
+        self.used = np.zeros(self.n_feet, dtype=bool)
+        self.excluded = np.zeros(self.n_feet, dtype=bool)
 
     def predict(self, a_world: np.ndarray, dt: float | None = None) -> None:
         """Integrate the world-frame base acceleration ``a_world = R f + g`` [m/s^2] over ``dt`` [s]."""
@@ -100,35 +117,67 @@ class BaseVelocityFilter:
     def reliable(self, support: np.ndarray) -> np.ndarray:
         """Advance the exclusion counters by one control cycle for the support set ``support`` and
         return the feet usable as velocity measurements now."""
-        entering = support & ~self.prev_support
-        self.cycles_in_support += 1
-        self.cycles_in_support[entering | ~support] = 0
-        self.prev_support[:] = support
-        usable = support & (self.cycles_in_support >= self.cfg.exclusion_cycles)
-        self.excluded[:] = support & ~usable
+        sup = support.tolist()
+        prev = self.prev_support.tolist()
+        cyc = self.cycles_in_support.tolist()
+        n_ex = self.cfg.exclusion_cycles
+        usable = [False] * self.n_feet
+        for i, s in enumerate(sup):
+            cyc[i] = (cyc[i] + 1 if prev[i] else 0) if s else 0   # 0 on the cycle the foot enters
+            usable[i] = s and cyc[i] >= n_ex
+        self.cycles_in_support = np.array(cyc)
+        self.prev_support[:] = sup
+        usable = np.array(usable)
+        self.excluded = support & ~usable
         return usable
 
     def correct(self, z: np.ndarray, usable: np.ndarray, support: np.ndarray | None = None) -> None:
         """Correct with the per-foot velocity measurements ``z`` ``(n_feet, 3)`` [m/s, world] of the
-        ``usable`` feet. ``d2`` is also computed (diagnostics only) for the other ``support`` feet."""
+        ``usable`` feet. ``d2`` is also computed (diagnostics only) for the other ``support`` feet.
+
+        (3x3 algebra in plain Python floats: at this size it is several times cheaper than numpy.)"""
         cfg = self.cfg
-        evaluate = usable if support is None else (usable | support)
-        S_inv = inv3(self.P + self._rI)
-        res = z - self.v
-        d2 = ((res @ S_inv) * res).sum(axis=1)
-        self.d2[:] = np.where(evaluate, d2, np.nan)
-        c = np.clip(d2 * (1.0 / cfg.gate_d2), 1.0, cfg.max_inflation) if cfg.gating else self._ones
-        self.inflation[:] = np.where(evaluate, c, 1.0)
-        self.used[:] = usable
-        if not usable.any():
+        r = self._r
+        P = tuple(self.P.ravel().tolist())
+        v0, v1, v2 = self.v.tolist()
+        s0, s1, s2, s3, s4, s5, s6, s7, s8 = _inv3((P[0] + r, P[1], P[2], P[3], P[4] + r, P[5],
+                                                    P[6], P[7], P[8] + r))
+        use = usable.tolist()
+        ev = use if support is None else (usable | support).tolist()
+        gate, cap, gating = cfg.gate_d2, cfg.max_inflation, cfg.gating
+        d2s = [math.nan] * self.n_feet
+        cs = [1.0] * self.n_feet
+        wsum = zb0 = zb1 = zb2 = 0.0
+        for i, (za, zb, zc) in enumerate(z.tolist()):
+            if not ev[i]:
+                continue
+            r0, r1, r2 = za - v0, zb - v1, zc - v2
+            d2 = ((s0 * r0 + s1 * r1 + s2 * r2) * r0 + (s3 * r0 + s4 * r1 + s5 * r2) * r1
+                  + (s6 * r0 + s7 * r1 + s8 * r2) * r2)
+            c = min(max(d2 / gate, 1.0), cap) if gating else 1.0
+            d2s[i], cs[i] = d2, c
+            if use[i]:
+                w = 1.0 / c
+                wsum += w
+                zb0 += w * za
+                zb1 += w * zb
+                zb2 += w * zc
+        self.d2 = np.array(d2s)
+        self.inflation = np.array(cs)
+        self.used = np.array(use)
+        if wsum == 0.0:
             return
-        w = 1.0 / c[usable]
-        wsum = w.sum()
-        z_bar = (w @ z[usable]) / wsum
-        r_bar = self._r / wsum
-        P = self.P
-        K = P @ inv3(P + r_bar * self._eye3)
-        self.v += K @ (z_bar - self.v)
-        A = self._eye3 - K
-        P = A @ P @ A.T + r_bar * (K @ K.T)
-        self.P = 0.5 * (P + P.T)
+        # all feet measure the same state (H = I): one update with the information-weighted mean
+        rho = r / wsum
+        e0, e1, e2 = zb0 / wsum - v0, zb1 / wsum - v1, zb2 / wsum - v2
+        G = _inv3((P[0] + rho, P[1], P[2], P[3], P[4] + rho, P[5], P[6], P[7], P[8] + rho))
+        K = _mm(P, G)                                         # K = P (P + rho I)^-1
+        self.v[0] += K[0] * e0 + K[1] * e1 + K[2] * e2
+        self.v[1] += K[3] * e0 + K[4] * e1 + K[5] * e2
+        self.v[2] += K[6] * e0 + K[7] * e1 + K[8] * e2
+        A = (1.0 - K[0], -K[1], -K[2], -K[3], 1.0 - K[4], -K[5], -K[6], -K[7], 1.0 - K[8])
+        APA = _mm(_mm(A, P), _tr(A))                          # Joseph form
+        KK = _mm(K, _tr(K))
+        p = [a + rho * b for a, b in zip(APA, KK)]
+        p01, p02, p12 = 0.5 * (p[1] + p[3]), 0.5 * (p[2] + p[6]), 0.5 * (p[5] + p[7])   # symmetrize
+        self.P = np.array([[p[0], p01, p02], [p01, p[4], p12], [p02, p12, p[8]]])
