@@ -3,6 +3,27 @@
 # pinned requirements and the package installed in editable mode.
 set -euo pipefail
 cd "$(dirname "$0")"
+# Offscreen OpenGL for `legged-wbc render` (MuJoCo through EGL; Mesa renders in software without a
+# GPU). Skipped when installed; never fatal: without it `legged-wbc render` says what is missing.
+gl_missing=""
+if command -v dpkg-query >/dev/null 2>&1; then
+  for pkg in libegl1 libegl-mesa0 libgl1-mesa-dri; do
+    st=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    [ "$st" = "install ok installed" ] || gl_missing="$gl_missing $pkg"
+  done
+fi
+if [ -n "$gl_missing" ]; then
+  as_root=""
+  [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && as_root="sudo -n"; }
+  if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || [ -n "$as_root" ]; }; then
+    echo "setup.sh: installing$gl_missing (offscreen rendering)"
+    { $as_root apt-get update -qq && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends $gl_missing; } >/dev/null 2>&1 \
+      || echo "setup.sh: warning: could not install$gl_missing; legged-wbc render will not work" >&2
+  else
+    echo "setup.sh: warning:$gl_missing not installed (needs apt-get as root); legged-wbc render will not work" >&2
+  fi
+fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then

@@ -105,6 +105,7 @@ EXTRA_COMMAND_MODULES = (
     ("state_estimator.cli", "register"),          # eval-estimator
     ("legged_wbc.ros_cli", "register"),           # launch, param
     ("legged_wbc.report_cli", "register"),        # compare, experiment
+    ("legged_wbc.render_cli", "register"),        # render
 )
 
 
