@@ -191,6 +191,14 @@ def _load_scenario_and_bounds(run: RunData) -> None:
 
     name = run.scenario_name
     if name and name != "none":
+        p = Path(name)
+        if p.suffix and not p.exists() and run.kind == "bag":
+            # a moved experiment directory: DIR/bags/NAME recorded with scenario:=DIR/scenarios/NAME.yaml
+            for cand in (run.path.parent / "scenarios" / p.name, run.path.parent.parent / "scenarios" / p.name):
+                if cand.is_file():
+                    run.notes.append(f"scenario {name} not found; using {cand}")
+                    name = str(cand)
+                    break
         try:
             run.scenario = load_scenario(name)
         except (ConfigError, OSError, ValueError) as exc:

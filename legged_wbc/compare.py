@@ -326,37 +326,59 @@ def fig_wbc0_drift(runs, names, path: Path) -> str | None:
     if not sel:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(len(sel), 1, figsize=(12, 3.6 * len(sel)), squeeze=False)
-    for ax, (r, n) in zip(axes[:, 0], sel):
+    fig, axes = plt.subplots(len(sel), 2, figsize=(14, 3.8 * len(sel) + 0.4), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.3, 1]})
+    for row, (r, n) in enumerate(sel):
         S = r.series
         t, th = S["t"], np.asarray(S["theta"])
-        for i, leg in enumerate(r.leg_names):
-            ax.plot(t, th[:, i], lw=1.0, label=leg)
-        ax.axhline(r.theta_max, color="k", ls="--", lw=1)
-        ax.axhline(r.theta_min, color="k", ls="--", lw=1)
         sc = r.scenario
-        if sc is not None:
-            ax.axvspan(sc.stand_up_start, sc.stand_up_start + sc.stand_up_duration, color="0.9", lw=0, zorder=0)
-            for x, lab in ((sc.gait_start, "gait start"), (sc.t_s, "t_s")):
-                ax.axvline(x, color="0.5", lw=0.8, ls=":")
-                ax.text(x, 0.98, " " + lab, transform=ax.get_xaxis_transform(), fontsize=8, va="top", color="0.3")
+        first = None
         if "support" in S:
             v = np.maximum(0.0, np.maximum(th - r.theta_max, r.theta_min - th)) * np.asarray(S["support"], bool)
             idx = np.flatnonzero(np.any(v > 0, axis=1))
             if idx.size:
-                k = idx[0]
-                i = int(np.argmax(v[k]))
+                first = (int(idx[0]), int(np.argmax(v[idx[0]])))
+        # left: the stand-up and the start of walking (up to a little after the first violation / t_s)
+        t_hi = max(sc.t_s if sc is not None else 0.0, t[first[0]] if first else 0.0) + 2.0
+        t_hi = min(float(t[-1]), t_hi) if len(t) else 1.0
+        for col, ax in enumerate(axes[row]):
+            for i, leg in enumerate(r.leg_names):
+                ax.plot(t, th[:, i], lw=1.0 if col == 0 else 0.6, label=leg)
+            ax.axhline(r.theta_max, color="k", ls="--", lw=1)
+            ax.axhline(r.theta_min, color="k", ls="--", lw=1)
+            if sc is not None:
+                ax.axvspan(sc.stand_up_start, sc.stand_up_start + sc.stand_up_duration, color="0.9", lw=0, zorder=0)
+                for x, lab in ((sc.gait_start, "gait start"), (sc.t_s, "t_s")):
+                    ax.axvline(x, color="0.5", lw=0.8, ls=":")
+                    if col == 0:
+                        ax.text(x, 0.98, " " + lab, transform=ax.get_xaxis_transform(), fontsize=8, va="top",
+                                color="0.3")
+            if first:
+                k, i = first
                 ax.axvline(t[k], color="C3", lw=1.2)
                 ax.plot([t[k]], [th[k, i]], "o", color="C3", ms=7, mfc="none")
-                ax.annotate(f"first violation: {r.leg_names[i]} at t = {t[k]:.2f} s", (t[k], th[k, i]),
-                            xytext=(10, 10), textcoords="offset points", color="C3", fontsize=9)
-            else:
+                if col == 0:
+                    ax.annotate(f"first support-leg violation:\n{r.leg_names[i]} at t = {t[k]:.3f} s",
+                                (t[k], th[k, i]), xytext=(-150, 25), textcoords="offset points", color="C3",
+                                fontsize=9, arrowprops={"arrowstyle": "->", "color": "C3"})
+            elif col == 0 and "support" in S:
                 ax.text(0.01, 0.04, "no support-leg violation", transform=ax.transAxes, fontsize=9, color="C2")
-        ax.set_title(f"WBC-0 ({n}): relative pitch of every leg (grey: stand-up)", fontsize=10)
-        ax.set_ylabel("theta (rad)")
-        ax.set_xlabel("t (s)")
-        ax.grid(alpha=0.3)
-        ax.legend(ncol=len(r.leg_names), fontsize=8, loc="lower left")
+            ax.set_xlabel("t (s)")
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.set_xlim(float(t[0]) if len(t) else 0.0, t_hi)
+                sel_t = t <= t_hi
+                if np.any(sel_t):
+                    lo = min(float(np.nanmin(th[sel_t])), r.theta_min)
+                    hi = max(float(np.nanmax(th[sel_t])), r.theta_max)
+                    pad = 0.08 * (hi - lo)
+                    ax.set_ylim(lo - pad, hi + pad)
+                ax.set_ylabel("theta (rad)")
+                ax.set_title(f"WBC-0 ({n}): relative pitch of every leg, stand-up (grey) and start of walking",
+                             fontsize=9)
+                ax.legend(ncol=len(r.leg_names), fontsize=8, loc="lower left")
+            else:
+                ax.set_title("whole run", fontsize=9)
     fig.suptitle("WBC-0 drift while standing up / starting to walk (paper Fig. 5)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -454,6 +476,27 @@ def fig_qp_hist(runs, names, metrics, path: Path) -> str | None:
     return "QP time histograms with the 2 ms line"
 
 
+GAIT_EXCERPT_S = 8.0
+
+
+def _gait_span(run: RunData) -> tuple[float, float] | None:
+    """For a long run, an excerpt of a few gait cycles: around the disturbance if there is one, else
+    from one second before the gait start."""
+    t = run.series["t"]
+    if len(t) == 0 or t[-1] - t[0] <= GAIT_EXCERPT_S:
+        return None
+    win = _disturbance_window(run, run.disturbed_leg)
+    if win:
+        c = 0.5 * (win[0] + win[1])
+        lo = c - 0.5 * GAIT_EXCERPT_S
+    elif run.scenario is not None:
+        lo = run.scenario.gait_start - 1.0
+    else:
+        lo = float(t[0])
+    lo = max(float(t[0]), min(lo, float(t[-1]) - GAIT_EXCERPT_S))
+    return lo, lo + GAIT_EXCERPT_S
+
+
 def fig_gait(runs, names, path: Path) -> str | None:
     sel = [(r, n) for r, n in zip(runs, names) if "support" in r.series]
     if not sel:
@@ -464,12 +507,20 @@ def fig_gait(runs, names, path: Path) -> str | None:
     fig, axes = plt.subplots(len(sel), 1, figsize=(12, 0.35 * sum(len(r.leg_names) for r, _ in sel) + 1.2 * len(sel)),
                              squeeze=False, sharex=True)
     cmap = ListedColormap(["white", "0.25"])
+    disturbed = [r for r, _ in sel if r.disturbed_leg is not None]
+    span = _gait_span(disturbed[0] if disturbed else sel[0][0])
     for ax, (r, n) in zip(axes[:, 0], sel):
         t, s = r.series["t"], np.asarray(r.series["support"], float)
+        if span is not None:
+            keep = (t >= span[0]) & (t < span[1])
+            if np.count_nonzero(keep) > 1:
+                t, s = t[keep], s[keep]
         ax.imshow(s.T, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=1,
                   extent=(t[0], t[-1] + 0.002, len(r.leg_names) - 0.5, -0.5))
         if "contact_gt" in r.series:
             c = np.asarray(r.series["contact_gt"], bool)
+            if span is not None and len(c) == len(r.series["t"]):
+                c = c[(r.series["t"] >= span[0]) & (r.series["t"] < span[1])]
             mism = c != s.astype(bool)
             ii, jj = np.nonzero(mism)
             if ii.size:
@@ -480,7 +531,8 @@ def fig_gait(runs, names, path: Path) -> str | None:
         if win:
             ax.axvspan(win[0], win[1], color="C1", alpha=0.25, lw=0)
         ax.set_title(f"{controller_title(r.controller)} ({n}): estimated support (dark)"
-                     + (", red: differs from the true contact" if "contact_gt" in r.series else ""), fontsize=9)
+                     + (", red: differs from the true contact" if "contact_gt" in r.series else "")
+                     + (f"; excerpt {span[0]:g} - {span[1]:g} s" if span is not None else ""), fontsize=9)
     axes[-1, 0].set_xlabel("t (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
