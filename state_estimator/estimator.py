@@ -85,13 +85,6 @@ class EstimatedState:
     dt: float                      # time since the previous sample [s] (0 on the first)
 
 
-def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a x b`` for 3-vectors (``np.cross`` is slow at this size)."""
-    a0, a1, a2 = a
-    b0, b1, b2 = b
-    return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
-
-
 def _as_vector(name: str, x, n: int) -> np.ndarray:
     try:
         a = np.array(x, dtype=float)  # a copy: the caller's buffer may change later
@@ -99,8 +92,6 @@ def _as_vector(name: str, x, n: int) -> np.ndarray:
         raise ValueError(f"{name}: expected {n} numbers, got {x!r}") from exc
     if a.shape != (n,):
         raise ValueError(f"{name}: expected {n} values, got shape {a.shape}")
-    if not np.isfinite(a).all():
-        raise ValueError(f"{name}: contains NaN/inf: {a}")
     return a
 
 
@@ -128,8 +119,8 @@ class StateEstimator:
         self._mb_rows = np.broadcast_to(lv[:, :, None], (self.L, self.k, 6)).copy()
         self._mb_cols = np.broadcast_to(np.arange(6)[None, None, :], (self.L, self.k, 6)).copy()
         self._M_lb = np.zeros((self.L, self.k, 6))            # leg-base coupling blocks
-        self._gyro_prev = np.zeros(3)
-        self._vb_prev = np.zeros(3)
+        self._gyro_prev = (0.0, 0.0, 0.0)                     # last gyro sample [rad/s]
+        self._vb_prev = (0.0, 0.0, 0.0)                       # last base velocity, base frame [m/s]
         self.base_coupling = self.cfg.touchdown.base_coupling
         self._imu_r = np.array(rm.cfg.imu_xyz, dtype=float)  # IMU position in the base frame [m]
         self._imu_offset = bool(np.any(self._imu_r != 0.0))
@@ -169,8 +160,8 @@ class StateEstimator:
         self._t = None if t0 is None else float(t0)
         self.velocity.reset(np.zeros(3))
         self.touchdown.initialized = False
-        self._gyro_prev[:] = 0.0
-        self._vb_prev[:] = 0.0
+        self._gyro_prev = (0.0, 0.0, 0.0)
+        self._vb_prev = (0.0, 0.0, 0.0)
         self._started = False
         self._is_reset = True
 
@@ -198,21 +189,28 @@ class StateEstimator:
         quat = _as_vector("imu_quat_xyzw", imu_quat_xyzw, 4)
         gyro = _as_vector("imu_gyro", imu_gyro, 3)
         acc = _as_vector("imu_accel", imu_accel, 3)
-        qn = math.sqrt(float(quat @ quat))
+        if not np.isfinite(np.concatenate((qj, dqj, tau, quat, gyro, acc))).all():
+            for name, a in (("joint_pos", qj), ("joint_vel", dqj), ("joint_effort", tau),
+                            ("imu_quat_xyzw", quat), ("imu_gyro", gyro), ("imu_accel", acc)):
+                if not np.isfinite(a).all():
+                    raise ValueError(f"{name}: contains NaN/inf: {a}")
+        qx, qy, qz, qw = quat.tolist()
+        qn = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
         if abs(qn - 1.0) > QUAT_NORM_TOL:
             raise ValueError(f"imu_quat_xyzw: not a unit quaternion (norm {qn:.6g})")
-        quat /= qn
 
-        # ---- all inputs valid: advance
+        # ---- all inputs valid: advance (3-vector algebra in plain floats: cheaper than numpy here)
+        qx, qy, qz, qw = qx / qn, qy / qn, qz / qn, qw / qn
         first = not self._started
         dt = 0.0 if self._t is None else t - self._t
         step = dt if dt > 0 else self.dt                     # integration step of the filters
-        x, y, z, w = quat
-        R = np.array([
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ])
+        r00, r01, r02 = 1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw)
+        r10, r11, r12 = 2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw)
+        r20, r21, r22 = 2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy)
+        R = np.array(((r00, r01, r02), (r10, r11, r12), (r20, r21, r22)))   # base -> world
+        wx, wy, wz = gyro.tolist()
+        fx, fy, fz = acc.tolist()
+        gz = GRAVITY_WORLD[2]
         gait = self.gait
         phase = gait.phases(t)
         cycle = gait.cycle_index(t)
@@ -220,15 +218,23 @@ class StateEstimator:
         lj = self.leg_j
         td = self.touchdown
         # base angular acceleration (gyro differenced over the step) and specific force at the base
-        # origin (the accelerometer sits at imu_xyz: f_B = f_imu - w_dot x r - w x (w x r))
-        w_dot = (gyro - self._gyro_prev) / step if not first else np.zeros(3)
+        # origin (the accelerometer sits at imu_xyz = r: f_B = f_imu - w_dot x r - w x (w x r))
+        if first:
+            ax_, ay_, az_ = 0.0, 0.0, 0.0
+        else:
+            gx0, gy0, gz0 = self._gyro_prev
+            ax_, ay_, az_ = (wx - gx0) / step, (wy - gy0) / step, (wz - gz0) / step
         if self._imu_offset:
-            r = self._imu_r
-            acc = acc - _cross(w_dot, r) - _cross(gyro, _cross(gyro, r))
+            rx, ry, rz = self._imu_r.tolist()
+            cx, cy, cz = wy * rz - wz * ry, wz * rx - wx * rz, wx * ry - wy * rx          # w x r
+            fx -= ay_ * rz - az_ * ry + wy * cz - wz * cy
+            fy -= az_ * rx - ax_ * rz + wz * cx - wx * cz
+            fz -= ax_ * ry - ay_ * rx + wx * cy - wy * cx
 
         # 1. touchdown filters (M, h from the previous estimate; on the first sample, from this one)
         if first:
-            self._dynamics(self._q_vector(qj, quat, self._pos), self._v_vector(R, gyro, dqj))
+            self._dynamics(np.concatenate((self._pos, (qx, qy, qz, qw), qj)),
+                           np.concatenate(((0.0, 0.0, 0.0), (wx, wy, wz), dqj)))
             td.reset(dqj[lj], tau[lj] - self._h_leg)        # at rest: tau_ext = tau - h
             touchdown = td.detect(phase, cycle)
         else:
@@ -236,9 +242,9 @@ class StateEstimator:
             if self.base_coupling:
                 # Pinocchio base acceleration (base frame): [R^T a_world - w x v_B; w_dot],
                 # R^T a_world = f + R^T g
-                a_b = np.empty(6)
-                a_b[:3] = acc + R[2] * GRAVITY_WORLD[2] - _cross(gyro, self._vb_prev)
-                a_b[3:] = w_dot
+                vx, vy, vz = self._vb_prev
+                a_b = np.array((fx + gz * r20 - (wy * vz - wz * vy), fy + gz * r21 - (wz * vx - wx * vz),
+                                fz + gz * r22 - (wx * vy - wy * vx), ax_, ay_, az_))
                 h_leg = h_leg + self._M_lb @ a_b
             touchdown = td.update(self._M_inv, tau[lj], h_leg, dqj[lj], phase, cycle, step)
 
@@ -249,41 +255,46 @@ class StateEstimator:
         self._kinematics(qj, dqj)
         vf = self.velocity
         if not first and dt > 0:
-            vf.predict(R @ acc + GRAVITY_WORLD, step)
+            vf.predict(np.array((r00 * fx + r01 * fy + r02 * fz, r10 * fx + r11 * fy + r12 * fz,
+                                 r20 * fx + r21 * fy + r22 * fz + gz)), step)     # R f + g
         usable = vf.reliable(support)
-        wx, wy, wz = gyro
-        W = np.array([[0.0, -wz, wy], [wz, 0.0, -wx], [-wy, wx, 0.0]])   # [w]x; rows: p [w]x = p x w
+        W = np.array(((0.0, -wz, wy), (wz, 0.0, -wx), (-wy, wx, 0.0)))   # [w]x; rows: p [w]x = p x w
         z_feet = (self._p_foot @ W - self._v_rel) @ R.T        # R (-(w x p) - J_p dq), world
-
         vf.correct(z_feet, usable, support)
-        v_world = vf.v
+        vwx, vwy, vwz = vf.v.tolist()
 
-        # 4. height
-        if support.any():
-            h_raw = self.foot_radius - float((self._p_foot[support] @ R[2]).sum()) / int(support.sum())
+        # 4. height: mean over the support feet of foot_radius - (R p_i)_z, low-passed
+        px, py, pz = self._pos.tolist()
+        sup = support.tolist()
+        n_sup = sum(sup)
+        if n_sup:
+            zs = (self._p_foot @ R[2]).tolist()
+            h_raw = self.foot_radius - sum(z for z, s_ in zip(zs, sup) if s_) / n_sup
         else:
             h_raw = math.nan
         if first:
-            z0 = self._height_init if self._height_init is not None else (h_raw if h_raw == h_raw else 0.0)
-            self._pos[2] = z0
-        elif h_raw == h_raw:
-            a = self._alpha_nom if step == self.dt else self._alpha(step)
-            self._pos[2] += a * (h_raw - self._pos[2])
+            pz = self._height_init if self._height_init is not None else (h_raw if n_sup else 0.0)
+        elif n_sup:
+            pz += (self._alpha_nom if step == self.dt else self._alpha(step)) * (h_raw - pz)
         else:
-            self._pos[2] += step * v_world[2]
+            pz += step * vwz
         # 5. x, y
         if not first:
-            self._pos[:2] += step * v_world[:2]
+            px += step * vwx
+            py += step * vwy
+        self._pos[:] = (px, py, pz)
 
-        q = self._q_vector(qj, quat, self._pos)
-        v = self._v_vector(R, gyro, dqj, v_world)
+        vb = (r00 * vwx + r10 * vwy + r20 * vwz, r01 * vwx + r11 * vwy + r21 * vwz,
+              r02 * vwx + r12 * vwy + r22 * vwz)                # R^T v_world
+        q = np.concatenate(((px, py, pz), (qx, qy, qz, qw), qj))
+        v = np.concatenate((vb, (wx, wy, wz), dqj))
         self._dynamics(q, v)                                  # for the next cycle's prediction
-        self._gyro_prev[:] = gyro
-        self._vb_prev[:] = v[:3]
+        self._gyro_prev = (wx, wy, wz)
+        self._vb_prev = vb
         self._t = t
         self._started = True
         return EstimatedState(
-            t=t, q=q, v=v, v_world=v_world.copy(), support=support, touchdown=touchdown.copy(),
+            t=t, q=q, v=v, v_world=np.array((vwx, vwy, vwz)), support=support, touchdown=touchdown.copy(),
             nominal_support=nominal, phase=phase, cycle=cycle,
             td_score=td.score, td_count=td.count.copy(), tau_ext=td.tau_ext.copy(),
             vel_d2=vf.d2, vel_inflation=vf.inflation, vel_used=vf.used,            # replaced each cycle
@@ -296,20 +307,6 @@ class StateEstimator:
                            frame.imu_quat_xyzw, frame.imu_gyro, frame.imu_accel)
 
     # ------------------------------------------------------------------ helpers
-    def _q_vector(self, qj, quat, pos) -> np.ndarray:
-        q = np.empty(self.n + 7)
-        q[:3] = pos
-        q[3:7] = quat
-        q[7:] = qj
-        return q
-
-    def _v_vector(self, R, gyro, dqj, v_world=None) -> np.ndarray:
-        v = np.empty(self.n + 6)
-        v[:3] = 0.0 if v_world is None else R.T @ v_world
-        v[3:6] = gyro
-        v[6:] = dqj
-        return v
-
     def _dynamics(self, q: np.ndarray, v: np.ndarray) -> None:
         """Leg blocks of ``M`` (inverted) and ``h`` at ``(q, v)``, for all legs at once."""
         model, data = self.rm.model, self._pdata
