@@ -61,11 +61,15 @@ def send(k, pos, vel):
 bad = q[7:].copy(); bad[3] = np.nan
 for k, (pos, vel) in enumerate([(q[7:], np.zeros(24)), (bad, np.zeros(24)), (q[7:-1], np.zeros(23)),
                                  (q[7:], np.zeros(24))]):
-    send(k, pos, vel)
-    t_end = time.monotonic() + 5
-    while time.monotonic() < t_end:
-        rclpy.spin_once(n, timeout_sec=0.05)
-        if k in (0, 3) and any(c[-1] == k for c in cmds):
+    # like the bridge at start-up: re-send a valid sample until it is answered (a late match may drop it)
+    for attempt in range(6 if k in (0, 3) else 1):
+        send(k, pos, vel)
+        t_end = time.monotonic() + (5 if k in (0, 3) else 2)
+        while time.monotonic() < t_end:
+            rclpy.spin_once(n, timeout_sec=0.05)
+            if any(c[-1] == k for c in cmds):
+                break
+        if k not in (0, 3) or any(c[-1] == k for c in cmds):
             break
 for _ in range(20):
     rclpy.spin_once(n, timeout_sec=0.05)
@@ -73,7 +77,7 @@ ticks = sorted({int(c[-1]) for c in cmds})
 print("TICKS", ticks, "NAN", any(not np.all(np.isfinite(c)) for c in cmds), flush=True)
 '''
     try:
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     finally:
         for p in procs:
             p.send_signal(2)
@@ -104,6 +108,16 @@ def test_lockstep_stack_matches_headless_loop(tmp_path):
     rm = RobotModel("hexapod")
     ros = {}
     with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_KILTED)) as reader:
+        counts = {}
+        for c in reader.connections:
+            counts[c.topic] = counts.get(c.topic, 0) + c.msgcount
+        # 2 s of sim: sensors at 1 kHz, commands and estimates at 500 Hz (within 1 %)
+        for topic, expect in (("/joint_states", 2000), ("/imu", 2000), ("/joint_torque_cmd", 1000),
+                              ("/estimator/odom", 1000), ("/wbc/relative_pitch", 1000), ("/ground_truth/odom", 1000)):
+            assert abs(counts.get(topic, 0) - expect) <= 0.01 * expect + 1, (topic, counts.get(topic))
+        heights = [reader.deserialize(raw, c.msgtype).pose.pose.position.z for c, _, raw in
+                   reader.messages(connections=[c for c in reader.connections if c.topic == "/ground_truth/odom"])]
+        assert min(heights[-100:]) > 0.3, "the robot stands"
         conns = [c for c in reader.connections if c.topic == "/joint_states"]
         for conn, _, raw in reader.messages(connections=conns):
             m = reader.deserialize(raw, conn.msgtype)
