@@ -416,6 +416,9 @@ def build_render_model(cfg, width: int, height: int, shadows: bool = True):
     mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "lwbc_grid"
     spec.add_texture(name="lwbc_sky", type=mujoco.mjtTexture.mjTEXTURE_SKYBOX, builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT,
                      rgb1=[0.55, 0.7, 0.88], rgb2=[0.97, 0.98, 1.0], width=64, height=384)
+    for light in spec.lights:   # the scene's spot light stays above the robot wherever it walks
+        if light.name == "sun":
+            light.mode = mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM
     floor = spec.geom("floor")
     floor.material = "lwbc_grid"
     floor.rgba = [1, 1, 1, 1]
@@ -423,7 +426,7 @@ def build_render_model(cfg, width: int, height: int, shadows: bool = True):
     vis = spec.visual
     vis.global_.offwidth = max(int(width), 64)
     vis.global_.offheight = max(int(height), 64)
-    vis.quality.shadowsize = 2048 if shadows else 0
+    vis.quality.shadowsize = 1024 if shadows else 0
     vis.headlight.ambient = [0.3, 0.3, 0.3]
     vis.headlight.diffuse = [0.35, 0.35, 0.35]
     return spec.compile()

@@ -175,7 +175,22 @@ class PassiveViewer(Viewer):
 def _launch_with_timeout(model, data, timeout: float = START_TIMEOUT_S):
     """``mujoco.viewer.launch_passive`` in a helper thread: it blocks forever if GLFW fails inside its
     own thread, so a start that takes longer than ``timeout`` counts as a failure."""
+    import warnings
+
     import mujoco.viewer
+
+    # launch_passive ends the whole process (exit status 1) when GLFW cannot initialize (e.g. DISPLAY
+    # set but no X server reachable): try GLFW here first, where a failure is just False.
+    try:
+        import glfw
+    except Exception as exc:  # noqa: BLE001 - missing libglfw
+        raise RuntimeError(f"GLFW unavailable: {exc}") from exc
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = glfw.init()
+    if not ok:
+        detail = "; ".join(str(w.message) for w in caught) or "glfw.init() failed"
+        raise RuntimeError(f"GLFW cannot open a window: {detail}")
 
     box: queue.Queue = queue.Queue(1)
 

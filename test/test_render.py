@@ -271,6 +271,25 @@ def test_viewer_launch_failure_falls_back(monkeypatch, capsys):
     assert "could not initialize GLFW" in capsys.readouterr().err
 
 
+def test_viewer_with_unreachable_display_does_not_end_the_process(tmp_path):
+    """mujoco.viewer.launch_passive exits the process when GLFW cannot start; open_viewer must not."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from legged_wbc.mujoco_model import build_model\n"
+            "from legged_wbc.viewer import open_viewer\n"
+            "v = open_viewer(build_model())\n"
+            "v.update([0.0] * 31)\n"
+            "print('still running', v.active)\n")
+    env = dict(os.environ, DISPLAY=":987")
+    env.pop("WAYLAND_DISPLAY", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "still running False" in r.stdout
+    assert "viewer: the viewer could not start" in r.stderr and "running without the live view" in r.stderr
+
+
 class FakeHandle:
     """Stands in for mujoco.viewer.Handle (no window): records what sync() would show."""
 
