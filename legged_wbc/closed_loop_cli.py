@@ -17,7 +17,16 @@ def cmd_run(args) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"legged-wbc run: {exc}", file=sys.stderr)
         return 2
-    res = loop.run(args.duration, progress=not args.quiet)
+    viewer = None
+    if args.viewer:
+        from .viewer import attach_viewer
+
+        viewer = attach_viewer(loop)  # no display: says so once and returns a no-op viewer
+    try:
+        res = loop.run(args.duration, progress=not args.quiet)
+    finally:
+        if viewer is not None:
+            viewer.close()
     out = save_run(res, args.out)
     m = res.metrics
     if args.json:
@@ -45,4 +54,6 @@ def register(sub) -> None:
     s.add_argument("--out", required=True, help="output directory (metrics.json, log.npz)")
     s.add_argument("--json", action="store_true", help="print metrics.json")
     s.add_argument("--quiet", action="store_true", help="no progress line")
+    s.add_argument("--viewer", action="store_true", help="open MuJoCo's viewer (needs a display; rendered off the "
+                   "control path); without a display the run goes on headless")
     s.set_defaults(func=cmd_run)
