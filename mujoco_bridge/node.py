@@ -313,13 +313,15 @@ def _make_node_class():
                 return self._support[max(older)] if older else None
 
         def _open_viewer(self):
-            try:
-                import mujoco.viewer
+            """Live view with its own MjData, synced by its own thread (off the physics path);
+            without a display it says so and the node runs on headless."""
+            from legged_wbc.viewer import open_viewer
 
-                return mujoco.viewer.launch_passive(self.sim.m, self.sim.d)
-            except Exception as exc:  # no display, no GL
-                self.get_logger().warning(f"viewer requested but unavailable: {exc}")
+            v = open_viewer(self.sim.m)
+            if not v.active:
+                self.get_logger().warning(f"viewer requested but unavailable: {v.reason}")
                 return None
+            return v
 
         # ------------------------------------------------------------ commands (executor thread)
         def _reject(self, reason: str, kind: str | None = None) -> None:
@@ -411,11 +413,8 @@ def _make_node_class():
             if t_ns >= self._diag_next_ns:
                 self.publish_diagnostics()
                 self._diag_next_ns = t_ns + int(round(self.params["diagnostics_period"] * 1e9))
-            if self.viewer is not None and self.step_count % 16 == 0:
-                try:
-                    self.viewer.sync()
-                except Exception:
-                    self.viewer = None
+            if self.viewer is not None:
+                self.viewer.update(self.sim.d.qpos)  # a copy at most every 1/50 s; drawn by the viewer's thread
 
         def publish_diagnostics(self) -> None:
             now = time.monotonic()
