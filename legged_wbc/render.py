@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 import sys
 import threading
 import time
@@ -80,6 +81,30 @@ class Series:
     @property
     def dt(self) -> float:
         return float(np.median(np.diff(self.t))) if len(self.t) > 1 else 0.0
+
+
+class LazySeries(Series):
+    """A :class:`Series` whose samples are decoded on first use (a bag's serialized messages: a
+    render needs a few thousand of the ~100k samples of a long run)."""
+
+    def __init__(self, t: np.ndarray, raws: list, decode: Callable[[object], np.ndarray]):
+        self.t = t
+        self._raws = raws
+        self._decode = decode
+        self._cache: dict[int, np.ndarray] = {}
+
+    @property
+    def v(self) -> np.ndarray:  # the whole series, decoded (tests, small bags)
+        return np.stack([self._get(i) for i in range(len(self.t))])
+
+    def _get(self, i: int) -> np.ndarray:
+        val = self._cache.get(i)
+        if val is None:
+            val = self._cache[i] = self._decode(self._raws[i])
+        return val
+
+    def at(self, t: float) -> np.ndarray:
+        return self._get(self.index(t))
 
 
 @dataclass
@@ -226,6 +251,14 @@ def _parse_custom_data(custom) -> dict:
     return out
 
 
+def _cdr_header_stamp_ns(raw) -> int:
+    """``header.stamp`` of a serialized message whose first field is a ``std_msgs/Header``: after the
+    4-byte CDR encapsulation come ``sec`` (int32) and ``nanosec`` (uint32)."""
+    endian = "<" if raw[1] & 1 else ">"
+    sec, nsec = struct.unpack_from(endian + "iI", raw, 4)
+    return sec * 1_000_000_000 + nsec
+
+
 def _bag_custom_data(d: Path) -> dict:
     """``custom_data`` of the bag's ``metadata.yaml`` (the recorder stores its ``key=value;...`` there)."""
     import yaml
@@ -260,64 +293,71 @@ def _load_bag(d: Path, robot: str | None) -> Recording:
 
         jorder, lorder = JointOrder(rm.joint_names), JointOrder(rm.cfg.leg_names)
         wanted = [tp for tp in (TOPIC_ODOM, TOPIC_JOINTS, TOPIC_SUPPORT, TOPIC_THETA, TOPIC_DISTURBANCE) if tp in topics]
-        rows: dict[str, list] = {tp: [] for tp in wanted}
+        raws: dict[str, list] = {tp: [] for tp in wanted}
         stamps: dict[str, list] = {tp: [] for tp in wanted}
+        types: dict[str, str] = {}
         conns = [c for c in reader.connections if c.topic in wanted]
         for conn, recv_ns, raw in reader.messages(connections=conns):
-            msg = reader.deserialize(raw, conn.msgtype)
             tp = conn.topic
-            hdr = getattr(msg, "header", None)
-            ns = int(hdr.stamp.sec) * 1_000_000_000 + int(hdr.stamp.nanosec) if hdr is not None else int(recv_ns)
+            types[tp] = conn.msgtype
+            raws[tp].append(raw)
+            stamps[tp].append(_cdr_header_stamp_ns(raw) if tp != TOPIC_DISTURBANCE else int(recv_ns))
+        typestore = reader.typestore        # holds the bag's own message definitions too
+    finally:
+        reader.close()
+
+    def decoder(tp: str):
+        msgtype = types.get(tp)
+
+        def decode(raw):
+            try:
+                msg = typestore.deserialize_cdr(raw, msgtype)
+            except Exception as exc:  # noqa: BLE001 - rosbags SerdeError and friends
+                raise RenderError(f"{d}: cannot decode a {tp} message ({msgtype}): {exc}") from exc
             try:
                 if tp == TOPIC_ODOM:
                     pp, o = msg.pose.pose.position, msg.pose.pose.orientation
                     val = np.array([pp.x, pp.y, pp.z, o.x, o.y, o.z, o.w])
                 elif tp == TOPIC_JOINTS:
-                    idx = jorder.index(list(msg.name))
                     pos = np.asarray(msg.position, float)
                     if pos.size != len(msg.name):
                         raise ValueError(f"position has {pos.size} values for {len(msg.name)} names")
-                    val = pos[idx]
+                    val = pos[jorder.index(list(msg.name))]
                 elif tp in (TOPIC_SUPPORT, TOPIC_THETA):
                     val = np.asarray(msg.position, float)[lorder.index(list(msg.name))]
+                    if tp == TOPIC_SUPPORT:
+                        val = val > 0.5
                 else:  # /disturbance: Float64MultiArray in joint_states.name order
                     data = np.asarray(msg.data, float)[int(msg.layout.data_offset):]
                     if data.size != rm.n:
-                        continue
-                    val = data
+                        raise ValueError(f"{data.size} values for {rm.n} joints")
+                    val = _legs_disturbed(data[None, :], rm)[0]
             except ValueError as exc:
-                raise RenderError(f"{d}: {tp} message at t={ns * 1e-9:.3f} s: {exc}") from exc
-            rows[tp].append(val)
-            stamps[tp].append(ns)
-    finally:
-        reader.close()
+                raise RenderError(f"{d}: {tp} message: {exc}") from exc
+            if tp in (TOPIC_ODOM, TOPIC_JOINTS) and not np.all(np.isfinite(val)):
+                raise RenderError(f"{d}: {tp} message with non-finite values")
+            return val
 
-    def series(tp, check=True):
-        if not rows.get(tp):
+        return decode
+
+    def series(tp):
+        if not raws.get(tp):
             return None
         t = np.asarray(stamps[tp], dtype=np.int64) * 1e-9
-        v = np.asarray(rows[tp])
         order = np.argsort(t, kind="stable")
-        t, v = t[order], v[order]
-        if check:
-            _check_finite(d, tp, v.reshape(len(v), -1))
-        return Series(t, v)
+        return LazySeries(t[order], [raws[tp][i] for i in order], decoder(tp))
 
     base, joints = series(TOPIC_ODOM), series(TOPIC_JOINTS)
-    empty = [tp for tp, s in ((TOPIC_ODOM, base), (TOPIC_JOINTS, joints)) if s is None]
+    empty = [tp for tp, x in ((TOPIC_ODOM, base), (TOPIC_JOINTS, joints)) if x is None]
     if empty:
         raise RenderError(f"{d}: the bag has no messages on {' and '.join(empty)} (needed to replay the run)")
+    base.at(base.t[0])          # decode one sample of each now: name mismatches are reported up front
+    joints.at(joints.t[0])
     name = custom.get("scenario")
     rec = Recording(path=d, kind="bag", robot=robot, controller=custom.get("controller"), scenario_name=name,
                     scenario=_scenario_by_name(name), joint_names=list(rm.joint_names),
-                    leg_names=list(rm.cfg.leg_names), base=base, joints=joints)
-    sup = series(TOPIC_SUPPORT, check=False)
-    if sup is not None:
-        rec.support = Series(sup.t, sup.v > 0.5)
-    rec.theta = series(TOPIC_THETA, check=False)
-    dist = series(TOPIC_DISTURBANCE, check=False)
-    if dist is not None:
-        rec.disturbed = Series(dist.t, _legs_disturbed(dist.v, rm))
+                    leg_names=list(rm.cfg.leg_names), base=base, joints=joints,
+                    support=series(TOPIC_SUPPORT), theta=series(TOPIC_THETA), disturbed=series(TOPIC_DISTURBANCE))
     if rec.controller is None:
         rec.notes.append("bag metadata has no custom_data controller=...; controller unknown")
     return rec
