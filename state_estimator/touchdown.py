@@ -133,21 +133,29 @@ class TouchdownDetector:
 
         ``phase``: nominal phase per leg (``legged_wbc.gait`` SUPPORT / SWING_UP / SWING_DOWN),
         ``cycle``: gait-cycle index per leg."""
-        down = phase == SWING_DOWN
-        # the latch lives only within the swing-down of the cycle it was detected in
-        self.touchdown &= down & (self.latched_cycle == cycle)
-        # a new swing-down (entered from another phase, or a new cycle) restarts the count
-        start = down & ((self._prev_phase != SWING_DOWN) | (self._prev_cycle != cycle))
-        self.count[~down | start] = 0
-        armed = down & ~self.touchdown
-        over = self.score > self.cfg.gamma_land
-        self.count[armed & over] += 1
-        self.count[armed & ~over] = 0
-        fire = armed & (self.count >= self.cfg.n_land)
-        self.touchdown |= fire
-        self.latched_cycle[fire] = cycle[fire]
-        self._prev_phase[:] = phase
-        self._prev_cycle[:] = cycle
+        # (a plain loop over the legs: several times cheaper than numpy for a handful of legs)
+        gamma, n_land = self.cfg.gamma_land, self.cfg.n_land
+        ph, cy, sc = phase.tolist(), cycle.tolist(), self.score.tolist()
+        td, cnt, latched = self.touchdown.tolist(), self.count.tolist(), self.latched_cycle.tolist()
+        prev_ph, prev_cy = self._prev_phase.tolist(), self._prev_cycle.tolist()
+        for i in range(self.n_legs):
+            if ph[i] != SWING_DOWN:                 # support / swing-up: filter only, latch cleared
+                td[i], cnt[i] = False, 0
+                continue
+            if td[i] and latched[i] != cy[i]:       # the latch lives only within its cycle's swing-down
+                td[i] = False
+            if prev_ph[i] != SWING_DOWN or prev_cy[i] != cy[i]:
+                cnt[i] = 0                          # a new swing-down restarts the count
+            if td[i]:
+                continue
+            cnt[i] = cnt[i] + 1 if sc[i] > gamma else 0
+            if cnt[i] >= n_land:
+                td[i], latched[i] = True, cy[i]
+        self.touchdown[:] = td
+        self.count[:] = cnt
+        self.latched_cycle[:] = latched
+        self._prev_phase[:] = ph
+        self._prev_cycle[:] = cy
         return self.touchdown
 
     def update(self, M_inv, tau, h, dq_meas, phase, cycle, dt=None) -> np.ndarray:
