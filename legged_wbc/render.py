@@ -865,29 +865,32 @@ def render_run(run: str | Path, out: str | Path, compare: str | Path | None = No
     other = load_recording(compare, o.robot) if compare is not None else None
     start, end = time_window(rec, o.start, o.end)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"run": str(rec.path), "kind": rec.kind, "controller": rec.controller,
                      "scenario": rec.scenario_name, "robot": rec.robot, "size": [o.width, o.height],
                      "camera": o.camera, "start_s": start, "end_s": end}
     if rec.support is None:
         rec.notes.append("no support data in the run: support dots drawn grey")
+    # every option is checked before the (slow) rendering starts
+    times = frame_times(start, end, o.fps) if o.video else None
+    st, span = strip_times(rec, start, end, o.strip_frames, o.strip_time) if o.strip else (None, None)
+    tc = None
+    if other is not None:
+        tc = default_compare_time(rec, other) if o.compare_time is None else float(o.compare_time)
+        for r in (rec, other):
+            if not (r.t_start - 1e-9 <= tc < r.t_end):
+                raise RenderError(f"--compare-time {tc:g} s is outside {r.path}'s data [{r.t_start:.3f}, {r.t_end:.3f}] s")
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     sr = SceneRenderer(rec.robot, o.width, o.height, o.camera, o.shadows)
     summary["gl_backend"] = sr.backend
     summary["setup_s"] = time.perf_counter() - t0
     sb = None
     try:
-        if o.video:
-            times = frame_times(start, end, o.fps)
+        if times is not None:
             summary["video"] = render_video(rec, sr, out / "video.mp4", times, o.fps, o.overlay, o.progress)
-        if o.strip:
-            st, span = strip_times(rec, start, end, o.strip_frames, o.strip_time)
+        if st is not None:
             summary["strip"] = render_strip(rec, sr, out / "gait_strip.png", st, span, o.overlay)
         if other is not None:
-            tc = default_compare_time(rec, other) if o.compare_time is None else float(o.compare_time)
-            for r in (rec, other):
-                if not (r.t_start - 1e-9 <= tc < r.t_end):
-                    raise RenderError(f"--compare-time {tc:g} s is outside {r.path}'s data [{r.t_start:.3f}, {r.t_end:.3f}] s")
             sb = sr if other.robot == rec.robot else SceneRenderer(other.robot, o.width, o.height, o.camera, o.shadows)
             summary["compare"] = render_compare(rec, other, sr, sb, out / "compare.png", tc, o.overlay)
     finally:
