@@ -146,6 +146,14 @@ class StateEstimator:
     def _alpha(self, dt: float) -> float:
         return 1.0 - math.exp(-2.0 * math.pi * self.cfg.height.cutoff_hz * dt)
 
+    def set_config(self, cfg: EstimatorConfig) -> None:
+        """Apply new (validated) parameters from the next update on; filter states are kept."""
+        self.cfg = cfg
+        self.base_coupling = cfg.touchdown.base_coupling
+        self.touchdown.set_config(cfg.touchdown)
+        self.velocity.set_config(cfg.velocity)
+        self._alpha_nom = self._alpha(self.dt)
+
     def reset(self, q0: np.ndarray | None = None, t0: float | None = None) -> None:
         """Start over with the robot at rest (all feet settled). ``q0`` (Pinocchio ``q``) gives the
         initial base position; without it, x = y = 0 and z comes from the first sample's feet.

@@ -151,9 +151,7 @@ def _make_node_class():
                 del self.buf[k]
             self.last_tick = tick
             if self._pending_cfg is not None:
-                self.est.cfg = self._pending_cfg  # filters read their gains from cfg each cycle
-                self.est.touchdown.cfg = self._pending_cfg.touchdown
-                self.est.velocity.cfg = self._pending_cfg.velocity
+                self.est.set_config(self._pending_cfg)
                 self._pending_cfg = None
             pos, vel, eff = d["js"]
             quat, gyro, acc = d["imu"]

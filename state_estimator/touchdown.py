@@ -66,6 +66,15 @@ class TouchdownDetector:
         self._F[:] = np.eye(n)
         self.initialized = False
 
+    def set_config(self, cfg: TouchdownConfig) -> None:
+        """New gains (live parameter update); the filter state is kept."""
+        k = self.k
+        self.cfg = cfg
+        self._Q = np.diag(np.concatenate([np.full(k, cfg.sigma_dq_process ** 2),
+                                          np.full(k, cfg.sigma_tau_process ** 2)]))
+        self._r = cfg.sigma_dq_meas ** 2
+        self._R = self._r * np.eye(k)
+
     # ------------------------------------------------------------------ state access
     @property
     def dq(self) -> np.ndarray:

@@ -92,6 +92,12 @@ class BaseVelocityFilter:
         self.used = np.zeros(n_feet, dtype=bool)
         self.excluded = np.zeros(n_feet, dtype=bool)
 
+    def set_config(self, cfg: VelocityConfig) -> None:
+        """New gains (live parameter update); the estimate and its covariance are kept."""
+        self.cfg = cfg
+        self._r = cfg.sigma_meas ** 2
+        self._q = (cfg.sigma_accel * self.dt) ** 2
+
     def reset(self, v_world: np.ndarray | None = None, support: np.ndarray | None = None) -> None:
         """Start at ``v_world`` [m/s] (default 0) with ``sigma_init`` covariance; feet in ``support``
         (default: all) count as settled (no exclusion)."""

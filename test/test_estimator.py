@@ -490,3 +490,20 @@ def test_imu_lever_arm_is_removed(rm):
         w_prev = w
         np.testing.assert_allclose(s1.v, s0.v, atol=1e-12)
         np.testing.assert_allclose(s1.td_score, s0.td_score, rtol=1e-9, atol=1e-6)
+
+
+def test_set_config_applies_new_gains_and_keeps_state():
+    """Live parameter updates (the node's on-set callback) change the derived filter constants."""
+    from legged_wbc.gait import GaitConfig, GaitScheduler
+    from legged_wbc.model import RobotModel
+    from state_estimator.estimator import StateEstimator
+
+    rm = RobotModel("hexapod")
+    e = StateEstimator(rm, GaitScheduler(GaitConfig.from_dict(rm.cfg.gait), rm.cfg.leg_names))
+    e.reset(rm.stance_configuration())
+    v_before = e.velocity.v.copy()
+    e.set_config(e.cfg.replace(**{"touchdown.sigma_dq_meas": 0.2, "velocity.sigma_meas": 0.1,
+                                  "height.cutoff_hz": 10.0}))
+    assert abs(e.touchdown._r - 0.04) < 1e-12 and abs(e.velocity._r - 0.01) < 1e-12
+    assert abs(e._alpha_nom - e._alpha(e.dt)) < 1e-15 and e.cfg.height.cutoff_hz == 10.0
+    assert (e.velocity.v == v_before).all()
