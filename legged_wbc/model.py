@@ -170,6 +170,7 @@ class RobotModel:
         self.fdata = self.fixed.createData()
         self.total_mass = float(sum(i.mass for i in self.model.inertias))
         self.nq, self.nv = self.model.nq, self.model.nv
+        self._tril = np.tril_indices(self.nv, -1)
         self._zeros_n = np.zeros(self.n)
 
     # ------------------------------------------------------------------ state helpers
@@ -200,8 +201,10 @@ class RobotModel:
 
     # ------------------------------------------------------------------ floating-base dynamics
     def mass_matrix(self, q: np.ndarray) -> np.ndarray:
-        M = pin.crba(self.model, self.data, q)
-        return np.triu(M) + np.triu(M, 1).T
+        """Joint-space inertia ``M(q)`` (nv x nv, symmetric; Pinocchio fills the upper triangle)."""
+        M = pin.crba(self.model, self.data, q).copy()
+        M[self._tril] = M.T[self._tril]
+        return M
 
     def bias(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """``h = C(q, v) v + g(q)`` [N, N m] in Pinocchio coordinates."""

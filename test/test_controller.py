@@ -241,3 +241,25 @@ def test_config_validation_names_parameter():
         load_wbc_config(overrides={"kp_bb": 1.0})
     with pytest.raises(ConfigError, match=r"kp_pos\[2\]"):
         WbcConfig(kp_pos=(1.0, 2.0, -3.0))
+
+
+def test_swing_planner_derivatives_and_end_conditions():
+    from wbc_controller.references import SwingPlanner
+
+    sp = SwingPlanner(3)
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        sp.begin(i, rng.normal(size=3), rng.normal(size=3), 0.4, rng.normal(size=3), rng.normal(size=3))
+    legs, s, h = np.array([0, 2]), np.array([0.3, 0.7]), 1e-6
+    p, v, a = sp(legs, s, 0.08)
+    pp, vp, _ = sp(legs, s + h / 0.4, 0.08)
+    pm, vm, _ = sp(legs, s - h / 0.4, 0.08)
+    np.testing.assert_allclose((pp - pm) / (2 * h), v, atol=1e-6)   # velocity is d/dt of position
+    np.testing.assert_allclose((vp - vm) / (2 * h), a, atol=1e-5)   # acceleration is d/dt of velocity
+    p1, v1, _ = sp(legs, np.ones(2), 0.08)
+    np.testing.assert_allclose(sp(legs, np.zeros(2), 0.08)[0], sp.start[legs], atol=1e-15)
+    np.testing.assert_allclose(p1, sp.target[legs], atol=1e-15)
+    np.testing.assert_allclose(v1, sp.v_end[legs], atol=1e-12)      # lands at ground speed, z velocity 0
+    mid = sp(legs, np.full(2, 0.5), 0.08)[0]
+    lin = 0.5 * (sp.start[legs, 2] + sp.target[legs, 2])
+    np.testing.assert_allclose(mid[:, 2] - lin, 0.08, atol=1e-12)   # apex: lift height above the blend

@@ -23,6 +23,7 @@ stop (zero torque) until :meth:`WholeBodyController.reset`.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -174,18 +175,20 @@ class WholeBodyController:
     # ------------------------------------------------------------------ input checks
     def _check_input(self, inp: ControllerInput) -> None:
         rm = self.rm
-        checks = [("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N)]
-        if inp.tau_ext is not None:
-            checks.append(("tau_ext", inp.tau_ext, self.n))
+        checks = (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N),
+                  ("tau_ext", inp.tau_ext, self.n))
         for name, arr, size in checks:
-            a = np.asarray(arr)
-            if a.shape != (size,):
-                raise InputError(f"controller input {name}: expected {size} values, got shape {a.shape}")
-            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            if arr is None and name == "tau_ext":
+                continue
+            shape = getattr(arr, "shape", None)
+            if shape != (size,):
+                raise InputError(f"controller input {name}: expected {size} values, got shape {np.shape(arr)}")
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
                 raise InputError(f"controller input {name}: contains NaN/inf")
-        if not np.isfinite(inp.t):
+        if not math.isfinite(inp.t):
             raise InputError("controller input t: not finite")
-        if abs(np.linalg.norm(inp.q[3:7]) - 1.0) > 1e-3:
+        x, y, z, w = inp.q[3:7].tolist()
+        if abs(x * x + y * y + z * z + w * w - 1.0) > 2e-3:
             raise InputError("controller input q: base quaternion is not unit")
 
     # ------------------------------------------------------------------ main cycle

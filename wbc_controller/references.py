@@ -120,27 +120,27 @@ class SwingPlanner:
 
     def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3)."""
-        T = self.duration[legs][:, None]
-        sc = np.clip(s, 0.0, 1.0)[:, None]
-        s2, s3 = sc * sc, sc * sc * sc
-        p0, p1 = self.start[legs], self.target[legs]
-        m0, m1 = self.v_start[legs] * T, self.v_end[legs] * T
-        p = (2 * s3 - 3 * s2 + 1) * p0 + (s3 - 2 * s2 + sc) * m0 + (-2 * s3 + 3 * s2) * p1 + (s3 - s2) * m1
-        v = ((6 * s2 - 6 * sc) * p0 + (3 * s2 - 4 * sc + 1) * m0 + (-6 * s2 + 6 * sc) * p1 + (3 * s2 - 2 * sc) * m1) / T
-        a = ((12 * sc - 6) * p0 + (6 * sc - 4) * m0 + (-12 * sc + 6) * p1 + (6 * sc - 2) * m1) / T**2
-        u = sc[:, 0]
-        f = 10 * u**3 - 15 * u**4 + 6 * u**5
-        df = 30 * u**2 - 60 * u**3 + 30 * u**4
-        ddf = 60 * u - 180 * u**2 + 120 * u**3
-        b = 16 * u**2 * (1 - u) ** 2
-        db = 32 * u * (1 - u) ** 2 - 32 * u**2 * (1 - u)
-        ddb = 32 * (1 - u) ** 2 - 128 * u * (1 - u) + 32 * u**2
-        dz = p1[:, 2] - p0[:, 2]
-        Tz = T[:, 0]
-        p[:, 2] = p0[:, 2] + dz * f + lift * b
-        v[:, 2] = (dz * df + lift * db) / Tz
-        a[:, 2] = (dz * ddf + lift * ddb) / Tz**2
-        return p, v, a
+        T = self.duration[legs]
+        u = np.clip(s, 0.0, 1.0)
+        u2, u3, u4, u5 = u * u, u**3, u**4, u**5
+        one = np.ones_like(u)
+        # Hermite basis (rows: p0, m0, p1, m1) and its derivatives, then the vertical quintic + bump
+        B = np.stack([np.stack([2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2], 1),
+                      np.stack([6 * u2 - 6 * u, 3 * u2 - 4 * u + one, -6 * u2 + 6 * u, 3 * u2 - 2 * u], 1),
+                      np.stack([12 * u - 6, 6 * u - 4, -12 * u + 6, 6 * u - 2], 1)], 0)        # (3, k, 4)
+        pts = np.stack([self.start[legs], self.v_start[legs] * T[:, None], self.target[legs],
+                        self.v_end[legs] * T[:, None]], 1)                                   # (k, 4, 3)
+        out = np.einsum("dkj,kjc->dkc", B, pts)                                               # (3, k, 3)
+        scale = np.stack([one, 1 / T, 1 / T**2])                                              # (3, k)
+        out *= scale[:, :, None]
+        z = np.stack([
+            10 * u3 - 15 * u4 + 6 * u5, 30 * u2 - 60 * u3 + 30 * u4, 60 * u - 180 * u2 + 120 * u3])  # quintic
+        bump = 16 * np.stack([u2 * (1 - u) ** 2, 2 * u * (1 - u) ** 2 - 2 * u2 * (1 - u),
+                              2 * (1 - u) ** 2 - 8 * u * (1 - u) + 2 * u2])
+        z0, dz = self.start[legs, 2], self.target[legs, 2] - self.start[legs, 2]
+        out[:, :, 2] = (dz * z + lift * bump) * scale
+        out[0, :, 2] += z0
+        return out[0], out[1], out[2]
 
 
 __all__ = ["BodyReference", "BodyReferenceGenerator", "SwingPlanner", "body_task", "skew", "smoothstep5", "vee"]
