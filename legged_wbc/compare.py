@@ -248,6 +248,28 @@ def _disturbance_window(run: RunData, leg: int | None) -> tuple[float, float] | 
     return None
 
 
+def _applied_segments(run: RunData, leg: int | None) -> list[tuple[float, float]]:
+    """Time intervals where the disturbance torque on ``leg`` was nonzero (from the recorded torque)."""
+    S = run.series
+    if "disturbance" not in S or leg is None or not run.joints_of_leg(leg):
+        return []
+    on = np.any(np.asarray(S["disturbance"])[:, run.joints_of_leg(leg)] != 0, axis=1)
+    edges = np.flatnonzero(np.diff(np.r_[False, on, False].astype(int)))
+    t = S["t"]
+    return [(float(t[a]), float(t[b - 1]) + 0.002) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def _shade_disturbance(ax, run: RunData, leg: int | None, label: bool = False) -> None:
+    """The scenario's disturbance window lightly, the intervals where it was applied (leg in the
+    estimated support set) darker."""
+    sc = run.scenario
+    if sc is not None and sc.disturbance.enabled:
+        ax.axvspan(sc.disturbance.start, sc.disturbance.start + sc.disturbance.duration, color="C1", alpha=0.12,
+                   lw=0, label="disturbance window" if label else None)
+    for i, (a, b) in enumerate(_applied_segments(run, leg)):
+        ax.axvspan(a, b, color="C1", alpha=0.35, lw=0, label="disturbance applied" if label and i == 0 else None)
+
+
 def _common_disturbed_leg(runs: list[RunData]) -> tuple[int, str]:
     for r in runs:
         i = r.disturbed_leg
@@ -288,8 +310,7 @@ def fig_disturbed_leg(runs, names, path: Path) -> str | None:
             ax.plot(t, th, lw=1.0, color="C0", label=f"theta {leg_name}")
             ax.axhline(r.theta_max, color="C3", ls="--", lw=1)
             ax.axhline(r.theta_min, color="C3", ls="--", lw=1)
-            if win:
-                ax.axvspan(win[0], win[1], color="C1", alpha=0.25, lw=0, label="disturbance")
+            _shade_disturbance(ax, r, li, label=col == 0)
             ax.set_ylabel("rad")
             ax.grid(alpha=0.3)
             if col == 1:
@@ -304,13 +325,13 @@ def fig_disturbed_leg(runs, names, path: Path) -> str | None:
                         ax.set_ylim(ymin, ymax)
                     ax.set_title("zoom: disturbance window", fontsize=9)
                 else:
-                    ax.text(0.5, 0.5, "no disturbance in this run", transform=ax.transAxes, ha="center",
-                            va="center", fontsize=9, color="0.4")
+                    ax.text(0.5, 0.97, "no disturbance in this run", transform=ax.transAxes, ha="center",
+                            va="top", fontsize=9, color="0.3", bbox={"fc": "white", "ec": "none", "alpha": 0.8})
             else:
                 ax.set_title(f"{controller_title(r.controller)} ({n}): relative pitch of leg {leg_name} "
                              "(grey: estimated support)", fontsize=9)
-                if row == 0:
-                    ax.legend(loc="upper left", fontsize=8)
+                if row == 0 or win:
+                    ax.legend(loc="upper left", fontsize=7)
         axes[row][0].set_xlim(t[0] if len(t) else 0, t[-1] if len(t) else 1)
     for ax in axes[-1]:
         ax.set_xlabel("t (s)")
@@ -430,9 +451,7 @@ def fig_torques(runs, names, path: Path) -> str | None:
         for c, j in enumerate(sorted(hl)):
             name = r.joint_names[j] if j < len(r.joint_names) else f"{leg_name} joint {c}"
             ax.plot(t, tau[:, j], color=f"C{c}", lw=0.9, label=name)
-        win = _disturbance_window(r, li)
-        if win:
-            ax.axvspan(win[0], win[1], color="C1", alpha=0.2, lw=0)
+        _shade_disturbance(ax, r, li)
         ax.set_ylabel("N m")
         ax.grid(alpha=0.3)
         ax.set_title(f"{controller_title(r.controller)} ({n}): command torque, all joints (grey), leg {leg_name} "
@@ -527,9 +546,7 @@ def fig_gait(runs, names, path: Path) -> str | None:
                 ax.plot(t[ii], jj, ",", color="C3", alpha=0.6)
         ax.set_yticks(range(len(r.leg_names)))
         ax.set_yticklabels(r.leg_names, fontsize=8)
-        win = _disturbance_window(r, r.disturbed_leg)
-        if win:
-            ax.axvspan(win[0], win[1], color="C1", alpha=0.25, lw=0)
+        _shade_disturbance(ax, r, r.disturbed_leg)
         ax.set_title(f"{controller_title(r.controller)} ({n}): estimated support (dark)"
                      + (", red: differs from the true contact" if "contact_gt" in r.series else "")
                      + (f"; excerpt {span[0]:g} - {span[1]:g} s" if span is not None else ""), fontsize=9)
