@@ -348,3 +348,26 @@ def wait_for_matched_subscribers(node, publishers, timeout: float = 2.0, min_cou
         if ok or time.monotonic() >= t_end:
             return ok
         time.sleep(0.01)
+
+
+# ----------------------------------------------------------------------------- node entry point
+def spin_node(make_node, argv=None) -> int:
+    """``main()`` of a node: init, spin ``make_node()`` until Ctrl-C / SIGTERM / shutdown, clean up."""
+    import sys
+
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = None
+    try:
+        node = make_node()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0

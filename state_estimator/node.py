@@ -180,22 +180,7 @@ def _make_node_class():
 
 
 def main(argv: list[str] | None = None) -> int:
-    import rclpy
-    from rclpy.executors import ExternalShutdownException
-
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = None
-    try:
-        node = _make_node_class()()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return ros_io.spin_node(lambda: _make_node_class()(), argv)
 
 
 if __name__ == "__main__":
