@@ -77,6 +77,20 @@ class GaitScheduler:
     def active(self, t: float) -> bool:
         return self.cfg.start_time <= t < self.cfg.stop_time
 
+    def state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(phases, swing_progress, cycle_index)`` at ``t`` in one pass (the 500 Hz path)."""
+        N = self.n_legs
+        if t < self.cfg.start_time:
+            return np.zeros(N, dtype=int), np.zeros(N), -np.ones(N, dtype=int)
+        loc, k = self._local(t)
+        cycles = k.astype(int)
+        if not self.active(t):
+            return np.zeros(N, dtype=int), np.zeros(N), cycles
+        s = loc / self.swing_duration
+        swinging = (s < 1.0) & (k >= 0) & (self.group >= 0)
+        phases = np.where(swinging, np.where(s < 0.5, SWING_UP, SWING_DOWN), SUPPORT)
+        return phases, np.where(swinging, s, 0.0), cycles
+
     def phases(self, t: float) -> np.ndarray:
         """Nominal phase per leg: ``SUPPORT``, ``SWING_UP`` or ``SWING_DOWN``."""
         out = np.zeros(self.n_legs, dtype=int)

@@ -25,6 +25,7 @@ fixed-base Pinocchio model of the same URDF, whose world frame *is* the base fra
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -239,51 +240,59 @@ class RobotModel:
         elif dqj.shape != (self.n,):
             raise ValueError(f"joint velocities: expected {self.n} values, got {dqj.shape}")
         m, d, N = self.fixed, self.fdata, self.n_legs
+        lwa = pin.LOCAL_WORLD_ALIGNED
         pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
         pin.computeJointJacobians(m, d, qj)
         pin.updateFramePlacements(m, d)
         P = np.empty((N, 3))
-        Jp = np.empty((N, 3, 4))
-        Jw = np.empty((N, 3, 4))
+        J = np.empty((N, 4, 4))
         A = np.empty((N, 3))
         dJp = np.empty((N, 3))
-        dJw = np.empty((N, 3))
+        Jw_all = np.empty((N, 3, 4))
+        theta = np.empty(N)
+        theta_dot = np.empty(N)
+        dJt = np.empty(N)
+        v_p = np.empty((N, 3))
+        # per leg in plain floats: for six 4-joint legs this beats stacked numpy (call overhead)
         for i in range(N):
             fp = self.foot_frames_fixed[i]
-            Jf = pin.getFrameJacobian(m, d, fp, pin.LOCAL_WORLD_ALIGNED)[:, self.leg_joints[i]]
-            Jp[i] = Jf[:3]
-            Jw[i] = Jf[3:]
+            cols = self.leg_joints[i]
+            Jf = pin.getFrameJacobian(m, d, fp, lwa)[:, cols]
+            J[i, :3] = Jf[:3]
+            Jw = Jf[3:]
+            Jw_all[i] = Jw
             oMf = d.oMf[fp]
             P[i] = oMf.translation
-            A[i] = oMf.rotation[:, 0]
-            acc = pin.getFrameClassicalAcceleration(m, d, fp, pin.LOCAL_WORLD_ALIGNED)
+            ax, ay, az = oMf.rotation[:, 0].tolist()
+            A[i] = (ax, ay, az)
+            acc = pin.getFrameClassicalAcceleration(m, d, fp, lwa)
             dJp[i] = acc.linear
-            dJw[i] = acc.angular
-        dq = dqj[self._leg_joint_matrix]                      # (N, 4)
-        w = np.einsum("nij,nj->ni", Jw, dq)                   # foot-link angular velocity rel. base
-        ax, ay, az = A[:, 0], A[:, 1], A[:, 2]
-        r = np.hypot(ax, ay)
-        theta = np.arctan2(-az, r)
-        ok = r * r > R2_EPS
-        rs = np.where(ok, r, 1.0)
-        g = np.stack([az * ax / rs, az * ay / rs, -r], axis=1)
-        g[~ok] = 0.0
-        axg = cross_rows(A, g)
-        J_theta = np.einsum("ni,nij->nj", axg, Jw)
-        # theta_ddot = g.a_ddot + (dg/dt).a_dot with a_dot = w x a, a_ddot = w_dot x a + w x a_dot
-        a_dot = cross_rows(w, A)
-        r_dot = (ax * a_dot[:, 0] + ay * a_dot[:, 1]) / rs
-        g_dot = np.stack([(a_dot[:, 2] * ax + az * a_dot[:, 0]) / rs - az * ax * r_dot / rs**2,
-                          (a_dot[:, 2] * ay + az * a_dot[:, 1]) / rs - az * ay * r_dot / rs**2,
-                          -r_dot], axis=1)
-        dJt = np.einsum("ni,ni->n", axg, dJw) + np.einsum("ni,ni->n", g, cross_rows(w, a_dot)) \
-            + np.einsum("ni,ni->n", g_dot, a_dot)
-        dJt[~ok] = 0.0
-        J = np.empty((N, 4, 4))
-        J[:, :3] = Jp
-        J[:, 3] = J_theta
-        return LegBatch(p=P, J=J, a=A, theta=theta, theta_dot=np.einsum("ni,ni->n", J_theta, dq), J_w=Jw,
-                        dJ_p_dq=dJp, dJ_theta_dq=dJt, v_p=np.einsum("nij,nj->ni", Jp, dq))
+            dq = dqj[cols]
+            v_p[i] = Jf[:3] @ dq
+            r = math.sqrt(ax * ax + ay * ay)
+            theta[i] = math.atan2(-az, r)
+            if r * r <= R2_EPS:  # foot-link x-axis along the base z: theta's Jacobian row is zeroed
+                J[i, 3] = 0.0
+                theta_dot[i] = dJt[i] = 0.0
+                continue
+            wx, wy, wz = (Jw @ dq).tolist()
+            gx, gy, gz = az * ax / r, az * ay / r, -r                     # g = d theta / d a
+            cx, cy, cz = ay * gz - az * gy, az * gx - ax * gz, ax * gy - ay * gx   # a x g
+            Jt = cx * Jw[0] + cy * Jw[1] + cz * Jw[2]                      # J_theta = (a x g)^T J_w
+            J[i, 3] = Jt
+            theta_dot[i] = float(Jt @ dq)
+            # theta_ddot = g.a_ddot + (dg/dt).a_dot, a_dot = w x a, a_ddot = w_dot x a + w x a_dot
+            adx, ady, adz = wy * az - wz * ay, wz * ax - wx * az, wx * ay - wy * ax
+            r_dot = (ax * adx + ay * ady) / r
+            gdx = (adz * ax + az * adx) / r - az * ax * r_dot / (r * r)
+            gdy = (adz * ay + az * ady) / r - az * ay * r_dot / (r * r)
+            gdz = -r_dot
+            wadx, wady, wadz = wy * adz - wz * ady, wz * adx - wx * adz, wx * ady - wy * adx
+            awx, awy, awz = acc.angular.tolist()
+            dJt[i] = (cx * awx + cy * awy + cz * awz + gx * wadx + gy * wady + gz * wadz
+                      + gdx * adx + gdy * ady + gdz * adz)
+        return LegBatch(p=P, J=J, a=A, theta=theta, theta_dot=theta_dot, J_w=Jw_all, dJ_p_dq=dJp,
+                        dJ_theta_dq=dJt, v_p=v_p)
 
     def legs(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> list[LegState]:
         """Leg kinematics for joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s], one object per leg."""

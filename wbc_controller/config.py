@@ -7,6 +7,8 @@ also a ROS parameter of the ``wbc_controller`` node, declared from :func:`legged
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 from pathlib import Path
 
 from legged_wbc.params import from_flat, load_ros_params, param, validate
@@ -84,6 +86,9 @@ class WbcConfig:
 
     def __post_init__(self):
         validate(self)
+        # gain vectors as arrays, once (frozen dataclass: set through object.__setattr__)
+        for name in ("kp_pos", "kd_pos", "kp_rot", "kd_rot"):
+            object.__setattr__(self, f"_{name}", np.asarray(getattr(self, name), dtype=float))
         if self.theta_min + self.cbf_margin >= self.theta_max - self.cbf_margin:
             raise ValueError("cbf_margin: leaves an empty relative-pitch range")
 

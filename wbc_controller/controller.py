@@ -215,6 +215,7 @@ class WholeBodyController:
         self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
         self._lam_flat = lam.reshape(-1)
         self._leg_j_flat = np.array(self.leg_j).reshape(-1)
+        self._neg_skew = np.zeros((N, 9))
         self._Mll_rows = legv[:, :, None].repeat(4, axis=2)              # (N, 4, 4) leg blocks of M
         self._Mll_cols = legv[:, None, :].repeat(4, axis=1)
         self._cache_config()
@@ -240,9 +241,7 @@ class WholeBodyController:
         # ---------------- references
         ref = self.refs(t)
         acc_body = body_task(cfg, ref, q[:3], R, v[:3], v[3:6])
-        phases = self.gait.phases(t)
-        progress = self.gait.swing_progress(t)
-        cycles = self.gait.cycle_index(t)
+        phases, progress, cycles = self.gait.state(t)
         mode = cfg.relative_pitch_mode
         tau_sw = np.zeros(self.n)
         W = np.empty((N, 4))
@@ -321,16 +320,16 @@ class WholeBodyController:
         for k in range(self.ns):
             s = nv + 4 * N + k
             p.H[s, s] = cfg.cbf_slack_weight
-        reg = cfg.hessian_reg * float(np.max(np.diagonal(p.H)))
+        reg = cfg.hessian_reg * float(p.H.diagonal().max())
         p.H[np.diag_indices(self.nx)] += reg
 
         # ---------------- floating-base rows: M_B nu_dot - [sum f; sum r x f] = -h_B
         p.A_eq[:6, :nv] = M[:6]
         p.b_eq[:6] = -h[:6]
-        rx, ry, rz = lb.p[:, 0], lb.p[:, 1], lb.p[:, 2]
-        zero = np.zeros(N)
-        neg_skew = np.stack([zero, rz, -ry, -rz, zero, rx, ry, -rx, zero], axis=1)   # -[r]x row-major
-        p.A_eq[self._S_rows, self._S_cols] = neg_skew.reshape(-1)
+        ns = self._neg_skew                                # -[r]x row-major per foot; zeros stay zero
+        ns[:, 1], ns[:, 2], ns[:, 5] = lb.p[:, 2], -lb.p[:, 1], lb.p[:, 0]
+        ns[:, 3], ns[:, 6], ns[:, 7] = -lb.p[:, 2], lb.p[:, 1], -lb.p[:, 0]
+        p.A_eq[self._S_rows, self._S_cols] = ns.reshape(-1)
         # ---------------- contact state: f_z upper bounds
         p.u[self._fz_rows] = np.where(support, cfg.fz_max, 0.0)
         # ---------------- torque rows
@@ -367,7 +366,7 @@ class WholeBodyController:
         tau_wbc = M[6:] @ nu_dot + h[6:]
         tau_wbc[self._leg_j_flat] -= np.einsum("nji,nj->ni", lb.J, lam.reshape(N, 4)).reshape(-1)
         tau = tau_wbc + tau_sw_total
-        in_bounds = bool(np.all(tau >= tmin - self._tau_tol)) and bool(np.all(tau <= tmax + self._tau_tol))
+        in_bounds = bool(((tau >= tmin - self._tau_tol) & (tau <= tmax + self._tau_tol)).all())
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
                     and bool(np.all(np.isfinite(tau))) and in_bounds)
         qp_us = (time.perf_counter() - t_start) * 1e6

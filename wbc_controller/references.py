@@ -83,15 +83,15 @@ def body_task(cfg: WbcConfig, ref: BodyReference, p: np.ndarray, R: np.ndarray, 
     ``w_dot_des = -K_R e_R - K_w e_w - w_B x (R^T R_d w_d) + R^T R_d w_dot_d``.
     ``v_base``/``w_base`` are expressed in the base frame (Pinocchio's convention)."""
     v_world = R @ v_base
-    a_des = ref.a + np.asarray(cfg.kp_pos) * (ref.p - p) + np.asarray(cfg.kd_pos) * (ref.v - v_world)
+    a_des = ref.a + cfg._kp_pos * (ref.p - p) + cfg._kd_pos * (ref.v - v_world)
     out = np.empty(6)
     out[:3] = R.T @ a_des - cross3(w_base, v_base)
     RtRd = R.T @ ref.R
-    e_R = 0.5 * vee(ref.R.T @ R - R.T @ ref.R)
+    E = ref.R.T @ R - R.T @ ref.R
+    e_R = 0.5 * np.array([E[2, 1], E[0, 2], E[1, 0]])
     w_d_in_b = RtRd @ ref.w
     e_w = w_base - w_d_in_b
-    out[3:] = (-np.asarray(cfg.kp_rot) * e_R - np.asarray(cfg.kd_rot) * e_w - cross3(w_base, w_d_in_b)
-               + RtRd @ ref.w_dot)
+    out[3:] = -cfg._kp_rot * e_R - cfg._kd_rot * e_w - cross3(w_base, w_d_in_b) + RtRd @ ref.w_dot
     return out
 
 
@@ -119,28 +119,37 @@ class SwingPlanner:
         self.planned[i] = True
 
     def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3)."""
-        T = self.duration[legs]
-        u = np.clip(s, 0.0, 1.0)
-        u2, u3, u4, u5 = u * u, u**3, u**4, u**5
-        one = np.ones_like(u)
-        # Hermite basis (rows: p0, m0, p1, m1) and its derivatives, then the vertical quintic + bump
-        B = np.stack([np.stack([2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2], 1),
-                      np.stack([6 * u2 - 6 * u, 3 * u2 - 4 * u + one, -6 * u2 + 6 * u, 3 * u2 - 2 * u], 1),
-                      np.stack([12 * u - 6, 6 * u - 4, -12 * u + 6, 6 * u - 2], 1)], 0)        # (3, k, 4)
-        pts = np.stack([self.start[legs], self.v_start[legs] * T[:, None], self.target[legs],
-                        self.v_end[legs] * T[:, None]], 1)                                   # (k, 4, 3)
-        out = np.einsum("dkj,kjc->dkc", B, pts)                                               # (3, k, 3)
-        scale = np.stack([one, 1 / T, 1 / T**2])                                              # (3, k)
-        out *= scale[:, :, None]
-        z = np.stack([
-            10 * u3 - 15 * u4 + 6 * u5, 30 * u2 - 60 * u3 + 30 * u4, 60 * u - 180 * u2 + 120 * u3])  # quintic
-        bump = 16 * np.stack([u2 * (1 - u) ** 2, 2 * u * (1 - u) ** 2 - 2 * u2 * (1 - u),
-                              2 * (1 - u) ** 2 - 8 * u * (1 - u) + 2 * u2])
-        z0, dz = self.start[legs, 2], self.target[legs, 2] - self.start[legs, 2]
-        out[:, :, 2] = (dz * z + lift * bump) * scale
-        out[0, :, 2] += z0
-        return out[0], out[1], out[2]
+        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3).
+
+        Plain floats per leg: at most a few swing legs, and numpy's per-call overhead dominates."""
+        k = len(legs)
+        P, V, A = np.empty((k, 3)), np.empty((k, 3)), np.empty((k, 3))
+        for j, (i, sj) in enumerate(zip(np.asarray(legs).tolist(), np.asarray(s).tolist())):
+            T = float(self.duration[i])
+            u = min(max(sj, 0.0), 1.0)
+            u2, u3 = u * u, u * u * u
+            h = (2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2)
+            dh = ((6 * u2 - 6 * u) / T, (3 * u2 - 4 * u + 1) / T, (-6 * u2 + 6 * u) / T, (3 * u2 - 2 * u) / T)
+            ddh = ((12 * u - 6) / T**2, (6 * u - 4) / T**2, (-12 * u + 6) / T**2, (6 * u - 2) / T**2)
+            p0, p1 = self.start[i].tolist(), self.target[i].tolist()
+            m0 = [x * T for x in self.v_start[i].tolist()]
+            m1 = [x * T for x in self.v_end[i].tolist()]
+            for c in (0, 1):
+                pts = (p0[c], m0[c], p1[c], m1[c])
+                P[j, c] = sum(a * b for a, b in zip(h, pts))
+                V[j, c] = sum(a * b for a, b in zip(dh, pts))
+                A[j, c] = sum(a * b for a, b in zip(ddh, pts))
+            # vertical: quintic blend 0 -> 1 plus the lift bump 16 u^2 (1-u)^2
+            f = 10 * u3 - 15 * u2 * u2 + 6 * u3 * u2
+            df = 30 * u2 - 60 * u3 + 30 * u2 * u2
+            ddf = 60 * u - 180 * u2 + 120 * u3
+            w = 1.0 - u
+            b, db, ddb = 16 * u2 * w * w, 32 * u * w * w - 32 * u2 * w, 32 * w * w - 128 * u * w + 32 * u2
+            dz = p1[2] - p0[2]
+            P[j, 2] = p0[2] + dz * f + lift * b
+            V[j, 2] = (dz * df + lift * db) / T
+            A[j, 2] = (dz * ddf + lift * ddb) / T**2
+        return P, V, A
 
 
 __all__ = ["BodyReference", "BodyReferenceGenerator", "SwingPlanner", "body_task", "skew", "smoothstep5", "vee"]
