@@ -31,6 +31,7 @@ from .model import RobotModel
 from .scenario import DisturbanceModel, Scenario
 
 CONTROL_DT = 0.002
+CONTROL_PERIOD_NS = 2_000_000
 PHYSICS_PER_CONTROL = 2
 
 
@@ -96,7 +97,9 @@ class ClosedLoop:
         last_print = -1.0
         k = 0
         for k in range(steps):
-            t = sim.time
+            # the tick clock, exactly as the ROS nodes read it off the stamps (k * 2 ms in integer ns);
+            # MuJoCo's accumulated d.time drifts in the last bits and would shift tick-boundary events
+            t = (k * CONTROL_PERIOD_NS) * 1e-9
             f = sim.sensors()
             est = self.est.update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
             tau_ext = np.empty(n)

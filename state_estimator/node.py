@@ -75,7 +75,19 @@ def _make_node_class():
             self.rm = RobotModel(P["robot"])
             sc = load_scenario(P["scenario"]) if P["scenario"] not in ("", "none") else None
             gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
-            self.est = StateEstimator(self.rm, GaitScheduler(gait, self.rm.cfg.leg_names), est_cfg(P.as_dict()))
+            cfg = est_cfg(P.as_dict())
+            if sc is not None and sc.estimator:
+                # the scenario's estimator block on top of the parameter file, as in the headless loop
+                from rclpy.parameter import Parameter
+
+                from .config import _flatten
+
+                over = _flatten(sc.estimator)
+                flat = cfg.replace(**over).to_flat()
+                self.set_parameters([Parameter(k, value=self.params.specs[k].coerce(flat[k]))
+                                     for k in over if k in self.params.specs])
+                cfg = est_cfg(self.params.as_dict())
+            self.est = StateEstimator(self.rm, GaitScheduler(gait, self.rm.cfg.leg_names), cfg)
             self.est.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
             self._pending_cfg = None
             self.joint_names = list(self.rm.joint_names)
