@@ -189,14 +189,8 @@ def imu_msg(t_ns: int, frame_id: str, quat_xyzw, gyro, accel,
     from sensor_msgs.msg import Imu
 
     m = Imu()
-    m.header.stamp = time_msg(t_ns)
     m.header.frame_id = frame_id
-    q = m.orientation
-    q.x, q.y, q.z, q.w = (float(v) for v in quat_xyzw)
-    w = m.angular_velocity
-    w.x, w.y, w.z = (float(v) for v in gyro)
-    a = m.linear_acceleration
-    a.x, a.y, a.z = (float(v) for v in accel)
+    fill_imu(m, time_msg(t_ns), quat_xyzw, gyro, accel)
     if gyro_var > 0:
         m.angular_velocity_covariance = _dvec(np.diag([gyro_var] * 3).ravel())
     if accel_var > 0:
@@ -230,15 +224,9 @@ def odometry_msg(t_ns: int, q: np.ndarray, v: np.ndarray, child_frame_id: str,
     from nav_msgs.msg import Odometry
 
     m = Odometry()
-    m.header.stamp = time_msg(t_ns)
     m.header.frame_id = frame_id
     m.child_frame_id = child_frame_id
-    p, o = m.pose.pose.position, m.pose.pose.orientation
-    p.x, p.y, p.z = (float(x) for x in q[:3])
-    o.x, o.y, o.z, o.w = (float(x) for x in q[3:7])
-    lin, ang = m.twist.twist.linear, m.twist.twist.angular
-    lin.x, lin.y, lin.z = (float(x) for x in v[:3])
-    ang.x, ang.y, ang.z = (float(x) for x in v[3:6])
+    fill_odometry(m, time_msg(t_ns), q, v)
     return m
 
 
