@@ -259,6 +259,20 @@ def test_lockstep_bridge_recorder_params_and_bad_commands(tmp_path, ros_env, pro
     # ---- the bag, via rosbags
     assert (bag / "metadata.yaml").exists()
     topics = read_bag(bag)
+    # at start-up the bridge re-publishes the tick-0 sample when its answer is slow (loaded machine):
+    # keep the first copy of each stamp (stamps are unique otherwise)
+    for k, msgs in topics.items():
+        stamp_of = (lambda m: m.header.stamp) if msgs and hasattr(msgs[0][1], "header") else \
+            (lambda m: m.clock) if msgs and hasattr(msgs[0][1], "clock") else None
+        if stamp_of is not None:
+            seen, keep = set(), []
+            for rec in msgs:
+                st_ns = stamp_of(rec[1]).sec * 10**9 + stamp_of(rec[1]).nanosec
+                if st_ns == 0 and st_ns in seen:
+                    continue
+                seen.add(st_ns)
+                keep.append(rec)
+            topics[k] = keep
     counts = {k: len(v) for k, v in topics.items()}
     for t in ("/joint_states", "/imu", "/clock"):
         assert counts[t] == 201, counts           # 1 kHz: t = 0 .. 0.2 s
