@@ -78,7 +78,7 @@ class ClosedLoop:
             on_tick=None) -> RunResult:
         """Run for ``duration`` sim seconds (default: the scenario's). ``on_tick(loop, t, sensors, est)``,
         if given, is called every control tick before the physics steps (evaluation hooks)."""
-        sc, rm, sim, N, n = self.sc, self.rm, self.sim, self.rm.n_legs, self.rm.n
+        sc, sim, N, n = self.sc, self.sim, self.rm.n_legs, self.rm.n
         duration = sc.duration if duration is None else duration
         steps = int(round(duration / CONTROL_DT))
         S = {
@@ -128,7 +128,7 @@ class ClosedLoop:
             S["safe_stop"][k] = d.safe_stop
             S["base_pos"][k] = q_gt[:3]
             S["base_quat"][k] = q_gt[3:7]
-            S["base_vel_world"][k] = sim.d.qvel[:3]
+            S["base_vel_world"][k] = sim.base_velocity_world()
             S["est_pos"][k] = est.q[:3]
             S["est_vel_world"][k] = est.v_world
             S["joint_pos"][k] = f.joint_pos

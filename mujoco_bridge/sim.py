@@ -106,8 +106,8 @@ class MujocoSim:
     # ------------------------------------------------------------------ outputs
     def sensors(self) -> SensorFrame:
         d, conv = self.d, self.conv
-        qj = d.qpos[7:][conv.mj_to_pin].copy()
-        dqj = d.qvel[6:][conv.mj_to_pin].copy()
+        qj = self.joint_positions()
+        dqj = self.joint_velocities()
         a, n = self._sensor["imu_quat"]
         quat = quat_wxyz_to_xyzw(d.sensordata[a:a + n])
         a, n = self._sensor["imu_gyro"]
@@ -121,6 +121,18 @@ class MujocoSim:
         effort = d.actuator_force.copy()[np.argsort(conv.pin_to_act)]
         return SensorFrame(t=float(d.time), joint_pos=qj, joint_vel=dqj, joint_effort=effort,
                            imu_quat_xyzw=quat / np.linalg.norm(quat), imu_gyro=gyro, imu_accel=acc)
+
+    def joint_positions(self) -> np.ndarray:
+        """Joint positions [rad], Pinocchio joint order (noise-free)."""
+        return self.d.qpos[7:][self.conv.mj_to_pin]
+
+    def joint_velocities(self) -> np.ndarray:
+        """Joint velocities [rad/s], Pinocchio joint order (noise-free)."""
+        return self.d.qvel[6:][self.conv.mj_to_pin]
+
+    def base_velocity_world(self) -> np.ndarray:
+        """True base linear velocity in the world frame [m/s] (evaluation only)."""
+        return self.d.qvel[:3].copy()
 
     def ground_truth(self) -> tuple[np.ndarray, np.ndarray]:
         """True ``(q, v)`` in Pinocchio conventions (evaluation only)."""
