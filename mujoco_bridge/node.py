@@ -89,7 +89,6 @@ Parameters: see ``SCHEMA`` below and ``config/mujoco_bridge.yaml``.
 
 from __future__ import annotations
 
-import importlib
 import signal
 import sys
 import threading
@@ -155,7 +154,7 @@ class ScenarioDisturbance:
         if node.step_count % node.steps_per_tick == 0:
             sup = node.support_estimate(node.step_count // node.steps_per_tick)
             in_support = bool(sup[self.model.leg]) if sup is not None else False
-            qj = sim.d.qpos[7:][sim.conv.mj_to_pin]
+            qj = sim.joint_positions()
             self.held = self.model.torque(t, qj, in_support)
         return self.held
 
@@ -428,7 +427,7 @@ def _make_node_class():
 
         # ------------------------------------------------------------ physics
         def damping_torque(self) -> np.ndarray:
-            dq = self.sim.d.qvel[6:][self.sim.conv.mj_to_pin]
+            dq = self.sim.joint_velocities()
             tau = -float(self.params["watchdog_damping"]) * dq
             return np.clip(tau, -self.effort_limit, self.effort_limit)
 
