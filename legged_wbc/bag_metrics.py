@@ -59,7 +59,6 @@ parameter changes during the run are not in the bag and not taken into account).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 

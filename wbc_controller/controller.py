@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from legged_wbc.gait import SUPPORT, GaitConfig, GaitScheduler
-from legged_wbc.model import RobotModel, cross_rows, null_vectors, skew
+from legged_wbc.model import RobotModel, cross_rows, null_vectors
 from legged_wbc.conventions import rotation_from_quat_xyzw
 
 from .config import WbcConfig
 from .qp import INF, QpProblem, QpResult, make_backend
-from .references import BodyReferenceGenerator, SwingPlanner, body_task
+from .references import BodyReferenceGenerator, SwingPlanner, body_task, vee
 
 
 @dataclass
@@ -194,7 +194,7 @@ class WholeBodyController:
     # ------------------------------------------------------------------ main cycle
     def _build_index(self) -> None:
         """Flat index arrays so per-leg blocks are written with one fancy assignment each."""
-        N, nv = self.N, self.nv
+        N = self.N
         legv = np.array(self.leg_v)                                   # (N, 4) columns in nu_dot
         self._legv = legv
         self._H_rows = np.repeat(legv, 4, axis=1).reshape(-1)         # (N*16,) row-major 4x4 blocks
@@ -398,7 +398,7 @@ class WholeBodyController:
                            qp_iterations=res.iterations, qp_time_us=qp_us, solve_time_us=solve_us,
                            eq_residual=eq_res, ineq_violation=viol, consecutive_failures=self.consecutive_failures,
                            total_failures=self.total_failures, safe_stop=self.safe_stop, forces=lam.copy(),
-                           tau_wbc=tau_wbc, tau_sw=tau_sw, tau_comp=tau_comp, body_error_rpy=0.5 * np.array([E[2, 1], E[0, 2], E[1, 0]]))
+                           tau_wbc=tau_wbc, tau_sw=tau_sw, tau_comp=tau_comp, body_error_rpy=0.5 * vee(E))
         self.last_x = x
         self.last_legs = lb
         diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from legged_wbc.model import cross3, skew
+from legged_wbc.model import cross3
 
 from .config import WbcConfig
 
@@ -87,8 +87,7 @@ def body_task(cfg: WbcConfig, ref: BodyReference, p: np.ndarray, R: np.ndarray, 
     out = np.empty(6)
     out[:3] = R.T @ a_des - cross3(w_base, v_base)
     RtRd = R.T @ ref.R
-    E = ref.R.T @ R - R.T @ ref.R
-    e_R = 0.5 * np.array([E[2, 1], E[0, 2], E[1, 0]])
+    e_R = 0.5 * vee(ref.R.T @ R - R.T @ ref.R)
     w_d_in_b = RtRd @ ref.w
     e_w = w_base - w_d_in_b
     out[3:] = -cfg._kp_rot * e_R - cfg._kd_rot * e_w - cross3(w_base, w_d_in_b) + RtRd @ ref.w_dot
@@ -152,4 +151,4 @@ class SwingPlanner:
         return P, V, A
 
 
-__all__ = ["BodyReference", "BodyReferenceGenerator", "SwingPlanner", "body_task", "skew", "smoothstep5", "vee"]
+__all__ = ["BodyReference", "BodyReferenceGenerator", "SwingPlanner", "body_task", "smoothstep5", "vee"]
