@@ -46,11 +46,13 @@ import pinocchio as pin
 from legged_wbc.gait import GaitScheduler
 from legged_wbc.model import RobotModel
 
+from . import kernels
 from .config import EstimatorConfig
 from .touchdown import TouchdownDetector
 from .velocity import GRAVITY_WORLD, BaseVelocityFilter
 
 QUAT_NORM_TOL = 1e-2  # accepted |‖quat‖ - 1| of the IMU orientation (it is renormalized)
+IMPLS = ("fast", "reference")
 
 
 @dataclass
@@ -99,7 +101,9 @@ class StateEstimator:
     """Floating-base state estimator of a legged robot (see the module docstring)."""
 
     def __init__(self, rm: RobotModel, gait: GaitScheduler, cfg: EstimatorConfig | None = None,
-                 dt: float = 0.002):
+                 dt: float = 0.002, *, impl: str = "fast"):
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
         if not (math.isfinite(dt) and dt > 0):
             raise ValueError(f"dt must be a positive number of seconds, got {dt}")
         if gait.n_legs != rm.n_legs:
@@ -141,6 +145,44 @@ class StateEstimator:
         self._started = False                                 # first sample processed
         self._height_init: float | None = None
         self._is_reset = False
+        self.impl = impl
+        self._fast = impl == "fast"
+        if self._fast:
+            self._init_fast()
+
+    def _init_fast(self) -> None:
+        """Preallocated buffers and derived constants of the compiled path (``impl="fast"``)."""
+        L, k, n = self.L, self.k, self.n
+        self._in = np.zeros(3 * n + 10)                       # packed sample, kernels.sample_layout
+        self._layout = kernels.sample_layout(n)
+        self._leg_j64 = np.ascontiguousarray(self.leg_j, dtype=np.int64)
+        self._leg_v64 = np.ascontiguousarray(self.leg_j + 6, dtype=np.int64)
+        # estimator state [p_world (3), previous gyro (3), previous base velocity (3)]; _pos,
+        # _gyro_prev and _vb_prev are views of it on this path
+        self._st = np.zeros(9)
+        self._st[:3] = self._pos
+        self._pos, self._gyro_prev, self._vb_prev = self._st[0:3], self._st[3:6], self._st[6:9]
+        self._M_inv = np.zeros((L, k, k))
+        self._h_leg = np.zeros((L, k))
+        self._M_lb = np.zeros((L, k, 6))
+        self._blk_work = np.zeros((2, k, k))
+        self._td_work = np.zeros((6, 2 * k, 2 * k))
+        self._vec_work = np.zeros((1, 6))
+        self._h_cpl = np.zeros((L, k))
+        self._tau_leg = np.zeros((L, k))
+        self._dq_leg = np.zeros((L, k))
+        self._z = np.zeros((L, 3))
+        self._imu_r = np.ascontiguousarray(self._imu_r, dtype=float)
+        self._params_of = None                                # configs the derived constants are for
+        self._refresh_fast_params()
+        kernels.warm_up()
+
+    def _refresh_fast_params(self) -> None:
+        """Constants of the compiled path derived from the filters' current configs (re-derived when
+        any config object changes, so ``set_config`` on the estimator or a filter takes effect)."""
+        td, vf = self.touchdown, self.velocity
+        self._td_q_diag = np.ascontiguousarray(np.diag(td._Q), dtype=float)
+        self._params_of = (self.cfg, td.cfg, vf.cfg)
 
     # ------------------------------------------------------------------ setup
     def _alpha(self, dt: float) -> float:
@@ -168,8 +210,11 @@ class StateEstimator:
         self._t = None if t0 is None else float(t0)
         self.velocity.reset(np.zeros(3))
         self.touchdown.initialized = False
-        self._gyro_prev = (0.0, 0.0, 0.0)
-        self._vb_prev = (0.0, 0.0, 0.0)
+        if self._fast:
+            self._st[3:] = 0.0                                # _gyro_prev, _vb_prev (views)
+        else:
+            self._gyro_prev = (0.0, 0.0, 0.0)
+            self._vb_prev = (0.0, 0.0, 0.0)
         self._started = False
         self._is_reset = True
 
@@ -179,6 +224,15 @@ class StateEstimator:
         """Process one sensor sample (Pinocchio joint order; IMU quaternion ``xyzw`` base->world,
         gyro [rad/s] and accelerometer specific force [m/s^2] in the base frame; effort = applied
         motor torque [N m]). Raises ``ValueError`` (state untouched) on bad input."""
+        if self._fast:
+            return self._update_fast(t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
+                                     imu_accel)
+        return self._update_reference(t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
+                                      imu_accel)
+
+    def _update_reference(self, t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
+                          imu_accel) -> EstimatedState:
+        """``update`` in plain Python/numpy (``impl="reference"``): the specification of the fast path."""
         # ---- validate everything before touching any state
         if not self._is_reset:
             raise RuntimeError("StateEstimator: call reset() before update()")
@@ -308,6 +362,125 @@ class StateEstimator:
             vel_d2=vf.d2, vel_inflation=vf.inflation, vel_used=vf.used,            # replaced each cycle
             vel_excluded=vf.excluded, vel_cycles_in_support=vf.cycles_in_support,  # (no copy needed)
             vel_cov=vf.P.copy(), height_raw=h_raw, foot_pos_base=self._p_foot.copy(), dt=dt)
+
+    def _load(self, name: str, x, field: int) -> None:
+        """Copy one input into the packed sample buffer, checking type and shape (not finiteness)."""
+        o, m = self._layout[field]
+        try:
+            a = np.asarray(x, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: expected {m} numbers, got {x!r}") from exc
+        if a.shape != (m,):
+            raise ValueError(f"{name}: expected {m} values, got shape {a.shape}")
+        self._in[o:o + m] = a
+
+    def _update_fast(self, t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
+                     imu_accel) -> EstimatedState:
+        """``update`` through the compiled kernels (``impl="fast"``; same math as the reference)."""
+        # ---- validate everything before touching any state (the sample buffer is scratch)
+        if not self._is_reset:
+            raise RuntimeError("StateEstimator: call reset() before update()")
+        try:
+            t = float(t)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"t: expected a time in seconds, got {t!r}") from exc
+        if not math.isfinite(t):
+            raise ValueError(f"t: must be finite, got {t}")
+        t_prev = self._t
+        if t_prev is not None and not t > t_prev:
+            raise ValueError(f"t: samples must be strictly increasing in time, got t={t!r} after {t_prev!r}")
+        load = self._load
+        load("joint_pos", joint_pos, 0)
+        load("joint_vel", joint_vel, 1)
+        load("joint_effort", joint_effort, 2)
+        load("imu_quat_xyzw", imu_quat_xyzw, 3)
+        load("imu_gyro", imu_gyro, 4)
+        load("imu_accel", imu_accel, 5)
+        buf = self._in
+        bad = kernels.check_sample(buf, self.n, QUAT_NORM_TOL)
+        if bad != kernels.OK:
+            self._raise_bad_sample(bad)
+
+        # ---- all inputs valid: advance
+        td, vf = self.touchdown, self.velocity
+        if self._params_of[0] is not self.cfg or self._params_of[1] is not td.cfg \
+                or self._params_of[2] is not vf.cfg:
+            self._refresh_fast_params()
+        first = not self._started
+        dt = 0.0 if t_prev is None else t - t_prev
+        step = dt if dt > 0 else self.dt
+        phase = self.gait.phases(t)
+        cycle = self.gait.cycle_index(t)
+        if first:
+            self._first_sample_fast()
+        self._kinematics(buf[:self.n], buf[self.n:2 * self.n])
+        L, k = self.L, self.k
+        e = np.empty
+        q, v, v_world = e(self.rm.nq), e(self.rm.nv), e(3)
+        support, touchdown, nominal = e(L, bool), e(L, bool), e(L, bool)
+        score, count, tau_ext = e(L), e(L, np.int64), e((L, k))
+        d2, inflation, used, excluded, cycles = e(L), e(L), e(L, bool), e(L, bool), e(L, np.int64)
+        cov, foot_pos = e((3, 3)), e((L, 3))
+        tcfg, vcfg = td.cfg, vf.cfg
+        h_init = self._height_init
+        status, h_raw = kernels.estimator_tick(
+            buf, self._leg_j64, first, dt, step, self.dt, phase, cycle,
+            td.x, td.P, td.count, td.touchdown, td.latched_cycle, td._prev_phase, td._prev_cycle,
+            self._td_q_diag, td._r, tcfg.gamma_land, tcfg.n_land, self.base_coupling,
+            self._M_inv, self._h_leg, self._M_lb,
+            vf.v, vf.P, vf.prev_support, vf.cycles_in_support,
+            vf._q, vf._r, vcfg.gate_d2, vcfg.max_inflation, vcfg.gating, vcfg.exclusion_cycles,
+            self._p_foot, self._v_rel, self._st, self._imu_r, self._imu_offset, GRAVITY_WORLD[2],
+            self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius,
+            math.nan if h_init is None else h_init,
+            self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z,
+            q, v, v_world, support, touchdown, nominal, score, count, tau_ext,
+            d2, inflation, used, excluded, cycles, cov, foot_pos)
+        # the filters' per-cycle diagnostics are replaced (never modified in place), as on the
+        # reference path, so the arrays handed out below stay valid
+        td.score = score
+        vf.cycles_in_support, vf.d2, vf.inflation, vf.used, vf.excluded = cycles, d2, inflation, used, excluded
+        if status != kernels.OK:
+            raise np.linalg.LinAlgError("singular matrix in the estimator filters")
+        self._dynamics_fast(q, v)                             # for the next cycle's prediction
+        self._t = t
+        self._started = True
+        return EstimatedState(
+            t=t, q=q, v=v, v_world=v_world, support=support, touchdown=touchdown,
+            nominal_support=nominal, phase=phase, cycle=cycle,
+            td_score=score, td_count=count, tau_ext=tau_ext,
+            vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
+            vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt)
+
+    def _raise_bad_sample(self, bad: int):
+        """The ``ValueError`` for a ``kernels.check_sample`` failure code."""
+        if bad == kernels.BAD_QUAT:
+            o = self._layout[3][0]
+            qn = math.sqrt(float(np.dot(self._in[o:o + 4], self._in[o:o + 4])))
+            raise ValueError(f"imu_quat_xyzw: not a unit quaternion (norm {qn:.6g})")
+        o, m = self._layout[bad]
+        raise ValueError(f"{kernels.SAMPLE_FIELDS[bad]}: contains NaN/inf: {self._in[o:o + m]}")
+
+    def _first_sample_fast(self) -> None:
+        """First sample after ``reset``: leg dynamics at this sample (base at rest) and the touchdown
+        filters started at ``tau_ext = tau - h`` (as the reference path)."""
+        n, buf = self.n, self._in
+        quat = buf[3 * n:3 * n + 4]
+        quat = quat / math.sqrt(float(quat @ quat))
+        q = np.concatenate((self._pos, quat, buf[:n]))
+        v = np.concatenate((np.zeros(3), buf[3 * n + 4:3 * n + 7], buf[n:2 * n]))
+        self._dynamics_fast(q, v)
+        lj = self.leg_j
+        self.touchdown.reset(buf[n:2 * n][lj], buf[2 * n:3 * n][lj] - self._h_leg)
+
+    def _dynamics_fast(self, q: np.ndarray, v: np.ndarray) -> None:
+        """``_dynamics`` into the preallocated leg blocks (one crba + one nonLinearEffects)."""
+        model, data = self.rm.model, self._pdata
+        M = pin.crba(model, data, q)                          # upper triangle is always filled
+        h = pin.nonLinearEffects(model, data, q, v)
+        if kernels.leg_blocks(M, h, self._leg_v64, self._M_inv, self._h_leg, self._M_lb,
+                              self._blk_work) != kernels.OK:
+            raise np.linalg.LinAlgError("singular leg block of the mass matrix")
 
     def update_sensors(self, frame) -> EstimatedState:
         """``update`` from an object with the fields of ``mujoco_bridge.sim.SensorFrame``."""
