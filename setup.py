@@ -30,6 +30,7 @@ setup(
             "state_estimator = state_estimator.node:main",
             "wbc_controller = wbc_controller.node:main",
             "bag_recorder = legged_wbc.recorder:main",
+            "walking_container = legged_wbc.container:main",
         ],
     },
 )

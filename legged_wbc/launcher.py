@@ -12,14 +12,16 @@ subset they use:
 * ``if``/``unless`` on ``node``, ``group``, ``let``: the substituted text must be a boolean
   (``true``/``false``/``1``/``0``, any case), as in ROS 2;
 * substitutions ``$(var X)``, ``$(env X [DEFAULT])``, ``$(optenv X [DEFAULT])``,
-  ``$(find-pkg-share PKG)``, ``$(dirname)``, and ``$(eval EXPR)`` restricted to literals,
+  ``$(find-pkg-share PKG)``, ``$(dirname)``, ``$(equals A B)`` / ``$(not-equals A B)`` (booleans and
+  numbers compared by value, as in ROS 2), and ``$(eval EXPR)`` restricted to literals,
   comparisons, ``and``/``or``/``not``, arithmetic and ``A if C else B`` (no names, no calls);
   quoting and backslash escapes follow the ROS 2 substitution grammar.
 
 Each node runs as its own process: the console script named ``exec`` (looked up next to
 ``sys.executable`` — the venv's ``bin`` — then ``<prefix>/lib/PKG`` on ``AMENT_PREFIX_PATH``, then
-``PATH``) with ``--ros-args -r __node:=NAME [-r __ns:=NS] --params-file FILE -p NAME:=VALUE
--r FROM:=TO``, in its own session (so a terminal Ctrl-C reaches only the launcher, which forwards
+``PATH``) with ``--ros-args [-r __node:=NAME] [-r __ns:=NS] --params-file FILE -p NAME:=VALUE
+-r FROM:=TO`` (``__node`` only when ``name=`` is given: ROS 2 applies it to every node of the
+process, so a container is launched without it), in its own session (so a terminal Ctrl-C reaches only the launcher, which forwards
 it once). The children's environment gets ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and
 ``PYTHONUNBUFFERED=1`` unless already set. Output lines are prefixed ``[name]``; with
 ``output="log"`` they go to ``<log dir>/<name>.log`` instead.
@@ -184,11 +186,27 @@ class Substitutor:
             return _find_pkg_share(args[0])
         if name == "dirname":
             return str(self.launch_dir)
+        if name in ("equals", "not-equals"):
+            if len(args) != 2:
+                raise LaunchError(f"$({name} A B) takes two arguments")
+            same = _launch_value(args[0]) == _launch_value(args[1])
+            return "true" if same == (name == "equals") else "false"
         if name == "eval":
             if len(args) != 1:
                 raise LaunchError("$(eval EXPR) takes one (quoted) argument")
             return safe_eval(args[0])
         raise LaunchError(f"substitution $({name} ...) is not supported by this launcher")
+
+
+def _launch_value(text: str):
+    """How ROS 2's ``$(equals A B)`` compares: booleans and numbers by value, anything else as text."""
+    t = text.strip()
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    try:
+        return float(t)
+    except ValueError:
+        return t
 
 
 def to_bool(text: str, where: str) -> bool:
@@ -215,11 +233,12 @@ class NodeAction:
     params: list[tuple[str, str]] = field(default_factory=list)
     remaps: list[tuple[str, str]] = field(default_factory=list)
     shutdown_on_exit: bool = False
+    rename: bool = True      # name= given: remap the node name (ROS 2: of every node in the process)
     sigterm_timeout: float = 5.0
     sigkill_timeout: float = 5.0
 
     def ros_args(self) -> list[str]:
-        out = ["--ros-args", "-r", f"__node:={self.name}"]
+        out = ["--ros-args"] + (["-r", f"__node:={self.name}"] if self.rename else [])
         if self.namespace:
             ns = self.namespace if self.namespace.startswith("/") else "/" + self.namespace
             out += ["-r", f"__ns:={ns}"]
@@ -227,7 +246,7 @@ class NodeAction:
         for f in self.params_files:
             out += ["--params-file", f]
         for k, v in self.params:
-            out += ["-p", f"{k}:={v}"]
+            out += ["-p", f"{k}:={v if v != '' else repr('')}"]   # rcl parses an empty value as an error
         for a, b in self.remaps:
             out += ["-r", f"{a}:={b}"]
         return out
@@ -342,7 +361,8 @@ def load_launch(path: str | Path, args: dict[str, str] | None = None, *, strict:
         a = NodeAction(pkg=pkg, exec=exe, name=name, namespace=sub(el.get("namespace")) or "",
                        output=sub(el.get("output")) or "screen",
                        extra_args=(sub(el.get("args")) or "").split(),
-                       shutdown_on_exit=on_exit == "shutdown" or required)
+                       shutdown_on_exit=on_exit == "shutdown" or required,
+                       rename=el.get("name") is not None)
         for attr in ("sigterm_timeout", "sigkill_timeout"):
             if el.get(attr) is not None:
                 setattr(a, attr, float(sub(el.get(attr))))

@@ -40,6 +40,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from legged_wbc import ros_io
 from legged_wbc.ros_params import NodeParameters, ParameterSchemaError, ParamSpec
 
 SCHEMA = [
@@ -59,6 +60,9 @@ SCHEMA = [
               min=0.0, max=10.0),
     ParamSpec("custom_data", "", "key=value pairs separated by ';' stored in metadata.yaml custom_data",
               read_only=True),
+    ParamSpec("stamp_source", "node_clock", "message time stamps: node_clock = receive time on the node's clock "
+              "(sim time with use_sim_time), clock_topic = the newest recorded /clock (sim time without a "
+              "TimeSource; what the container uses)", choices=("node_clock", "clock_topic"), read_only=True),
 ]
 
 
@@ -176,7 +180,8 @@ def _make_node_class():
             self.stop_reason: str | None = None
             self.closed = False
             self._qos_depth = int(P["qos_depth"])
-            self._sim_time = bool(self.get_parameter("use_sim_time").value)
+            self._clock_topic_stamps = P["stamp_source"] == "clock_topic"
+            self._sim_time = bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps
             self._clock_ns = 0
             self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
             for name, typ in self.wanted.items():
@@ -185,7 +190,7 @@ def _make_node_class():
             self.get_logger().info(f"recording to {out} ({P['storage']}), "
                                    f"{'all topics' if not self.wanted else sorted(self.wanted)}"
                                    f"{' + all discovered' if self.wanted and P['record_all'] else ''}, "
-                                   f"stamps: {'sim time' if self.get_parameter('use_sim_time').value else 'wall time'}")
+                                   f"stamps: {'sim time' if self._sim_time else 'wall time'}")
 
         # ---------------------------------------------------------------- subscriptions
         def _subscribe(self, topic: str, msgtype: str, pub_infos) -> None:
@@ -205,9 +210,19 @@ def _make_node_class():
                              durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
             self.types[topic] = msgtype
             self.counts[topic] = 0
-            self.subs[topic] = self.create_subscription(cls, topic, lambda data, t=topic: self._on_message(t, data),
+            self.subs[topic] = ros_io.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
                                                         qos, raw=True)
             self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
+
+        def subscribe_topics(self, topics: dict) -> None:
+            """Subscribe ``topic -> message class`` at once (a container knows its topics before tick 0)."""
+            for topic, cls in topics.items():
+                if topic in self.subs or topic in self.exclude:
+                    continue
+                if self.wanted and topic not in self.wanted and not self.params["record_all"]:
+                    continue
+                pkg = cls.__module__.split(".")[0]
+                self._subscribe(topic, f"{pkg}/msg/{cls.__name__}", [])
 
         def discover(self) -> None:
             for topic, types in self.get_topic_names_and_types():
@@ -254,7 +269,7 @@ def _make_node_class():
         def _on_message(self, topic: str, data: bytes) -> None:
             if self.closed:
                 return
-            t = self.get_clock().now().nanoseconds
+            t = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
             if self._sim_time:
                 if topic == "/clock" and len(data) >= 12 and data[1] == 1:  # CDR little-endian Clock
                     sec, nsec = struct.unpack_from("<iI", data, 4)

@@ -69,6 +69,8 @@ TOPIC_GT_ODOM = "ground_truth/odom"
 TOPIC_GT_CONTACTS = "ground_truth/contacts"
 TOPIC_BRIDGE_DIAGNOSTICS = "bridge/diagnostics"
 TOPIC_EST_SUPPORT = "estimator/support"   # published by state_estimator (see state_estimator/node.py)
+TOPIC_COMMAND_LATENCY = "bridge/command_latency"
+COMMAND_LATENCY_LABEL = "tick_and_command_latency_us[pairs]"
 
 WORLD_FRAME = "world"
 PHYSICS_DT_NS = 1_000_000          # 1 kHz physics
@@ -271,6 +273,20 @@ def array_data(msg) -> np.ndarray:
     return np.asarray(msg.data, dtype=float)[int(msg.layout.data_offset):]
 
 
+def command_latency_msg(ticks, latency_us):
+    """``/bridge/command_latency``: ``[tick, latency_us, ...]`` pairs (NaN: no command by the deadline)."""
+    data = np.empty(2 * len(ticks))
+    data[0::2] = ticks
+    data[1::2] = latency_us
+    return float64_array_msg(data, COMMAND_LATENCY_LABEL)
+
+
+def command_latency_arrays(msg) -> tuple[np.ndarray, np.ndarray]:
+    """``(ticks, latency_us)`` of a ``/bridge/command_latency`` message."""
+    d = array_data(msg)
+    return d[0::2].astype(np.int64), d[1::2]
+
+
 def contacts_msg(flags, leg_names: Sequence[str]):
     return float64_array_msg(np.asarray(flags, dtype=float), contacts_label(leg_names))
 
@@ -320,6 +336,32 @@ def parse_torque_command(msg_or_data, n: int) -> TorqueCommand:
     if bad.size:
         raise CommandError(f"non-finite torque at joint index(es) {bad.tolist()} (tick {int(tick)})", "nonfinite")
     return TorqueCommand(tick=int(tick), tau=tau.copy())
+
+
+# ----------------------------------------------------------------------------- publishers / subscriptions
+def create_publisher(node, msg_type, topic: str, qos, **kw):
+    """``node.create_publisher``, or, when the node is being composed into a container, an
+    :class:`legged_wbc.intra_process.IntraPublisher` that hands messages to co-located
+    subscriptions directly. Every node of the stack creates its publishers through this."""
+    from .intra_process import active_bus
+
+    bus = getattr(node, "_intra_bus", None) or active_bus()
+    if bus is None:
+        return node.create_publisher(msg_type, topic, qos, **kw)
+    node._intra_bus = bus
+    return bus.create_publisher(node, msg_type, topic, qos, **kw)
+
+
+def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, **kw):
+    """``node.create_subscription``, or the in-process subscription of a composed node (see
+    :func:`create_publisher`)."""
+    from .intra_process import active_bus
+
+    bus = getattr(node, "_intra_bus", None) or active_bus()
+    if bus is None:
+        return node.create_subscription(msg_type, topic, callback, qos, raw=raw, **kw)
+    node._intra_bus = bus
+    return bus.create_subscription(node, msg_type, topic, callback, qos, raw=raw, **kw)
 
 
 # ----------------------------------------------------------------------------- start-up helper

@@ -19,7 +19,14 @@ Publishes (conventions and array layouts: :mod:`legged_wbc.ros_io`):
 * ``/bridge/diagnostics`` (Float64MultiArray, label ``bridge[<field names>]``) every
   ``diagnostics_period`` sim seconds: ``sim_time`` [s], ``tick``, ``commands_applied``,
   ``deadline_misses`` (realtime), ``stale_commands``, ``rejected_commands``, ``watchdog_active``
-  (0/1), ``watchdog_events``, ``realtime_factor`` (sim s per wall s since the last sample).
+  (0/1), ``watchdog_events``, ``realtime_factor`` (sim s per wall s since the last sample),
+  ``overruns`` (realtime: times the bridge fell > 0.1 s behind the wall clock and re-anchored), and
+  the window since the previous sample (:mod:`mujoco_bridge.timing`): ``window_ticks``,
+  ``window_deadline_misses``, ``command_latency_p50_us`` / ``_p99_us`` / ``_max_us`` (command
+  arrival minus the wall time the answered tick's sample was published);
+* ``/bridge/command_latency`` (Float64MultiArray, label ``tick_and_command_latency_us[pairs]``),
+  with every diagnostics sample: ``[tick, latency_us, tick, latency_us, ...]`` of each tick closed
+  in the window (NaN latency: no command by the deadline), for whole-run statistics.
 
 The three ground-truth/disturbance topics are published every ``ground_truth_decimation`` physics
 steps (default 2: 500 Hz, on the control ticks; 1 = every physics step), stamped like ``/joint_states``.
@@ -66,7 +73,10 @@ Physics is paced by the wall clock (``realtime_factor`` sim seconds per wall sec
 first command (or ``startup_timeout``). The latest valid command is applied at every physics step
 (commands with a tick older than the applied one are stale; ``tick = -1`` is accepted, untimed).
 The command answering tick ``k`` is due before the bridge starts period ``k + 1``; when it has not
-arrived by then, ``deadline_misses`` is incremented. With no valid command for ``watchdog_timeout``
+arrived by then, ``deadline_misses`` is incremented. A physics step applies the newest command that
+had arrived by the step's *scheduled* wall time (:class:`~mujoco_bridge.timing.CommandQueue`), so a
+step that runs late (in a container the bridge's thread computes the command itself) behaves as if
+it had run on time and a late command is never applied early. With no valid command for ``watchdog_timeout``
 SIM seconds the watchdog applies joint damping until a command arrives.
 
 Disturbance hook: ``self.disturbance_fn(t, sim) -> np.ndarray | None`` is called before every
@@ -98,6 +108,7 @@ import numpy as np
 
 from legged_wbc import ros_io
 from legged_wbc.ros_params import NodeParameters, ParamSpec
+from mujoco_bridge.timing import CommandQueue, CommandTiming
 
 SCHEMA = [
     ParamSpec("robot", "hexapod", "robot config name or YAML path (config/robot_<name>.yaml)", read_only=True),
@@ -134,7 +145,8 @@ SCHEMA = [
 ]
 
 DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
-               "watchdog_active", "watchdog_events", "realtime_factor")
+               "watchdog_active", "watchdog_events", "realtime_factor", "overruns", "window_ticks", "window_deadline_misses",
+               "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us")
 
 
 class ScenarioDisturbance:
@@ -208,13 +220,16 @@ def _make_node_class():
             from rosgraph_msgs.msg import Clock
             from sensor_msgs.msg import Imu, JointState
 
-            self.pub_js = self.create_publisher(JointState, ros_io.TOPIC_JOINT_STATES, qos)
-            self.pub_imu = self.create_publisher(Imu, ros_io.TOPIC_IMU, qos)
-            self.pub_clock = self.create_publisher(Clock, ros_io.TOPIC_CLOCK, qos)
-            self.pub_dist = self.create_publisher(Float64MultiArray, ros_io.TOPIC_DISTURBANCE, qos)
-            self.pub_odom = self.create_publisher(Odometry, ros_io.TOPIC_GT_ODOM, qos)
-            self.pub_contacts = self.create_publisher(Float64MultiArray, ros_io.TOPIC_GT_CONTACTS, qos)
-            self.pub_diag = self.create_publisher(Float64MultiArray, ros_io.TOPIC_BRIDGE_DIAGNOSTICS, qos)
+            self.pub_js = ros_io.create_publisher(self, JointState, ros_io.TOPIC_JOINT_STATES, qos)
+            self.pub_imu = ros_io.create_publisher(self, Imu, ros_io.TOPIC_IMU, qos)
+            self.pub_clock = ros_io.create_publisher(self, Clock, ros_io.TOPIC_CLOCK, qos)
+            self.pub_dist = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_DISTURBANCE, qos)
+            self.pub_odom = ros_io.create_publisher(self, Odometry, ros_io.TOPIC_GT_ODOM, qos)
+            self.pub_contacts = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_GT_CONTACTS, qos)
+            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_BRIDGE_DIAGNOSTICS, qos)
+            self.pub_latency = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_COMMAND_LATENCY, qos)
+            self.timing = CommandTiming()        # command latency / deadlines per tick (wall clock)
+            self.cmd_queue = CommandQueue()      # realtime: commands in arrival order
 
             # command state, shared with the executor thread
             self._cond = threading.Condition()
@@ -223,7 +238,7 @@ def _make_node_class():
             self._last_cmd_step = None           # realtime: step_count when the newest command arrived
             self.stop_requested = False
             self.counters = dict(commands_applied=0, deadline_misses=0, stale_commands=0,
-                                 rejected_commands=0, watchdog_events=0)
+                                 rejected_commands=0, watchdog_events=0, overruns=0)
             self.watchdog_active = False
             self._reject_log: dict[str, tuple[float, int]] = {}
             self._got_first_command = False
@@ -231,7 +246,7 @@ def _make_node_class():
             self._diag_wall = (time.monotonic(), 0)
             cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
                                  reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            self.sub_cmd = self.create_subscription(Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, self._on_command,
+            self.sub_cmd = ros_io.create_subscription(self, Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                     cmd_qos)
             self._support: dict[int, np.ndarray] = {}
             self._leg_order = ros_io.JointOrder(self.leg_names)
@@ -239,7 +254,7 @@ def _make_node_class():
             if isinstance(self.disturbance_fn, ScenarioDisturbance):
                 from sensor_msgs.msg import JointState as _JS
 
-                self.sub_support = self.create_subscription(_JS, ros_io.TOPIC_EST_SUPPORT, self._on_support, cmd_qos)
+                self.sub_support = ros_io.create_subscription(self, _JS, ros_io.TOPIC_EST_SUPPORT, self._on_support, cmd_qos)
                 d = self.scenario.disturbance
                 self.get_logger().info(f"disturbance: {d.torque_nm:g} N m on leg {d.leg} from t = {d.start:g} s for "
                                        f"{d.duration:g} s, while the leg is in the estimated support set")
@@ -342,7 +357,10 @@ def _make_node_class():
             except ros_io.CommandError as exc:
                 self._reject(str(exc), kind=exc.kind)
                 return
+            now = time.monotonic()
             with self._cond:
+                if cmd.tick != ros_io.UNTIMED_TICK:
+                    self.timing.command_arrived(cmd.tick, now)
                 if self.lockstep:
                     if cmd.tick == ros_io.UNTIMED_TICK:
                         self._reject("untimed command (tick -1) in lockstep mode; answer the tick of the "
@@ -362,6 +380,7 @@ def _make_node_class():
                         self.counters["stale_commands"] += 1
                         return
                     self._latest = cmd
+                    self.cmd_queue.push(now, cmd)
                     self._last_cmd_step = self.step_count
                 self._cond.notify_all()
 
@@ -390,25 +409,33 @@ def _make_node_class():
         def publish_sample(self) -> None:
             """Publish the current state (stamp = sim time). Message objects are reused: rclpy
             serialises synchronously in ``publish``, and building Imu/Odometry from scratch costs
-            more than the physics step."""
+            more than the physics step. Topics nobody subscribes to (in or outside the process) are
+            skipped: no recorder, no ground truth to build."""
             t_ns = self.t_ns
             stamp = ros_io.time_msg(t_ns)
+            if self.step_count % self.steps_per_tick == 0:
+                # before publishing: in a container the answer arrives inside publish()
+                self.timing.sample_published(self.step_count // self.steps_per_tick, time.monotonic())
             s = self.sim.sensors()
             m = self._msgs
-            m["clock"].clock = stamp
-            self.pub_clock.publish(m["clock"])
+            if self.pub_clock.get_subscription_count():
+                m["clock"].clock = stamp
+                self.pub_clock.publish(m["clock"])
             ros_io.fill_joint_state(m["js"], stamp, s.joint_pos, s.joint_vel, s.joint_effort)
             self.pub_js.publish(m["js"])
             ros_io.fill_imu(m["imu"], stamp, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel)
             self.pub_imu.publish(m["imu"])
             if self.step_count % int(self.params["ground_truth_decimation"]) == 0:
-                q, v = self.sim.ground_truth()
-                ros_io.fill_odometry(m["odom"], stamp, q, v)
-                self.pub_odom.publish(m["odom"])
-                m["contacts"].data = ros_io.dvec(self.foot_contacts())
-                self.pub_contacts.publish(m["contacts"])
-                m["dist"].data = ros_io.dvec(self.dist_applied)
-                self.pub_dist.publish(m["dist"])
+                if self.pub_odom.get_subscription_count():
+                    q, v = self.sim.ground_truth()
+                    ros_io.fill_odometry(m["odom"], stamp, q, v)
+                    self.pub_odom.publish(m["odom"])
+                if self.pub_contacts.get_subscription_count():
+                    m["contacts"].data = ros_io.dvec(self.foot_contacts())
+                    self.pub_contacts.publish(m["contacts"])
+                if self.pub_dist.get_subscription_count():
+                    m["dist"].data = ros_io.dvec(self.dist_applied)
+                    self.pub_dist.publish(m["dist"])
             if t_ns >= self._diag_next_ns:
                 self.publish_diagnostics()
                 self._diag_next_ns = t_ns + int(round(self.params["diagnostics_period"] * 1e9))
@@ -420,10 +447,14 @@ def _make_node_class():
             w0, s0 = self._diag_wall
             rtf = ((self.step_count - s0) * 1e-3) / (now - w0) if now > w0 and self.step_count > s0 else 0.0
             self._diag_wall = (now, self.step_count)
+            with self._cond:
+                window, ticks, latency = self.timing.take_window()
             d = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick),
                  **{k: float(v) for k, v in self.counters.items()},
-                 "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf}
+                 "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf, **window}
             self.pub_diag.publish(ros_io.diagnostics_msg({k: d[k] for k in DIAG_FIELDS}))
+            if ticks:
+                self.pub_latency.publish(ros_io.command_latency_msg(ticks, latency))
 
         # ------------------------------------------------------------ physics
         def damping_torque(self) -> np.ndarray:
@@ -484,7 +515,7 @@ def _make_node_class():
 
         def _publishers_list(self):
             return [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
-                    self.pub_diag]
+                    self.pub_diag, self.pub_latency]
 
         # ------------------------------------------------------------ lockstep
         def _engage_watchdog(self, why: str) -> None:
@@ -549,6 +580,8 @@ def _make_node_class():
                 if tau is not None:
                     self.counters["commands_applied"] += 1
                     self.tau = tau
+                    with self._cond:
+                        self.timing.close_tick(self.tick)      # latency only: lockstep has no deadline
                 for i in range(self.steps_per_tick):
                     self.physics_step(tau)
                     if i == self.steps_per_tick - 1:
@@ -581,21 +614,26 @@ def _make_node_class():
                     self._cond.wait(min(max(left, 0.0), 0.5, max(next_republish - now, 0.0)))
             wall0 = time.monotonic()
             step0 = self.step_count
+            spt = self.steps_per_tick
             while not self.done():
                 rtf = float(self.params["realtime_factor"])
-                target = wall0 + (self.step_count - step0) * 1e-3 / rtf
+                target = wall0 + (self.step_count - step0) * 1e-3 / rtf   # scheduled wall time of this step
                 delay = target - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
                 elif delay < -0.1:  # far behind (debugger, overload): re-anchor instead of racing
+                    self.counters["overruns"] += 1
                     wall0, step0 = time.monotonic(), self.step_count
+                    target = wall0
                 with self._cond:
-                    cmd, last_step = self._latest, self._last_cmd_step
-                if self.step_count % self.steps_per_tick == 0 and self._got_first_command:
-                    due = self.step_count // self.steps_per_tick - 1  # tick whose answer is due now
-                    if cmd is not None and cmd.tick != ros_io.UNTIMED_TICK and cmd.tick < due:
-                        self.counters["deadline_misses"] += 1
-                self.tick = self.step_count // self.steps_per_tick
+                    if self.step_count % spt == 0 and self._got_first_command and self.step_count > 0:
+                        # the command answering the previous tick is due when this period starts
+                        if self.timing.close_tick(self.step_count // spt - 1, deadline=target):
+                            self.counters["deadline_misses"] += 1
+                    # what had arrived by the scheduled time (not by now: a step that runs late,
+                    # e.g. because this process computed the command, acts as if it had run on time)
+                    cmd, last_step = self.cmd_queue.due(target), self._last_cmd_step
+                self.tick = self.step_count // spt
                 wd = float(self.params["watchdog_timeout"])
                 tau = None
                 if cmd is not None:

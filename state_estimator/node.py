@@ -101,12 +101,12 @@ def _make_node_class():
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            self.create_subscription(JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
-            self.create_subscription(Imu, ros_io.TOPIC_IMU, self._on_imu, qos)
-            self.pub_odom = self.create_publisher(Odometry, TOPIC_EST_ODOM, qos)
-            self.pub_support = self.create_publisher(JointState, TOPIC_EST_SUPPORT, qos)
-            self.pub_tau_ext = self.create_publisher(JointState, TOPIC_EST_TAU_EXT, qos)
-            self.pub_diag = self.create_publisher(Float64MultiArray, TOPIC_EST_DIAG, qos)
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
+            ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos)
+            self.pub_odom = ros_io.create_publisher(self, Odometry, TOPIC_EST_ODOM, qos)
+            self.pub_support = ros_io.create_publisher(self, JointState, TOPIC_EST_SUPPORT, qos)
+            self.pub_tau_ext = ros_io.create_publisher(self, JointState, TOPIC_EST_TAU_EXT, qos)
+            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, TOPIC_EST_DIAG, qos)
             legs = ",".join(self.leg_names)
             self.diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),"
                                f"vel_used({legs}),height_raw_m]")

@@ -113,13 +113,13 @@ def _make_node_class():
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            self.create_subscription(JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
-            self.create_subscription(Odometry, TOPIC_EST_ODOM, self._on_odom, qos)
-            self.create_subscription(JointState, TOPIC_EST_SUPPORT, self._on_support, qos)
-            self.create_subscription(JointState, TOPIC_EST_TAU_EXT, self._on_tau_ext, qos)
-            self.pub_cmd = self.create_publisher(Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, qos)
-            self.pub_pitch = self.create_publisher(JointState, TOPIC_WBC_PITCH, qos)
-            self.pub_diag = self.create_publisher(Float64MultiArray, TOPIC_WBC_DIAG, qos)
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
+            ros_io.create_subscription(self, Odometry, TOPIC_EST_ODOM, self._on_odom, qos)
+            ros_io.create_subscription(self, JointState, TOPIC_EST_SUPPORT, self._on_support, qos)
+            ros_io.create_subscription(self, JointState, TOPIC_EST_TAU_EXT, self._on_tau_ext, qos)
+            self.pub_cmd = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, qos)
+            self.pub_pitch = ros_io.create_publisher(self, JointState, TOPIC_WBC_PITCH, qos)
+            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, TOPIC_WBC_DIAG, qos)
             self.diag_label = "wbc[" + ",".join(DIAG_FIELDS) + "]"
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                    f"scenario {P['scenario']}")

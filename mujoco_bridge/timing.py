@@ -1,0 +1,103 @@
+"""Real-time quality of the torque commands, as ros2_control users measure it (no ROS here).
+
+Wall times are seconds of one monotonic clock (``time.monotonic()`` in the bridge; any float clock
+in tests). For each control tick ``k`` the bridge reports when it published the tick's sensor
+sample (:meth:`CommandTiming.sample_published`) and when a command answering ``k`` arrived
+(:meth:`CommandTiming.command_arrived`, the first one counts); at the tick's deadline it closes the
+tick (:meth:`CommandTiming.close_tick`):
+
+* **command latency** of tick ``k`` = arrival of its command - publication of its sample [us]
+  (NaN when no command came by the deadline);
+* **deadline miss**: no command for ``k`` arrived by the deadline (realtime mode: the scheduled wall
+  time of the physics step that starts period ``k + 1``, i.e. the command is applied from then on).
+
+:meth:`CommandTiming.take_window` returns the statistics of the ticks closed since the last call
+(``/bridge/diagnostics``) and their per-tick latencies (``/bridge/command_latency``, from which
+``legged-wbc compare`` computes whole-run percentiles and the histogram).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+
+class CommandTiming:
+    """Per-tick command latency and deadline bookkeeping (see the module docstring)."""
+
+    def __init__(self, keep_ticks: int = 512):
+        self.keep_ticks = int(keep_ticks)
+        self._published: dict[int, float] = {}
+        self._arrived: dict[int, float] = {}
+        self._window_ticks: list[int] = []
+        self._window_lat: list[float] = []
+        self._window_missed = 0
+        self.ticks_closed = 0
+        self.deadline_misses = 0
+
+    def sample_published(self, tick: int, wall: float) -> None:
+        self._published.setdefault(tick, wall)          # a re-published sample keeps its first time
+
+    def command_arrived(self, tick: int, wall: float) -> float | None:
+        """Record the arrival of a command for ``tick``; returns its latency [us] (None if the
+        sample's publication is unknown, e.g. an untimed command)."""
+        if tick in self._arrived:
+            return None
+        self._arrived[tick] = wall
+        pub = self._published.get(tick)
+        return None if pub is None else (wall - pub) * 1e6
+
+    def close_tick(self, tick: int, deadline: float = math.inf) -> bool:
+        """Close ``tick`` at its ``deadline`` (wall); True if its command missed it."""
+        arr = self._arrived.pop(tick, None)
+        pub = self._published.pop(tick, None)
+        missed = arr is None or arr > deadline
+        lat = (arr - pub) * 1e6 if (arr is not None and pub is not None and not missed) else math.nan
+        self._window_ticks.append(tick)
+        self._window_lat.append(lat)
+        self._window_missed += int(missed)
+        self.ticks_closed += 1
+        self.deadline_misses += int(missed)
+        if len(self._published) > self.keep_ticks or len(self._arrived) > self.keep_ticks:
+            for d in (self._published, self._arrived):
+                for old in [t for t in d if t < tick - self.keep_ticks]:
+                    del d[old]
+        return missed
+
+    def take_window(self) -> tuple[dict, list[int], list[float]]:
+        """``(stats, ticks, latencies_us)`` of the ticks closed since the last call; stats keys
+        ``window_ticks``, ``window_deadline_misses``, ``command_latency_p50_us``,
+        ``command_latency_p99_us``, ``command_latency_max_us`` (NaN without an answered tick)."""
+        ticks, lat = self._window_ticks, self._window_lat
+        a = np.asarray([x for x in lat if not math.isnan(x)], dtype=float)
+        stats = {"window_ticks": float(len(ticks)), "window_deadline_misses": float(self._window_missed),
+                 "command_latency_p50_us": float(np.percentile(a, 50)) if a.size else math.nan,
+                 "command_latency_p99_us": float(np.percentile(a, 99)) if a.size else math.nan,
+                 "command_latency_max_us": float(a.max()) if a.size else math.nan}
+        self._window_ticks, self._window_lat, self._window_missed = [], [], 0
+        return stats, ticks, lat
+
+
+class CommandQueue:
+    """Commands in arrival order, so a physics step applies only what had arrived by its
+    *scheduled* wall time: a step that runs late (the process was busy, e.g. computing the very
+    command in the same thread) behaves as if it had run on time."""
+
+    def __init__(self, maxlen: int = 64):
+        self._q: deque = deque(maxlen=maxlen)
+        self.current = None
+
+    def push(self, wall: float, cmd) -> None:
+        self._q.append((wall, cmd))
+
+    def due(self, scheduled: float):
+        """The newest command that arrived at or before ``scheduled`` (else the one applied before)."""
+        q = self._q
+        while q and q[0][0] <= scheduled:
+            self.current = q.popleft()[1]
+        return self.current
+
+    def newest(self):
+        return self._q[-1][1] if self._q else self.current
