@@ -79,7 +79,9 @@ T_GT_CONTACTS = "/ground_truth/contacts"
 T_DIST = "/disturbance"
 T_BRIDGE_DIAG = "/bridge/diagnostics"
 T_JOINT_STATES = "/joint_states"
-TOPICS = (T_PITCH, T_WBC_DIAG, T_CMD, T_SUPPORT, T_EST_ODOM, T_GT_ODOM, T_GT_CONTACTS, T_DIST, T_BRIDGE_DIAG)
+T_CMD_LATENCY = "/bridge/command_latency"
+TOPICS = (T_PITCH, T_WBC_DIAG, T_CMD, T_SUPPORT, T_EST_ODOM, T_GT_ODOM, T_GT_CONTACTS, T_DIST, T_BRIDGE_DIAG,
+          T_CMD_LATENCY)
 
 # which topic each metric needs (for the "could not be computed" list)
 METRIC_TOPICS = {
@@ -138,6 +140,7 @@ class RunData:
     headless_metrics: dict | None = None                # metrics.json of a headless run
     leg_joints: dict = field(default_factory=dict)      # leg name -> column indices of its joints in tau
     complete: np.ndarray | None = None                  # rows with every metric topic (None: all)
+    command_latency_us: np.ndarray | None = None        # per closed tick (NaN: missed); bags of bridges that publish it
 
     def joints_of_leg(self, leg: int | str) -> list[int]:
         name = self.leg_names[leg] if isinstance(leg, int) and leg < len(self.leg_names) else leg
@@ -426,6 +429,10 @@ def _series_from_messages(run: RunData, msgs: dict) -> None:
         bdiag.append(dict(zip(_label_fields(m), _data(m).tolist())))
     if bdiag:
         run.bridge = bdiag[-1]
+    lat = [_data(m) for _, m in msgs.get(T_CMD_LATENCY, [])]
+    if lat:
+        pairs = np.concatenate(lat)
+        run.command_latency_us = pairs[1::2].copy()
 
     # index-paired (no stamp): contacts and disturbance with /ground_truth/odom
     def paired(topic) -> dict:
@@ -602,6 +609,7 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
         b = run.bridge
         for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "commands_applied"):
             m[k] = int(b[k]) if k in b else None
+        m.update(realtime_quality(run))
     else:
         for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events"):
             m[k] = None  # no transport, no deadlines in the headless loop (not applicable)
@@ -634,6 +642,23 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     if run.notes:
         m["notes"] = list(run.notes)
     return m
+
+
+def realtime_quality(run: RunData) -> dict:
+    """Command timing of a bag (``/bridge/command_latency``; see ``mujoco_bridge.timing``):
+    ``deadline_miss_pct`` (% of closed ticks whose command missed its deadline; lockstep has none),
+    ``command_latency_p50_us`` / ``_p99_us`` / ``_max_us`` over the answered ticks, ``ticks_timed``.
+    None where the bag has no latency topic (bridges before it existed)."""
+    lat = run.command_latency_us
+    keys = ("deadline_miss_pct", "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us")
+    if lat is None or lat.size == 0:
+        return {**{k: None for k in keys}, "ticks_timed": 0}
+    ok = lat[np.isfinite(lat)]
+    return {"deadline_miss_pct": 100.0 * float(np.count_nonzero(~np.isfinite(lat))) / lat.size,
+            "command_latency_p50_us": float(np.percentile(ok, 50)) if ok.size else None,
+            "command_latency_p99_us": float(np.percentile(ok, 99)) if ok.size else None,
+            "command_latency_max_us": float(ok.max()) if ok.size else None,
+            "ticks_timed": int(lat.size)}
 
 
 def _wall_from_bridge(bdiag: list[dict]) -> float | None:

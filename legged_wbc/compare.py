@@ -22,6 +22,9 @@ and writes into the output directory:
   - ``body_roll_pitch.png``: ground-truth body roll and pitch error;
   - ``joint_torques.png``: every joint's command torque (the disturbed leg's joints highlighted);
   - ``qp_time_hist.png``: QP time histograms with the 2 ms line and the p99;
+  - ``command_latency_hist.png``: bags whose bridge timed its commands: histogram of the command
+    latency (command arrival - publication of the sample it answers, wall clock) with the 2 ms
+    deadline, p50 / p99 and the share of ticks that missed it;
   - ``gait_diagram.png``: the estimated support pattern of every leg (gait diagram).
 
 :func:`summary_rows` aggregates repeated runs (``legged-wbc experiment --repeat``): mean, spread
@@ -65,13 +68,15 @@ EXTRA_ROWS = [
     ("fall", ("fell",), None),
     ("QP failures (whole run)", ("qp_failures",), "{:d}"),
     ("deadline misses (bridge)", ("deadline_misses",), "{:d}"),
+    ("ticks commanded late or not at all (%)", ("deadline_miss_pct",), "{:.3g}"),
+    ("command latency p50 / p99 (us)", ("command_latency_p50_us", "command_latency_p99_us"), "{:.0f}"),
     ("watchdog events / stale / rejected commands", ("watchdog_events", "stale_commands", "rejected_commands"), "{:d}"),
     ("first support-leg violation (s)", ("first_violation_time_s",), "{:.3f}"),
     ("evaluated samples (ticks, QP accepted)", ("samples",), "{:d}"),
 ]
 # metric -> "worse" direction for the worst case of repeated runs
 WORSE_HIGH = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm", "qp_p99_us",
-              "qp_over_2ms_pct", "qp_failures", "deadline_misses")
+              "qp_over_2ms_pct", "qp_failures", "deadline_misses", "deadline_miss_pct", "command_latency_p99_us")
 WORSE_LOW = ("distance_m",)
 
 
@@ -495,6 +500,36 @@ def fig_qp_hist(runs, names, metrics, path: Path) -> str | None:
     return "QP time histograms with the 2 ms line"
 
 
+def fig_latency_hist(runs, names, metrics, path: Path) -> str | None:
+    sel = [(r, n, m) for r, n, m in zip(runs, names, metrics)
+           if r.command_latency_us is not None and np.isfinite(r.command_latency_us).any()]
+    if not sel:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    ok_all = np.concatenate([r.command_latency_us[np.isfinite(r.command_latency_us)] for r, _, _ in sel])
+    hi = max(2500.0, float(np.percentile(ok_all, 99.9)) * 1.1)
+    bins = np.linspace(0, hi, 150)
+    for c, (r, n, m) in enumerate(sel):
+        lat = r.command_latency_us[np.isfinite(r.command_latency_us)]
+        ax.hist(np.clip(lat, 0, hi), bins=bins, histtype="step", lw=1.3, color=f"C{c}",
+                label=f"{controller_title(r.controller)} ({n}, {r.mode}, {r.custom_data.get('layout', '?')} layout): "
+                      f"p50 {_fmt(m.get('command_latency_p50_us'), '{:.0f}')} / p99 "
+                      f"{_fmt(m.get('command_latency_p99_us'), '{:.0f}')} us, "
+                      f"{_fmt(m.get('deadline_miss_pct'), '{:.3g}')} % missed")
+    ax.axvline(2000.0, color="C3", lw=1.5, label="2 ms (control period)")
+    ax.set_yscale("log")
+    ax.set_xlabel("command latency: arrival at the bridge - publication of the answered sample (us, wall clock)")
+    ax.set_ylabel("ticks")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Torque-command latency per control tick")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return "Command latency histograms with the 2 ms deadline"
+
+
 GAIT_EXCERPT_S = 8.0
 
 
@@ -565,6 +600,8 @@ def make_figures(runs, names, metrics, out: Path) -> tuple[list[tuple[str, str]]
             ("body_roll_pitch.png", lambda p: fig_roll_pitch(runs, names, p), "no ground-truth odometry"),
             ("joint_torques.png", lambda p: fig_torques(runs, names, p), "no torque commands"),
             ("qp_time_hist.png", lambda p: fig_qp_hist(runs, names, metrics, p), "no WBC diagnostics"),
+            ("command_latency_hist.png", lambda p: fig_latency_hist(runs, names, metrics, p),
+             "no command timing in any bag"),
             ("gait_diagram.png", lambda p: fig_gait(runs, names, p), "no estimated support")]
     for fname, fn, why in jobs:
         cap = fn(out / fname)
