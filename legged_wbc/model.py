@@ -294,6 +294,10 @@ class RobotModel:
         return LegBatch(p=P, J=J, a=A, theta=theta, theta_dot=theta_dot, J_w=Jw_all, dJ_p_dq=dJp,
                         dJ_theta_dq=dJt, v_p=v_p)
 
+    def leg_workspace(self) -> "LegKinematicsWorkspace":
+        """Preallocated, compiled leg kinematics with its own Pinocchio data (the fast 500 Hz path)."""
+        return LegKinematicsWorkspace(self)
+
     def legs(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> list[LegState]:
         """Leg kinematics for joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s], one object per leg."""
         b = self.legs_batch(qj, dqj)
@@ -401,3 +405,52 @@ def joint_permutation(names_from: Sequence[str], names_to: Sequence[str]) -> np.
     if len(set(names_to)) != len(names_to):
         raise ValueError(f"duplicate joint names in {list(names_to)}")
     return np.array([pos[n] for n in names_to], dtype=int)
+
+
+class LegKinematicsWorkspace:
+    """:meth:`RobotModel.legs_batch` into preallocated arrays, with its own fixed-base Pinocchio data.
+
+    One Pinocchio pass per call (``forwardKinematics`` with ``q, q_dot, 0``, ``computeJointJacobians``,
+    ``updateFramePlacements``); the foot placements and classical accelerations are read per leg,
+    the rest (frame Jacobians ``v - p x w`` of the joint Jacobian ``data.J``, relative pitch, its
+    rate, Jacobian and drift) is one compiled kernel (:func:`wbc_controller.kernels.leg_kinematics`).
+    ``batch`` is a :class:`LegBatch` over the workspace arrays (overwritten by every :meth:`update`;
+    base frame, [m, rad, s])."""
+
+    def __init__(self, rm: RobotModel):
+        from wbc_controller import kernels
+
+        self._kernel = kernels.leg_kinematics
+        N, n = rm.n_legs, rm.n
+        self.rm = rm
+        self.model = rm.fixed
+        self.data = rm.fixed.createData()
+        self.frames = list(rm.foot_frames_fixed)
+        self.leg_cols = np.ascontiguousarray(np.array(rm.leg_joints, dtype=np.int64))
+        self._zeros_n = np.zeros(n)
+        self.P = np.zeros((N, 3))
+        self.A = np.zeros((N, 3))
+        self.acc = np.zeros((N, 6))
+        self.batch = LegBatch(p=self.P, J=np.zeros((N, 4, 4)), a=self.A, theta=np.zeros(N), theta_dot=np.zeros(N),
+                              J_w=np.zeros((N, 3, 4)), dJ_p_dq=np.zeros((N, 3)), dJ_theta_dq=np.zeros(N),
+                              v_p=np.zeros((N, 3)))
+        self._lwa = pin.LOCAL_WORLD_ALIGNED
+        self._get_acc = pin.getFrameClassicalAcceleration
+
+    def update(self, qj: np.ndarray, dqj: np.ndarray) -> LegBatch:
+        """Leg kinematics at joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio
+        order, float64 vectors of length n; not checked here: the controller checks its input)."""
+        m, d = self.model, self.data
+        pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
+        pin.computeJointJacobians(m, d, qj)
+        pin.updateFramePlacements(m, d)
+        oMf, P, A, acc, lwa, get_acc = d.oMf, self.P, self.A, self.acc, self._lwa, self._get_acc
+        for i, f in enumerate(self.frames):
+            X = oMf[f]
+            P[i] = X.translation
+            A[i] = X.rotation[:, 0]
+            acc[i] = get_acc(m, d, f, lwa).vector
+        b = self.batch
+        self._kernel(d.J, self.leg_cols, P, A, acc, dqj, b.J, b.theta, b.theta_dot, b.J_w, b.dJ_p_dq,
+                     b.dJ_theta_dq, b.v_p)
+        return b

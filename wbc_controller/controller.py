@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pinocchio as pin
 
 from legged_wbc.gait import SUPPORT, GaitConfig, GaitScheduler
 from legged_wbc.model import RobotModel, cross_rows, null_vectors
@@ -83,8 +84,20 @@ class InputError(ValueError):
     """Controller input rejected (size or NaN); the message names the field."""
 
 
+IMPLS = ("fast", "reference")
+STAGES = ("input_check", "model", "qp_build", "qp_solve", "check_torque")
+
+
 class WholeBodyController:
-    def __init__(self, robot: RobotModel, cfg: WbcConfig, gait: GaitConfig | None = None):
+    """The WBC of the module docstring. ``impl="fast"`` (default) runs the cycle as QP block
+    functions over compiled kernels (:mod:`.kernels`) into preallocated arrays;
+    ``impl="reference"`` runs the original numpy cycle (:meth:`_update_reference`). Both give the
+    same torques (tested to 1e-9 relative on closed-loop walking)."""
+
+    def __init__(self, robot: RobotModel, cfg: WbcConfig, gait: GaitConfig | None = None, impl: str = "fast"):
+        if impl not in IMPLS:
+            raise ValueError(f"impl: {impl!r} is not one of {IMPLS}")
+        self.impl = impl
         self.rm = robot
         self.cfg = cfg
         N, n, nv = robot.n_legs, robot.n, robot.nv
@@ -112,6 +125,8 @@ class WholeBodyController:
         self._swing_cycle = -np.ones(N, dtype=int)
         self._build_index()
         self._fill_constant_rows()
+        if impl == "fast":
+            self._init_fast()
         self.reset()
 
     # ------------------------------------------------------------------ lifecycle
@@ -127,21 +142,28 @@ class WholeBodyController:
     def set_config(self, cfg: WbcConfig) -> None:
         """Apply new gains (validated already); takes effect on the next cycle.
 
-        Changing ``solver`` or ``cbf_slack`` rebuilds the QP workspace."""
+        Changing ``solver`` or ``cbf_slack`` rebuilds the QP workspace. Every QP block filled
+        outside the cycle is refilled: the friction pyramid (``mu``) and the force weights
+        (``w_lambda_t``, ``w_lambda_n``)."""
         rebuild = cfg.solver != self.cfg.solver or cfg.cbf_slack != self.cfg.cbf_slack
         self.cfg = cfg
         self.refs.cfg = cfg
         self._cache_config()
         if rebuild:
             state = (self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, self.refs.p0)
-            self.__init__(self.rm, cfg, self.gait.cfg)
+            self.__init__(self.rm, cfg, self.gait.cfg, impl=self.impl)
             self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, p0 = state
             self.refs.reset(p0)
+        elif self.impl == "fast":
+            self._fill_config_blocks_fast()
+        else:
+            self._fill_constant_rows()
 
     def _cache_config(self) -> None:
         cfg = self.cfg
         self._kp_swing = np.asarray(cfg.kp_swing)
         self._kd_swing = np.asarray(cfg.kd_swing)
+        self._lam_diag = np.tile([cfg.w_lambda_t, cfg.w_lambda_t, cfg.w_lambda_n, cfg.w_lambda_t], self.N)
         if cfg.torque_limit_mode == "realistic":
             self._tmin, self._tmax = -self.rm.effort.copy(), self.rm.effort.copy()
         else:
@@ -210,8 +232,6 @@ class WholeBodyController:
         f_cols = lam[:, :3]
         self._S_rows = np.tile(np.repeat(np.arange(3, 6), 3), N)
         self._S_cols = np.concatenate([np.tile(f_cols[i], 3) for i in range(N)])
-        self._lam_diag = np.tile([self.cfg.w_lambda_t, self.cfg.w_lambda_t, self.cfg.w_lambda_n,
-                                  self.cfg.w_lambda_t], N)
         self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
         self._lam_flat = lam.reshape(-1)
         self._leg_j_flat = np.array(self.leg_j).reshape(-1)
@@ -222,6 +242,12 @@ class WholeBodyController:
 
     def update(self, inp: ControllerInput) -> ControllerOutput:
         """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then)."""
+        if self.impl == "fast":
+            return self._update_fast(inp)
+        return self._update_reference(inp)
+
+    def _update_reference(self, inp: ControllerInput) -> ControllerOutput:
+        """The original numpy cycle (the reference of the fast path)."""
         self._check_input(inp)
         cfg, rm, p, N, nv = self.cfg, self.rm, self.problem, self.N, self.nv
         t = inp.t
@@ -403,6 +429,227 @@ class WholeBodyController:
         self.last_legs = lb
         diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
+
+    # ------------------------------------------------------------------ fast path
+    def _init_fast(self) -> None:
+        """Preallocated arrays and own Pinocchio data of the fast cycle; compiles (or loads from
+        numba's cache) the kernels so the first cycle does not pay for it."""
+        from . import kernels as K
+
+        K.warmup()
+        self._K = K
+        rm, N, n, nv = self.rm, self.N, self.n, self.nv
+        self._legs_ws = rm.leg_workspace()
+        self._pdata = rm.model.createData()
+        self._leg_cols = np.ascontiguousarray(np.array(self.leg_j, dtype=np.int64))
+        self._leg_vcols = self._leg_cols + 6
+        self._M = np.zeros((nv, nv))
+        self._h = np.zeros(nv)
+        self._R = np.zeros((3, 3))
+        self._ref_p, self._ref_v, self._ref_a = np.zeros(3), np.zeros(3), np.zeros(3)
+        self._acc_body = np.zeros(6)
+        self._e_rpy = np.zeros(3)
+        self._phases = np.zeros(N, dtype=np.int64)
+        self._progress = np.zeros(N)
+        self._cycles = np.zeros(N, dtype=np.int64)
+        self._new_sw = np.zeros(N, dtype=np.int64)
+        self._gait_offset = np.ascontiguousarray(self.gait.offset, dtype=float)
+        self._gait_group = np.ascontiguousarray(self.gait.group, dtype=np.int64)
+        self._W = np.zeros((N, 4))
+        self._b = np.zeros((N, 4))
+        self._tau_sw = np.zeros(n)
+        self._tau_comp = np.zeros(n)
+        self._tau_sw_total = np.zeros(n)
+        self._tau_wbc = np.zeros(n)
+        self._tau = np.zeros(n)
+        self._zeros_n = np.zeros(n)
+        self._cbf_act = np.zeros(N, dtype=bool)
+        self._theta_nom = np.ascontiguousarray(self.theta_nominal, dtype=float)
+        # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
+        self.stage_us = {k: 0.0 for k in STAGES}
+        self._fill_config_blocks_fast()
+
+    def _fill_config_blocks_fast(self) -> None:
+        """QP blocks that depend on the configuration only (refilled by :meth:`set_config`):
+        friction pyramid, ``m_theta = 0`` and base force rows, slack columns; gain arrays."""
+        cfg, p, N = self.cfg, self.problem, self.N
+        self._K.friction_rows(N, self.lam0, self.row_fric, float(cfg.mu), p.A_eq, p.C, p.l, p.u)
+        for i in range(self.ns):
+            p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
+        self._lam_diag_f = np.ascontiguousarray(self._lam_diag, dtype=float)
+        self._gains = tuple(np.ascontiguousarray(g, dtype=float) for g in
+                            (cfg.kp_pos, cfg.kd_pos, cfg.kp_rot, cfg.kd_rot, cfg.kp_swing, cfg.kd_swing))
+        self._tmin_f = np.ascontiguousarray(self._tmin, dtype=float)
+        self._tmax_f = np.ascontiguousarray(self._tmax, dtype=float)
+        self._tau_tol_f = np.ascontiguousarray(self._tau_tol, dtype=float)
+        # scalar parameters of the kernels, typed once per configuration (one compiled signature)
+        c, mode = cfg, cfg.relative_pitch_mode
+        self._p_ref = (float(c.stand_up_start), float(c.stand_up_duration), float(c.stand_height),
+                       float(self.refs.gait_start), float(c.velocity_ramp_end), float(c.forward_velocity))
+        self._p_targets = (float(c.w_support), float(c.w_swing), float(c.w_pitch_none if mode == "none" else c.w_pitch),
+                           mode == "none", c.support_foot_acceleration == "consistent", float(c.k_dtheta),
+                           float(c.theta_ddot_max), bool(c.swing_pitch_recenter), float(c.kp_swing_pitch),
+                           float(c.kd_swing_pitch))
+        self._p_cost = (float(c.w_body), self._lam_diag_f, int(self.ns), float(c.cbf_slack_weight),
+                        float(c.hessian_reg))
+        self._p_cbf = (mode == "cbf", float(c.kp_b), float(c.kd_b), float(c.theta_min + c.cbf_margin),
+                       float(c.theta_max - c.cbf_margin))
+        gc = self.gait.cfg
+        self._p_gait = (float(gc.start_time), float(gc.stop_time), float(gc.period), float(self.gait.swing_duration))
+        self._p_swing = (float(c.lift_height),)
+        self._p_misc = (float(c.compensation_limit), float(c.fz_max))
+
+    def _check_input_fast(self, inp: ControllerInput) -> np.ndarray:
+        """:meth:`_check_input` (same errors) with one compiled finiteness test per vector;
+        returns the support mask as a bool array."""
+        rm, K = self.rm, self._K
+        q, v, tau_ext = inp.q, inp.v, inp.tau_ext
+        for name, arr, size in (("q", q, rm.nq), ("v", v, rm.nv), ("support", inp.support, self.N),
+                                ("tau_ext", tau_ext, self.n)):
+            if arr is None and name == "tau_ext":
+                continue
+            if getattr(arr, "shape", None) != (size,):
+                raise InputError(f"controller input {name}: expected {size} values, got shape {np.shape(arr)}")
+        for name, arr in (("q", q), ("v", v), ("tau_ext", tau_ext)):
+            if arr is not None and (arr.dtype != np.float64 or not arr.flags.c_contiguous):
+                arr = np.ascontiguousarray(arr, dtype=float)
+            if arr is not None and not K.all_finite(arr):
+                raise InputError(f"controller input {name}: contains NaN/inf")
+        if not math.isfinite(inp.t):
+            raise InputError("controller input t: not finite")
+        x, y, z, w = q[3:7].tolist()
+        if abs(x * x + y * y + z * z + w * w - 1.0) > 2e-3:
+            raise InputError("controller input q: base quaternion is not unit")
+        return np.ascontiguousarray(inp.support, dtype=bool)
+
+    def _model_fast(self, q: np.ndarray, v: np.ndarray):
+        """Model update, each Pinocchio quantity once: leg kinematics (fixed-base model), ``M``
+        (``crba``, symmetrized), ``h`` (``nonLinearEffects``), base rotation ``R`` (base -> world)."""
+        K, model, d = self._K, self.rm.model, self._pdata
+        lb = self._legs_ws.update(q[7:], v[6:])
+        if self.cfg.jdot_mode == "fd":
+            self._fd_jdot(lb, q[7:], v[6:])
+        K.symmetrize_mass(pin.crba(model, d, q), pin.nonLinearEffects(model, d, q, v), self._M, self._h)
+        K.rotation_from_quat(q, self._R)
+        return lb
+
+    def _start_swings_fast(self, lb) -> None:
+        """Plan the swings that begin this cycle: from where the foot is to the touchdown target
+        (nominal stance point, raised by the Raibert offset ``gain * v_ref * support duration``)."""
+        k = self._K.new_swings(self._phases, self._cycles, self._swing_cycle, self._new_sw)
+        cfg, R = self.cfg, self._R
+        for i in self._new_sw[:k].tolist():
+            self._swing_cycle[i] = self._cycles[i]
+            target = self.stance[i][0].copy()
+            target[2] = -cfg.stand_height + self.rm.foot_radius - cfg.touchdown_depth
+            v_body = R.T @ self._ref_v
+            target[:2] += cfg.raibert_gain * v_body[:2] * self.gait.support_duration
+            self.swing.begin(i, lb.p[i], target, self.gait.swing_duration, v_start=lb.v_p[i], v_end=-v_body)
+
+    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> None:
+        """Fill the QP of this cycle block by block (paper sec. 4): references and task targets,
+        swing and compensation torques, task costs, floating-base rows, contact state (friction
+        cone's normal-force bounds), torque bounds, CBF rows."""
+        K, c, p, sw, g = self._K, self.cfg, self.problem, self.swing, self._gains
+        K.body_reference(t, self.refs.p0, *self._p_ref, self._ref_p, self._ref_v, self._ref_a)
+        K.body_task(self._ref_p, self._ref_v, self._ref_a, q, self._R, v, g[0], g[1], g[2], g[3], self._acc_body,
+                    self._e_rpy)
+        K.gait_state(t, *self._p_gait, self._gait_offset, self._gait_group, self._phases, self._progress, self._cycles)
+        K.task_targets(support, lb.p, lb.v_p, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self._acc_body,
+                       v[3:6], self._theta_nom, *self._p_targets, self._W, self._b)
+        self._start_swings_fast(lb)
+        K.swing_torques(support, self._phases, self._progress, sw.planned, sw.start, sw.target, sw.v_start, sw.v_end,
+                        sw.duration, self._p_swing[0], lb.p, lb.v_p, lb.J, self._M, self._leg_vcols, self._leg_cols,
+                        g[4], g[5], bool(c.swing_pitch_projection), self._b, self._tau_sw)
+        if c.null_space_compensation and tau_ext is not None:
+            K.null_space_compensation(support, lb.J, self._leg_cols, tau_ext, self._p_misc[0], self._tau_comp)
+        else:
+            self._tau_comp[:] = 0.0
+        np.add(self._tau_sw, self._tau_comp, out=self._tau_sw_total)
+        K.task_cost(lb.J, self._W, self._b, self._acc_body, *self._p_cost, self._leg_vcols, self.lam0, p.H, p.g)
+        K.floating_base_rows(self._M, self._h, lb.p, self.lam0, p.A_eq, p.b_eq)
+        K.normal_force_bounds(support, self._p_misc[1], self.row_fric, p.u)
+        K.torque_rows(self._M, self._h, lb.J, self._leg_cols, self.lam0, self.row_tau, self._tmin_f, self._tmax_f,
+                      self._tau_sw_total, p.C, p.l, p.u)
+        K.cbf_rows(support, lb.J, lb.theta, lb.theta_dot, lb.dJ_theta_dq, self._leg_vcols, self.row_cbf, *self._p_cbf,
+                   p.C, p.l, p.u)
+
+    def _update_fast(self, inp: ControllerInput) -> ControllerOutput:
+        """One control cycle on the compiled QP blocks; the same result as :meth:`_update_reference`."""
+        clock = time.perf_counter
+        t_in = clock()
+        support = self._check_input_fast(inp)
+        K, cfg, p, N, nv = self._K, self.cfg, self.problem, self.N, self.nv
+        q, v = inp.q, inp.v
+        tau_ext = None if inp.tau_ext is None else np.ascontiguousarray(inp.tau_ext, dtype=float)
+        t_cycle = clock()
+        lb = self._model_fast(q, v)
+        t_start = clock()
+        self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
+        t_solve = clock()
+        try:
+            res = self.backend.solve(p)
+        except Exception as exc:  # a backend error is a failed cycle, not a crash
+            res = QpResult(np.zeros(self.nx), False, f"solver error: {exc}", 0)
+        t_check = clock()
+        x = res.x
+        if x.dtype != np.float64 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=float)
+        finite = K.all_finite(x)
+        eq_res, viol = K.residuals(p.A_eq, p.b_eq, p.C, p.l, p.u, x) if finite else (np.inf, np.inf)
+        in_bounds = K.command_torque(self._M, self._h, lb.J, self._leg_cols, x, self.lam0, self._tau_sw_total,
+                                     self._tmin_f, self._tmax_f, self._tau_tol_f, self._tau_wbc, self._tau)
+        accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
+        t_done = clock()
+        out_tau, status = self._accept(res, accepted, eq_res, viol)
+        mode = cfg.relative_pitch_mode
+        if mode == "cbf" and accepted:
+            K.cbf_active(support, p.C, p.l, p.u, x, self.row_cbf, self._cbf_act)
+            cbf_active = self._cbf_act.copy()
+        else:
+            cbf_active = np.zeros(N, dtype=bool)
+        diag = Diagnostics(theta=lb.theta.copy(), theta_dot=lb.theta_dot.copy(), cbf_active=cbf_active,
+                           support=support.copy(), qp_status=status, qp_accepted=bool(accepted),
+                           qp_iterations=res.iterations, qp_time_us=(t_done - t_start) * 1e6,
+                           solve_time_us=(t_check - t_solve) * 1e6, eq_residual=eq_res, ineq_violation=viol,
+                           consecutive_failures=self.consecutive_failures, total_failures=self.total_failures,
+                           safe_stop=self.safe_stop, forces=x[self.lam0:self.lam0 + 4 * N].copy(),
+                           tau_wbc=self._tau_wbc.copy(), tau_sw=self._tau_sw.copy(), tau_comp=self._tau_comp.copy(),
+                           body_error_rpy=self._e_rpy.copy())
+        self.last_x = x
+        self.last_legs = lb
+        t_end = clock()
+        diag.cycle_time_us = (t_end - t_cycle) * 1e6
+        st = self.stage_us
+        st["input_check"] = (t_cycle - t_in) * 1e6
+        st["model"] = (t_start - t_cycle) * 1e6
+        st["qp_build"] = (t_solve - t_start) * 1e6
+        st["qp_solve"] = (t_check - t_solve) * 1e6
+        st["check_torque"] = (t_end - t_check) * 1e6
+        return ControllerOutput(tau=out_tau, diag=diag)
+
+    def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float) -> tuple[np.ndarray, str]:
+        """Failure bookkeeping of the fast cycle (as in :meth:`_update_reference`): the command
+        torque (this cycle's, the last accepted one, or zero in the safe stop) and the status."""
+        cfg = self.cfg
+        status = res.status
+        if not accepted:
+            self.consecutive_failures += 1
+            self.total_failures += 1
+            if res.optimal and (eq_res > cfg.residual_tol or viol > cfg.residual_tol):
+                status += f" (rejected: residual {eq_res:.2e} / violation {viol:.2e})"
+            elif res.optimal:
+                status += " (rejected: torque not finite or out of bounds)"
+            if self.consecutive_failures > cfg.max_failures:
+                self.safe_stop = True
+            out_tau = np.zeros(self.n) if self.safe_stop else self.last_tau.copy()
+        elif self.safe_stop:
+            out_tau = np.zeros(self.n)
+        else:
+            self.consecutive_failures = 0
+            out_tau = self._tau.copy()
+            self.last_tau = out_tau.copy()
+        return out_tau, status
 
     def _fd_jdot(self, legs, qj, dqj) -> None:
         """The paper's J_theta_dot: directional central difference (step 1e-5), 0 if |q_dot_i| <= 1e-6."""

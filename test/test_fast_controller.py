@@ -1,0 +1,432 @@
+"""Fast controller path: compiled QP blocks and kernels against known entries and against the
+reference cycle (today's numpy code) on recorded closed-loop states."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from legged_wbc.closed_loop import ClosedLoop
+from legged_wbc.gait import GaitConfig, GaitScheduler
+from legged_wbc.model import RobotModel, null_vectors
+from legged_wbc.scenario import load_scenario
+from wbc_controller import kernels as K
+from wbc_controller.config import load_wbc_config
+from wbc_controller.controller import STAGES, ControllerInput, InputError, WholeBodyController
+from wbc_controller.qp import INF, QpProblem
+from wbc_controller.references import BodyReferenceGenerator, SwingPlanner, body_task
+
+
+@pytest.fixture(scope="module")
+def rm():
+    return RobotModel("hexapod")
+
+
+@pytest.fixture(scope="module")
+def walk():
+    """Controller inputs of 2 s of closed-loop walking (gait from 3 s; a 30 N m push on a support
+    leg from 3.6 s, so CBF rows bind), recorded tick by tick."""
+    sc = load_scenario("paper", ["disturbance.start_offset=-2.4", "disturbance.torque_nm=30"])
+    loop = ClosedLoop(sc, "cbf")
+    inputs = []
+    real = loop.ctl.update
+
+    def hooked(inp):
+        if inp.t >= 2.8:
+            inputs.append(ControllerInput(t=inp.t, q=inp.q.copy(), v=inp.v.copy(), support=inp.support.copy(),
+                                          tau_ext=inp.tau_ext.copy()))
+        return real(inp)
+
+    loop.ctl.update = hooked
+    loop.run(4.8)
+    return loop, inputs
+
+
+def pair(loop, **over):
+    cfg = dataclasses.replace(loop.wcfg, **over)
+    out = []
+    for impl in ("fast", "reference"):
+        c = WholeBodyController(loop.rm, cfg, loop.gait_cfg, impl=impl)
+        c.reset(loop.q0)
+        out.append(c)
+    return out
+
+
+def rel(a, b):
+    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)))) if np.size(a) else 0.0
+
+
+VARIANTS = [
+    {},
+    {"relative_pitch_mode": "damping"},
+    {"relative_pitch_mode": "none"},
+    {"null_space_compensation": True, "support_foot_acceleration": "consistent"},
+    {"cbf_slack": True, "torque_limit_mode": "realistic"},
+    {"jdot_mode": "fd", "swing_pitch_projection": False, "swing_pitch_recenter": False},
+]
+
+
+@pytest.mark.parametrize("over", VARIANTS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_fast_equals_reference_on_recorded_states(walk, over):
+    """Same inputs, every tick: the QP matrices agree to 1e-12 (relative per entry), the torques to
+    1e-9 of max |tau|, the diagnostics to 1e-9; both accept the same cycles."""
+    loop, inputs = walk
+    fast, ref = pair(loop, **over)
+    worst_tau, worst_qp, binding, swings = 0.0, 0.0, 0, 0
+    for inp in inputs:
+        of, orf = fast.update(inp), ref.update(inp)
+        pf, pr = fast.problem, ref.problem
+        for k in ("H", "g", "A_eq", "b_eq", "C", "l", "u"):
+            worst_qp = max(worst_qp, rel(getattr(pf, k), getattr(pr, k)))
+        worst_tau = max(worst_tau, float(np.abs(of.tau - orf.tau).max() / max(1.0, np.abs(orf.tau).max())))
+        assert of.diag.qp_accepted == orf.diag.qp_accepted
+        assert of.diag.qp_status == orf.diag.qp_status
+        np.testing.assert_array_equal(of.diag.cbf_active, orf.diag.cbf_active)
+        np.testing.assert_array_equal(of.diag.support, orf.diag.support)
+        for k in ("theta", "theta_dot", "forces", "tau_wbc", "tau_sw", "tau_comp", "body_error_rpy"):
+            a, b = getattr(of.diag, k), getattr(orf.diag, k)
+            assert rel(a, b) <= 1e-9 * max(1.0, float(np.abs(b).max(initial=0.0))), k
+        binding += int(of.diag.cbf_active.any())
+        swings += int((~inp.support).any())
+    assert worst_qp <= 1e-12
+    assert worst_tau <= 1e-9
+    assert swings > 100                      # the recording covers swing legs
+    if over.get("relative_pitch_mode", "cbf") == "cbf":
+        assert binding > 0                   # and binding barrier rows
+
+
+def test_no_recompilation_during_the_walk(walk):
+    """Every kernel was compiled once, for the controller's argument types (warm-up = real calls)."""
+    loop, inputs = walk
+    fast, _ = pair(loop)
+    for inp in inputs[:50]:
+        fast.update(inp)
+    for k in K.KERNELS:
+        assert len(k.signatures) == 1, k.__name__
+
+
+def test_diagnostics_and_stage_times_filled(walk):
+    loop, inputs = walk
+    fast, _ = pair(loop)
+    out = fast.update(inputs[0])
+    d = out.diag
+    assert d.qp_accepted and d.qp_iterations > 0
+    assert 0 < d.solve_time_us <= d.qp_time_us <= d.cycle_time_us
+    assert set(fast.stage_us) == set(STAGES) and all(v > 0 for v in fast.stage_us.values())
+    assert d.forces.shape == (4 * rm_n_legs(loop),) and d.tau_wbc.shape == (loop.rm.n,)
+    # outputs are fresh arrays: the next cycle does not change them
+    kept = (out.tau.copy(), d.theta.copy(), d.tau_wbc.copy())
+    fast.update(inputs[1])
+    np.testing.assert_array_equal(out.tau, kept[0])
+    np.testing.assert_array_equal(d.theta, kept[1])
+    np.testing.assert_array_equal(d.tau_wbc, kept[2])
+
+
+def rm_n_legs(loop):
+    return loop.rm.n_legs
+
+
+# ------------------------------------------------------------------ live configuration
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+@pytest.mark.parametrize("name,value", [("mu", 0.3), ("w_lambda_t", 1e-3), ("w_lambda_n", 1e-3)])
+def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
+    """mu, w_lambda_t, w_lambda_n are live parameters: the next QP uses the new values."""
+    loop, inputs = walk
+    ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl=impl)
+    ctl.reset(loop.q0)
+    ctl.update(inputs[0])
+    before = ctl.problem.copy()
+    ctl.set_config(dataclasses.replace(loop.wcfg, **{name: value}))
+    ctl.update(inputs[0])
+    p, N, c0 = ctl.problem, ctl.N, ctl.lam0
+    fric = p.C[ctl.row_fric:ctl.row_fric + 5 * N]
+    lam_diag = p.H.diagonal()[c0:c0 + 4 * N] - (p.H.diagonal()[0] - loop.wcfg.w_body)  # minus the regularization
+    if name == "mu":
+        assert not np.array_equal(fric, before.C[:5 * N])
+        for i in range(N):
+            np.testing.assert_array_equal(fric[5 * i:5 * i + 4, c0 + 4 * i + 2], -value)
+    else:
+        cols = [0, 1, 3] if name == "w_lambda_t" else [2]
+        for i in range(N):
+            np.testing.assert_allclose(lam_diag[4 * i + np.array(cols)], value, rtol=1e-9)
+        assert not np.array_equal(p.H, before.H)
+    # and both paths agree after the change
+    other = WholeBodyController(loop.rm, dataclasses.replace(loop.wcfg, **{name: value}), loop.gait_cfg,
+                                impl="reference" if impl == "fast" else "fast")
+    other.reset(loop.q0)
+    other.update(inputs[0])
+    for k in ("H", "C", "l", "u"):
+        assert rel(getattr(p, k), getattr(other.problem, k)) <= 1e-12
+
+
+def test_set_config_rebuild_keeps_impl(walk):
+    loop, inputs = walk
+    ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="fast")
+    ctl.set_config(dataclasses.replace(loop.wcfg, cbf_slack=True))
+    assert ctl.impl == "fast" and ctl.ns == ctl.N
+    with pytest.raises(ValueError, match="impl"):
+        WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="numba")
+
+
+@pytest.mark.parametrize("field,value", [("q", np.full(31, np.nan)), ("v", np.zeros(5)),
+                                         ("support", np.ones(3, bool)), ("tau_ext", np.full(24, np.inf))])
+def test_fast_rejects_bad_input_like_reference(walk, field, value):
+    loop, inputs = walk
+    msgs = []
+    for impl in ("fast", "reference"):
+        ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl=impl)
+        inp = dataclasses.replace(inputs[0], **{field: value})
+        with pytest.raises(InputError) as e:
+            ctl.update(inp)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1]
+
+
+# ------------------------------------------------------------------ kernels against numpy / known entries
+def test_leg_kinematics_workspace_equals_legs_batch(rm):
+    ws = rm.leg_workspace()
+    rng = np.random.default_rng(3)
+    q0 = rm.stance_configuration()[7:]
+    for _ in range(30):
+        qj, dqj = q0 + rng.normal(0, 0.4, rm.n), rng.normal(0, 2.0, rm.n)
+        ref, b = rm.legs_batch(qj, dqj), ws.update(qj, dqj)
+        for k in ("p", "J", "a", "theta", "theta_dot", "J_w", "dJ_p_dq", "dJ_theta_dq", "v_p"):
+            np.testing.assert_allclose(getattr(b, k), getattr(ref, k), rtol=0, atol=1e-12, err_msg=k)
+
+
+def test_leg_kinematics_vertical_foot_link_zeroes_theta_row():
+    """Foot-link x-axis along base z: the J_theta row, theta_dot and the drift are zero."""
+    N = 1
+    Jw = np.asfortranarray(np.arange(24.0).reshape(6, 4))
+    cols = np.arange(4, dtype=np.int64).reshape(1, 4)
+    P, A, acc = np.zeros((N, 3)), np.array([[0.0, 0.0, -1.0]]), np.ones((N, 6))
+    J, th, thd, Jwo, dJp, dJt, vp = (np.full((N, 4, 4), 7.0), np.zeros(N), np.ones(N), np.zeros((N, 3, 4)),
+                                     np.zeros((N, 3)), np.ones(N), np.zeros((N, 3)))
+    K.leg_kinematics(Jw, cols, P, A, acc, np.ones(4), J, th, thd, Jwo, dJp, dJt, vp)
+    assert th[0] == pytest.approx(math.pi / 2) and thd[0] == 0.0 and dJt[0] == 0.0
+    np.testing.assert_array_equal(J[0, 3], 0.0)
+    np.testing.assert_array_equal(J[0, :3], Jw[:3])          # p = 0: v - p x w = v
+    np.testing.assert_array_equal(Jwo[0], Jw[3:])
+
+
+def test_symmetrize_mass_and_rotation():
+    U = np.triu(np.arange(1.0, 17.0).reshape(4, 4))
+    M, h = np.zeros((4, 4)), np.zeros(4)
+    K.symmetrize_mass(U, np.arange(4.0), M, h)
+    np.testing.assert_array_equal(M, U + np.triu(U, 1).T)
+    np.testing.assert_array_equal(h, np.arange(4.0))
+    from legged_wbc.conventions import rotation_from_quat_xyzw
+    q = np.zeros(7)
+    q[3:7] = np.array([0.1, -0.3, 0.2, 0.9]) / np.linalg.norm([0.1, -0.3, 0.2, 0.9])
+    R = np.zeros((3, 3))
+    K.rotation_from_quat(q, R)
+    np.testing.assert_array_equal(R, rotation_from_quat_xyzw(q[3:7]))
+
+
+def test_friction_cone_rows_known_entries():
+    """Per foot i: rows f_x - mu f_z <= 0, -f_x - mu f_z <= 0, f_y - mu f_z <= 0, -f_y - mu f_z <= 0,
+    0 <= f_z; m_theta,i = 0; base force rows -I_3."""
+    N, lam0, nx = 2, 3, 3 + 8
+    A_eq, C = np.zeros((6 + N, nx)), np.zeros((5 * N, nx))
+    lo, up = np.full(5 * N, 5.0), np.full(5 * N, 5.0)
+    K.friction_rows(N, lam0, 0, 0.5, A_eq, C, lo, up)
+    c = lam0 + 4  # foot 1
+    np.testing.assert_array_equal(C[5:10, c:c + 4], [[1, 0, -0.5, 0], [-1, 0, -0.5, 0], [0, 1, -0.5, 0],
+                                                     [0, -1, -0.5, 0], [0, 0, 1, 0]])
+    np.testing.assert_array_equal(lo[5:10], [-INF] * 4 + [0.0])
+    np.testing.assert_array_equal(up[5:9], 0.0)
+    assert up[9] == 5.0                     # f_z upper bound: the contact state's, untouched
+    assert A_eq[7, c + 3] == 1.0 and A_eq[6, lam0 + 3] == 1.0
+    np.testing.assert_array_equal(A_eq[:3, c:c + 3], -np.eye(3))
+    up[:] = 1.0
+    K.normal_force_bounds(np.array([True, False]), 700.0, 0, up)
+    assert up[4] == 700.0 and up[9] == 0.0 and up[3] == 1.0
+
+
+def test_floating_base_rows_known_entries():
+    nv, N = 8, 2
+    lam0, nx = nv, nv + 4 * N
+    M = np.arange(nv * nv, dtype=float).reshape(nv, nv)
+    h = np.arange(nv, dtype=float) + 1.0
+    P = np.array([[1.0, 2.0, 3.0], [-4.0, 5.0, -6.0]])
+    A_eq, b_eq = np.full((6 + N, nx), 9.0), np.zeros(6 + N)
+    K.floating_base_rows(M, h, P, lam0, A_eq, b_eq)
+    np.testing.assert_array_equal(A_eq[:6, :nv], M[:6])
+    np.testing.assert_array_equal(b_eq[:6], -h[:6])
+    for i in range(N):
+        x, y, z = P[i]
+        c = lam0 + 4 * i
+        # moment rows: -(r x f) = -[r]x f
+        np.testing.assert_array_equal(A_eq[3:6, c:c + 3], [[0, z, -y], [-z, 0, x], [y, -x, 0]])
+        f = np.array([0.3, -0.7, 1.1])
+        np.testing.assert_allclose(A_eq[3:6, c:c + 3] @ f, -np.cross(P[i], f))
+
+
+def test_torque_rows_and_command_torque_known_entries():
+    """tau rows C = [M[6:], -J^T per leg], bounds tau_min/max - h - tau_sw; the command torque at x
+    is S[M nu_dot + h - J_c^T lambda] + tau_sw and lies between the bounds of the rows."""
+    rng = np.random.default_rng(0)
+    N, n = 2, 8
+    nv = n + 6
+    lam0, nx = nv, nv + 4 * N
+    M, h = rng.normal(size=(nv, nv)), rng.normal(size=nv)
+    J = rng.normal(size=(N, 4, 4))
+    leg_j = np.array([[4, 5, 6, 7], [0, 1, 2, 3]], dtype=np.int64)
+    tmin, tmax, tsw = -np.full(n, 50.0), np.full(n, 50.0), rng.normal(size=n)
+    C, lo, up = np.zeros((n, nx)), np.zeros(n), np.zeros(n)
+    K.torque_rows(M, h, J, leg_j, lam0, 0, tmin, tmax, tsw, C, lo, up)
+    np.testing.assert_array_equal(C[:, :nv], M[6:])
+    for i in range(N):
+        for r in range(4):
+            np.testing.assert_array_equal(C[leg_j[i, r], lam0 + 4 * i:lam0 + 4 * i + 4], -J[i, :, r])
+    np.testing.assert_array_equal(lo, tmin - h[6:] - tsw)
+    np.testing.assert_array_equal(up, tmax - h[6:] - tsw)
+    x = rng.normal(size=nx)
+    tau_wbc, tau = np.zeros(n), np.zeros(n)
+    ok = K.command_torque(M, h, J, leg_j, x, lam0, tsw, tmin, tmax, np.full(n, 1e-6), tau_wbc, tau)
+    expect = M[6:] @ x[:nv] + h[6:]
+    for i in range(N):
+        expect[leg_j[i]] -= J[i].T @ x[lam0 + 4 * i:lam0 + 4 * i + 4]
+    np.testing.assert_allclose(tau_wbc, expect, rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(tau, expect + tsw, rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(C @ x, tau - h[6:] - tsw, atol=1e-12)   # the rows are the torque
+    assert ok == bool(np.all(np.abs(tau) <= 50.0 + 1e-6))
+    tmax_small = np.full(n, 1e-3)
+    assert not K.command_torque(M, h, J, leg_j, x, lam0, tsw, -tmax_small, tmax_small, np.zeros(n), tau_wbc, tau)
+
+
+def test_cbf_rows_known_entries():
+    N = 3
+    J = np.zeros((N, 4, 4))
+    J[:, 3] = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    leg_v = np.array([[6, 7, 8, 9], [10, 11, 12, 13], [14, 15, 16, 17]], dtype=np.int64)
+    th, thd, dJt = np.array([0.1, 0.1, 0.1]), np.array([0.2, 0.2, 0.2]), np.array([0.3, 0.3, 0.3])
+    C, lo, up = np.zeros((N, 18)), np.zeros(N), np.zeros(N)
+    sup = np.array([True, False, True])
+    K.cbf_rows(sup, J, th, thd, dJt, leg_v, 0, True, 100.0, 10.0, -0.3, 0.3, C, lo, up)
+    for i in range(N):
+        np.testing.assert_array_equal(C[i, leg_v[i]], J[i, 3])
+    # lower: -(k_p (theta - theta_lo) + k_d theta_dot + Jdot qdot) = -(40 + 2 + 0.3)
+    assert lo[0] == pytest.approx(-42.3) and up[0] == pytest.approx(20.0 - 2.0 - 0.3)
+    assert lo[1] == -INF and up[1] == INF          # swing leg: loose
+    K.cbf_rows(sup, J, th, thd, dJt, leg_v, 0, False, 100.0, 10.0, -0.3, 0.3, C, lo, up)
+    assert np.all(lo == -INF) and np.all(up == INF)  # damping / none: loose everywhere
+    act = np.zeros(N, dtype=bool)
+    x = np.zeros(18)
+    K.cbf_rows(sup, J, th, thd, dJt, leg_v, 0, True, 100.0, 10.0, -0.3, 0.3, C, lo, up)
+    x[6] = up[0]                                   # leg 0 exactly on its upper bound
+    K.cbf_active(sup, C, lo, up, x, 0, act)
+    np.testing.assert_array_equal(act, [True, False, False])
+
+
+def test_task_cost_known_entries():
+    """Identity leg Jacobians: leg blocks diag(W_i), gradient -W_i b_i; body rows w_body I, force
+    weights on the lambda diagonal, slack weight, then + hessian_reg * max diag."""
+    N, nv = 2, 14
+    lam0, nx = nv, nv + 4 * N + N
+    J = np.repeat(np.eye(4)[None], N, axis=0)
+    W = np.array([[1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.5, 0.25]])
+    b = np.arange(8.0).reshape(N, 4)
+    acc = np.arange(6.0)
+    leg_v = np.array([[6, 7, 8, 9], [10, 11, 12, 13]], dtype=np.int64)
+    lam_diag = np.tile([1e-5, 1e-5, 1e-6, 1e-5], N)
+    H, g = np.full((nx, nx), 3.0), np.full(nx, 3.0)
+    K.task_cost(J, W, b, acc, 2.0, lam_diag, N, 1e6, 1e-9, leg_v, lam0, H, g)
+    reg = 1e-9 * 1e6
+    expect = np.zeros((nx, nx))
+    expect[:6, :6] = 2.0 * np.eye(6)
+    for i in range(N):
+        expect[np.ix_(leg_v[i], leg_v[i])] = np.diag(W[i])
+    expect[lam0:lam0 + 8, lam0:lam0 + 8] = np.diag(lam_diag)
+    expect[lam0 + 8:, lam0 + 8:] = 1e6 * np.eye(N)
+    np.testing.assert_allclose(H, expect + reg * np.eye(nx), rtol=1e-15, atol=0)
+    expect_g = np.zeros(nx)
+    expect_g[:6] = -2.0 * acc
+    for i in range(N):
+        expect_g[leg_v[i]] = -W[i] * b[i]
+    np.testing.assert_array_equal(g, expect_g)
+
+
+def test_residuals_equal_qpproblem(rm):
+    rng = np.random.default_rng(1)
+    p = QpProblem(10, 3, 6)
+    p.A_eq[:], p.b_eq[:], p.C[:] = rng.normal(size=(3, 10)), rng.normal(size=3) * 5, rng.normal(size=(6, 10))
+    p.l[:] = [-INF, -1.0, -2.0, -INF, -0.1, -3.0]
+    p.u[:] = [1.0, INF, 2.0, INF, 0.1, 30.0]
+    for _ in range(20):
+        x = rng.normal(size=10)
+        assert K.residuals(p.A_eq, p.b_eq, p.C, p.l, p.u, x) == pytest.approx(p.residuals(x), rel=1e-12, abs=1e-15)
+
+
+def test_references_and_gait_equal_numpy(rm):
+    cfg = load_wbc_config()
+    gcfg = GaitConfig.from_dict(rm.cfg.gait)
+    gen = BodyReferenceGenerator(cfg, gcfg.start_time)
+    gen.reset(np.array([0.1, -0.2, 0.3]))
+    sch = GaitScheduler(gcfg, rm.cfg.leg_names)
+    rng = np.random.default_rng(2)
+    p, v, a, acc, e = (np.zeros(3) for _ in range(5))
+    acc = np.zeros(6)
+    R = np.zeros((3, 3))
+    ph, pr, cy = np.zeros(rm.n_legs, np.int64), np.zeros(rm.n_legs), np.zeros(rm.n_legs, np.int64)
+    for t in np.concatenate([np.linspace(0.0, 12.0, 400), [gcfg.start_time, 6.0]]):
+        ref = gen(float(t))
+        K.body_reference(float(t), gen.p0, cfg.stand_up_start, cfg.stand_up_duration, cfg.stand_height,
+                         gen.gait_start, cfg.velocity_ramp_end, cfg.forward_velocity, p, v, a)
+        np.testing.assert_allclose(np.concatenate([p, v, a]), np.concatenate([ref.p, ref.v, ref.a]), rtol=1e-14,
+                                   atol=1e-15)
+        q = np.zeros(7 + rm.n)
+        q[:3] = rng.normal(size=3)
+        q[3:7] = rng.normal(size=4)
+        q[3:7] /= np.linalg.norm(q[3:7])
+        vel = rng.normal(size=6 + rm.n)
+        K.rotation_from_quat(q, R)
+        K.body_task(p, v, a, q, R, vel, cfg._kp_pos, cfg._kd_pos, cfg._kp_rot, cfg._kd_rot, acc, e)
+        expect = body_task(cfg, ref, q[:3], R, vel[:3], vel[3:6])
+        np.testing.assert_allclose(acc, expect, rtol=1e-12, atol=1e-10)
+        from wbc_controller.references import vee
+        np.testing.assert_allclose(e, 0.5 * vee(ref.R.T @ R - R.T @ ref.R), rtol=1e-14, atol=1e-16)
+        K.gait_state(float(t), gcfg.start_time, gcfg.stop_time, gcfg.period, sch.swing_duration,
+                     sch.offset.astype(float), sch.group.astype(np.int64), ph, pr, cy)
+        eph, epr, ecy = sch.state(float(t))
+        np.testing.assert_array_equal(ph, eph)
+        np.testing.assert_array_equal(pr, epr)
+        np.testing.assert_array_equal(cy, ecy)
+
+
+def test_swing_reference_equals_planner():
+    rng = np.random.default_rng(4)
+    sp = SwingPlanner(3)
+    for i in range(3):
+        sp.begin(i, rng.normal(size=3), rng.normal(size=3), 0.3 + 0.1 * i, v_start=rng.normal(size=3),
+                 v_end=rng.normal(size=3))
+    P, V, A = np.zeros(3), np.zeros(3), np.zeros(3)
+    for s in np.linspace(-0.1, 1.1, 25):
+        eP, eV, eA = sp(np.arange(3), np.full(3, s), 0.08)
+        for i in range(3):
+            K.swing_reference(sp.start[i], sp.target[i], sp.v_start[i], sp.v_end[i], sp.duration[i], s, 0.08, P, V, A)
+            np.testing.assert_allclose(np.concatenate([P, V, A]), np.concatenate([eP[i], eV[i], eA[i]]),
+                                       rtol=1e-13, atol=1e-13)
+
+
+def test_solve4_and_null_space_compensation():
+    rng = np.random.default_rng(5)
+    x = np.zeros(4)
+    for _ in range(20):
+        M = rng.normal(size=(4, 4)) + 4 * np.eye(4)
+        b = rng.normal(size=4)
+        K.solve4(M, b, x)
+        np.testing.assert_allclose(x, np.linalg.solve(M, b), rtol=1e-12, atol=1e-13)
+    N = 3
+    J = rng.normal(size=(N, 4, 4))
+    leg_j = np.arange(12, dtype=np.int64).reshape(N, 4)
+    tau_ext = rng.normal(size=12) * 100
+    out = np.full(12, 9.0)
+    sup = np.array([True, False, True])
+    K.null_space_compensation(sup, J, leg_j, tau_ext, 50.0, out)
+    n = null_vectors(J[:, :3], J[:, 3])
+    for i in range(N):
+        d = np.clip(n[i] @ tau_ext[leg_j[i]], -50, 50) if sup[i] else 0.0
+        np.testing.assert_allclose(out[leg_j[i]], n[i] * d, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(J[i, :3] @ n[i], 0.0, atol=1e-12)   # in J_p's null space

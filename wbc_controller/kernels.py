@@ -1,0 +1,658 @@
+"""Compiled (numba ``@njit(cache=True)``) kernels of the fast controller cycle.
+
+Every kernel writes into preallocated arrays and repeats, operation for operation where the
+arithmetic allows, the numpy code of :meth:`WholeBodyController._update_reference` and
+:meth:`legged_wbc.model.RobotModel.legs_batch`; the tests compare them entry by entry.
+
+Frames and units as in the controller: leg quantities in the base frame (the fixed-base model's
+world frame) [m, rad, s]; contact forces ``lambda_i = [f_x, f_y, f_z, m_theta]`` in the base frame
+[N, N m]; torques [N m] in Pinocchio joint order. Array layout: the controller passes C-contiguous
+float64 / int64 / bool arrays only (one compiled signature per kernel, see :func:`warmup`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+R2_EPS = 1e-10          # legged_wbc.model.R2_EPS: foot-link x-axis along base z
+INF = 1e20              # wbc_controller.qp.INF: loose bound
+SUPPORT = 0             # legged_wbc.gait.SUPPORT
+SWING_UP, SWING_DOWN = 1, 2
+
+
+# ---------------------------------------------------------------------------- model
+@njit(cache=True)
+def symmetrize_mass(M_upper, h_in, M, h):
+    """``M`` (nv x nv) from Pinocchio's crba output (upper triangle filled), ``h`` copied."""
+    nv = M.shape[0]
+    for i in range(nv):
+        for j in range(i, nv):
+            x = M_upper[i, j]
+            M[i, j] = x
+            M[j, i] = x
+        h[i] = h_in[i]
+
+
+@njit(cache=True)
+def rotation_from_quat(q, R):
+    """Rotation base -> world of the unit quaternion ``q[3:7] = [x, y, z, w]`` (into ``R``)."""
+    x, y, z, w = q[3], q[4], q[5], q[6]
+    R[0, 0] = 1 - 2 * (y * y + z * z)
+    R[0, 1] = 2 * (x * y - z * w)
+    R[0, 2] = 2 * (x * z + y * w)
+    R[1, 0] = 2 * (x * y + z * w)
+    R[1, 1] = 1 - 2 * (x * x + z * z)
+    R[1, 2] = 2 * (y * z - x * w)
+    R[2, 0] = 2 * (x * z - y * w)
+    R[2, 1] = 2 * (y * z + x * w)
+    R[2, 2] = 1 - 2 * (x * x + y * y)
+
+
+@njit(cache=True)
+def leg_kinematics(J_world, leg_cols, P, A, acc, dqj, J, theta, theta_dot, J_w, dJ_p, dJ_theta, v_p):
+    """Leg kinematics of all legs from one Pinocchio pass on the fixed-base model.
+
+    Inputs: ``J_world`` (6, n) joint Jacobian of the fixed model (``data.J``: spatial velocity at
+    the base origin, base axes; ``[linear; angular]``), ``leg_cols`` (N, 4) joint indices per leg,
+    ``P`` (N, 3) foot points, ``A`` (N, 3) foot-link x-axes, ``acc`` (N, 6) classical foot-point
+    accelerations at zero joint acceleration ``[linear; angular]`` (all base frame), ``dqj`` (n).
+    Outputs as :class:`legged_wbc.model.LegBatch`: ``J`` (N, 4, 4) rows ``[J_p; J_theta]``,
+    ``theta``, ``theta_dot``, ``J_w`` (N, 3, 4), ``dJ_p`` (N, 3), ``dJ_theta`` (N), ``v_p`` (N, 3).
+
+    ``J_p`` is the local-world-aligned frame Jacobian ``v - p x w`` of each joint column."""
+    N = leg_cols.shape[0]
+    for i in range(N):
+        px, py, pz = P[i, 0], P[i, 1], P[i, 2]
+        dq0 = dqj[leg_cols[i, 0]]
+        dq1 = dqj[leg_cols[i, 1]]
+        dq2 = dqj[leg_cols[i, 2]]
+        dq3 = dqj[leg_cols[i, 3]]
+        for k in range(4):
+            c = leg_cols[i, k]
+            wx, wy, wz = J_world[3, c], J_world[4, c], J_world[5, c]
+            J[i, 0, k] = J_world[0, c] - (py * wz - pz * wy)
+            J[i, 1, k] = J_world[1, c] - (pz * wx - px * wz)
+            J[i, 2, k] = J_world[2, c] - (px * wy - py * wx)
+            J_w[i, 0, k] = wx
+            J_w[i, 1, k] = wy
+            J_w[i, 2, k] = wz
+        for r in range(3):
+            dJ_p[i, r] = acc[i, r]
+            v_p[i, r] = J[i, r, 0] * dq0 + J[i, r, 1] * dq1 + J[i, r, 2] * dq2 + J[i, r, 3] * dq3
+        ax, ay, az = A[i, 0], A[i, 1], A[i, 2]
+        r = math.sqrt(ax * ax + ay * ay)
+        theta[i] = math.atan2(-az, r)
+        if r * r <= R2_EPS:
+            for k in range(4):
+                J[i, 3, k] = 0.0
+            theta_dot[i] = 0.0
+            dJ_theta[i] = 0.0
+            continue
+        wx = J_w[i, 0, 0] * dq0 + J_w[i, 0, 1] * dq1 + J_w[i, 0, 2] * dq2 + J_w[i, 0, 3] * dq3
+        wy = J_w[i, 1, 0] * dq0 + J_w[i, 1, 1] * dq1 + J_w[i, 1, 2] * dq2 + J_w[i, 1, 3] * dq3
+        wz = J_w[i, 2, 0] * dq0 + J_w[i, 2, 1] * dq1 + J_w[i, 2, 2] * dq2 + J_w[i, 2, 3] * dq3
+        gx, gy, gz = az * ax / r, az * ay / r, -r                      # g = d theta / d a
+        cx, cy, cz = ay * gz - az * gy, az * gx - ax * gz, ax * gy - ay * gx   # a x g
+        for k in range(4):
+            J[i, 3, k] = cx * J_w[i, 0, k] + cy * J_w[i, 1, k] + cz * J_w[i, 2, k]
+        theta_dot[i] = J[i, 3, 0] * dq0 + J[i, 3, 1] * dq1 + J[i, 3, 2] * dq2 + J[i, 3, 3] * dq3
+        adx, ady, adz = wy * az - wz * ay, wz * ax - wx * az, wx * ay - wy * ax
+        r_dot = (ax * adx + ay * ady) / r
+        gdx = (adz * ax + az * adx) / r - az * ax * r_dot / (r * r)
+        gdy = (adz * ay + az * ady) / r - az * ay * r_dot / (r * r)
+        gdz = -r_dot
+        wadx, wady, wadz = wy * adz - wz * ady, wz * adx - wx * adz, wx * ady - wy * adx
+        awx, awy, awz = acc[i, 3], acc[i, 4], acc[i, 5]
+        dJ_theta[i] = (cx * awx + cy * awy + cz * awz + gx * wadx + gy * wady + gz * wadz
+                       + gdx * adx + gdy * ady + gdz * adz)
+
+
+# ---------------------------------------------------------------------------- references
+@njit(cache=True)
+def _smoothstep5(s):
+    s = min(max(s, 0.0), 1.0)
+    return (10 * s**3 - 15 * s**4 + 6 * s**5, 30 * s**2 - 60 * s**3 + 30 * s**4, 60 * s - 180 * s**2 + 120 * s**3)
+
+
+@njit(cache=True)
+def body_reference(t, p0, stand_up_start, stand_up_duration, stand_height, gait_start, velocity_ramp_end,
+                   forward_velocity, ref_p, ref_v, ref_a):
+    """Stand-up ramp + forward walking reference (world frame) at ``t`` [s] into ``ref_p/v/a``;
+    as :class:`wbc_controller.references.BodyReferenceGenerator` (level, yaw 0)."""
+    s = (t - stand_up_start) / stand_up_duration
+    f, df, ddf = _smoothstep5(s)
+    dz = stand_height - p0[2]
+    z, vz, az = p0[2] + dz * f, dz * df / stand_up_duration, dz * ddf / stand_up_duration**2
+    if s <= 0 or s >= 1:
+        vz = az = 0.0
+    t0, t1, vf = gait_start, max(velocity_ramp_end, gait_start + 1e-6), forward_velocity
+    if t <= t0:
+        x, vx, ax = 0.0, 0.0, 0.0
+    elif t <= t1:
+        k = vf / (t1 - t0)
+        x, vx, ax = 0.5 * k * (t - t0) ** 2, k * (t - t0), k
+    else:
+        x, vx, ax = 0.5 * vf * (t1 - t0) + vf * (t - t1), vf, 0.0
+    ref_p[0], ref_p[1], ref_p[2] = p0[0] + x, p0[1], z
+    ref_v[0], ref_v[1], ref_v[2] = vx, 0.0, vz
+    ref_a[0], ref_a[1], ref_a[2] = ax, 0.0, az
+
+
+@njit(cache=True)
+def body_task(ref_p, ref_v, ref_a, q, R, v, kp_pos, kd_pos, kp_rot, kd_rot, acc_body, e_rpy):
+    """Desired ``nu_dot[0:6]`` (base frame) of :func:`wbc_controller.references.body_task` for a
+    level, non-rotating reference (``R_d = I``, ``w_d = w_dot_d = 0``), and the attitude error
+    ``0.5 vee(R_d^T R - R^T R_d)`` of the diagnostics into ``e_rpy``."""
+    vb0, vb1, vb2 = v[0], v[1], v[2]
+    w0, w1, w2 = v[3], v[4], v[5]
+    # v_world = R v_B; a_des = a + Kp (p_d - p) + Kd (v_d - v_world)
+    a_des = np.empty(3)
+    for r in range(3):
+        vw = R[r, 0] * vb0 + R[r, 1] * vb1 + R[r, 2] * vb2
+        a_des[r] = ref_a[r] + kp_pos[r] * (ref_p[r] - q[r]) + kd_pos[r] * (ref_v[r] - vw)
+    cx, cy, cz = w1 * vb2 - w2 * vb1, w2 * vb0 - w0 * vb2, w0 * vb1 - w1 * vb0
+    for r in range(3):
+        acc_body[r] = R[0, r] * a_des[0] + R[1, r] * a_des[1] + R[2, r] * a_des[2]
+    acc_body[0] -= cx
+    acc_body[1] -= cy
+    acc_body[2] -= cz
+    # e_R = 0.5 vee(R - R^T) for R_d = I; e_w = w_B
+    e0 = 0.5 * (R[2, 1] - R[1, 2])
+    e1 = 0.5 * (R[0, 2] - R[2, 0])
+    e2 = 0.5 * (R[1, 0] - R[0, 1])
+    acc_body[3] = -kp_rot[0] * e0 - kd_rot[0] * w0
+    acc_body[4] = -kp_rot[1] * e1 - kd_rot[1] * w1
+    acc_body[5] = -kp_rot[2] * e2 - kd_rot[2] * w2
+    e_rpy[0], e_rpy[1], e_rpy[2] = e0, e1, e2
+
+
+@njit(cache=True)
+def gait_state(t, start_time, stop_time, period, swing_duration, offset, group, phases, progress, cycles):
+    """Nominal phase, swing progress and cycle index per leg at ``t`` [s] (as
+    :meth:`legged_wbc.gait.GaitScheduler.state`) into ``phases``, ``progress``, ``cycles``."""
+    N = offset.shape[0]
+    if t < start_time:
+        for i in range(N):
+            phases[i] = SUPPORT
+            progress[i] = 0.0
+            cycles[i] = -1
+        return
+    active = start_time <= t < stop_time
+    for i in range(N):
+        tau = t - start_time - offset[i]
+        k = math.floor(tau / period)
+        loc = tau - k * period
+        cycles[i] = int(k)
+        phases[i] = SUPPORT
+        progress[i] = 0.0
+        if active:
+            s = loc / swing_duration
+            if s < 1.0 and k >= 0 and group[i] >= 0:
+                phases[i] = SWING_UP if s < 0.5 else SWING_DOWN
+                progress[i] = s
+
+
+@njit(cache=True)
+def swing_reference(start, target, v_start, v_end, T, u, lift, P, V, A):
+    """One foot's swing reference at progress ``u`` (clipped to [0, 1]) into ``P``, ``V``, ``A``
+    (base frame; as :class:`wbc_controller.references.SwingPlanner`)."""
+    u = min(max(u, 0.0), 1.0)
+    u2, u3 = u * u, u * u * u
+    h0, h1, h2, h3 = 2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2
+    d0, d1 = (6 * u2 - 6 * u) / T, (3 * u2 - 4 * u + 1) / T
+    d2, d3 = (-6 * u2 + 6 * u) / T, (3 * u2 - 2 * u) / T
+    T2 = T**2
+    a0, a1, a2, a3 = (12 * u - 6) / T2, (6 * u - 4) / T2, (-12 * u + 6) / T2, (6 * u - 2) / T2
+    for c in range(2):
+        p0, m0, p1, m1 = start[c], v_start[c] * T, target[c], v_end[c] * T
+        P[c] = 0.0 + h0 * p0 + h1 * m0 + h2 * p1 + h3 * m1
+        V[c] = 0.0 + d0 * p0 + d1 * m0 + d2 * p1 + d3 * m1
+        A[c] = 0.0 + a0 * p0 + a1 * m0 + a2 * p1 + a3 * m1
+    f = 10 * u3 - 15 * u2 * u2 + 6 * u3 * u2
+    df = 30 * u2 - 60 * u3 + 30 * u2 * u2
+    ddf = 60 * u - 180 * u2 + 120 * u3
+    w = 1.0 - u
+    b, db, ddb = 16 * u2 * w * w, 32 * u * w * w - 32 * u2 * w, 32 * w * w - 128 * u * w + 32 * u2
+    dz = target[2] - start[2]
+    P[2] = start[2] + dz * f + lift * b
+    V[2] = (dz * df + lift * db) / T
+    A[2] = (dz * ddf + lift * ddb) / T2
+
+
+@njit(cache=True)
+def solve4(M, b, x):
+    """``x = M^-1 b`` for a 4x4 ``M`` (LU with partial pivoting; ``M``, ``b`` untouched)."""
+    a = np.empty((4, 5))
+    for i in range(4):
+        for j in range(4):
+            a[i, j] = M[i, j]
+        a[i, 4] = b[i]
+    for k in range(4):
+        piv, best = k, abs(a[k, k])
+        for i in range(k + 1, 4):
+            if abs(a[i, k]) > best:
+                piv, best = i, abs(a[i, k])
+        if piv != k:
+            for j in range(5):
+                a[k, j], a[piv, j] = a[piv, j], a[k, j]
+        for i in range(k + 1, 4):
+            f = a[i, k] / a[k, k]
+            for j in range(k, 5):
+                a[i, j] -= f * a[k, j]
+    for i in range(3, -1, -1):
+        s = a[i, 4]
+        for j in range(i + 1, 4):
+            s -= a[i, j] * x[j]
+        x[i] = s / a[i, i]
+
+
+# ---------------------------------------------------------------------------- task targets
+@njit(cache=True)
+def task_targets(support, p, v_p, theta, theta_dot, dJ_p, dJ_theta, acc_body, w_base, theta_nominal,
+                 w_support, w_swing, w_pitch, mode_none, consistent, k_dtheta, theta_ddot_max, recenter,
+                 kp_swing_pitch, kd_swing_pitch, W, b):
+    """Weights ``W`` (N, 4) and desired task accelerations ``b`` (N, 4) of the leg rows
+    ``[p_ddot; theta_ddot]`` (base frame) minus their drift ``J_dot q_dot``, before the swing
+    feed-forward: support / swing position weights; ``consistent`` support-foot acceleration of a
+    world-fixed foot ``-(v_dot_B + w_dot_B x p) - w_B x v_rel``; support legs' pitch damping
+    (saturated), swing legs' re-centering PD (or 0)."""
+    N = p.shape[0]
+    ax, ay, az = acc_body[0], acc_body[1], acc_body[2]
+    bx, by, bz = acc_body[3], acc_body[4], acc_body[5]
+    wx, wy, wz = w_base[0], w_base[1], w_base[2]
+    for i in range(N):
+        wp = w_support if support[i] else w_swing
+        W[i, 0] = wp
+        W[i, 1] = wp
+        W[i, 2] = wp
+        W[i, 3] = w_pitch
+        b[i, 0] = -dJ_p[i, 0]
+        b[i, 1] = -dJ_p[i, 1]
+        b[i, 2] = -dJ_p[i, 2]
+        b[i, 3] = -dJ_theta[i]
+        if consistent and support[i]:
+            px, py, pz = p[i, 0], p[i, 1], p[i, 2]
+            vx, vy, vz = v_p[i, 0], v_p[i, 1], v_p[i, 2]
+            b[i, 0] += -(ax + (by * pz - bz * py)) - (wy * vz - wz * vy)
+            b[i, 1] += -(ay + (bz * px - bx * pz)) - (wz * vx - wx * vz)
+            b[i, 2] += -(az + (bx * py - by * px)) - (wx * vy - wy * vx)
+        if not mode_none:
+            if support[i]:
+                d = min(max(-k_dtheta * theta_dot[i], -theta_ddot_max), theta_ddot_max)
+            elif recenter:
+                d = kp_swing_pitch * (theta_nominal[i] - theta[i]) - kd_swing_pitch * theta_dot[i]
+            else:
+                d = 0.0
+            b[i, 3] += d
+
+
+@njit(cache=True)
+def swing_torques(support, phases, progress, planned, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration,
+                  lift, p, v_p, J, M, leg_v, leg_j, kp, kd, projection, b, tau_sw):
+    """Swing-leg PD torques ``tau_sw`` (n) of the legs outside the support set, and their swing
+    feed-forward accelerations added to ``b[:, :3]``.
+
+    A leg out of the support set in a nominal swing tracks its planned path (base frame); outside
+    a nominal swing it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
+    v_p))``; with ``projection`` the part that would accelerate theta is removed with the leg
+    block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``."""
+    N = p.shape[0]
+    for k in range(tau_sw.shape[0]):
+        tau_sw[k] = 0.0
+    Pr = np.empty(3)
+    Vr = np.empty(3)
+    Ar = np.empty(3)
+    f = np.empty(3)
+    t_sw = np.empty(4)
+    Jt = np.empty(4)
+    Mll = np.empty((4, 4))
+    Minv_Jt = np.empty(4)
+    for i in range(N):
+        if support[i]:
+            continue
+        if planned[i] and phases[i] != SUPPORT:
+            swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
+                            lift, Pr, Vr, Ar)
+        else:
+            for c in range(3):
+                Pr[c] = p[i, c]
+                Vr[c] = 0.0
+                Ar[c] = 0.0
+        for c in range(3):
+            b[i, c] += Ar[c]
+            f[c] = kp[c] * (Pr[c] - p[i, c]) + kd[c] * (Vr[c] - v_p[i, c])
+        for k in range(4):
+            t_sw[k] = J[i, 0, k] * f[0] + J[i, 1, k] * f[1] + J[i, 2, k] * f[2]
+        if projection:
+            for r in range(4):
+                Jt[r] = J[i, 3, r]
+                for c in range(4):
+                    Mll[r, c] = M[leg_v[i, r], leg_v[i, c]]
+            solve4(Mll, Jt, Minv_Jt)
+            den = Jt[0] * Minv_Jt[0] + Jt[1] * Minv_Jt[1] + Jt[2] * Minv_Jt[2] + Jt[3] * Minv_Jt[3]
+            if den > 1e-12:
+                num = Minv_Jt[0] * t_sw[0] + Minv_Jt[1] * t_sw[1] + Minv_Jt[2] * t_sw[2] + Minv_Jt[3] * t_sw[3]
+                coef = num / den
+                for k in range(4):
+                    t_sw[k] = t_sw[k] - Jt[k] * coef
+        for k in range(4):
+            tau_sw[leg_j[i, k]] = t_sw[k]
+
+
+@njit(cache=True)
+def null_space_compensation(support, J, leg_j, tau_ext, limit, tau_comp):
+    """``tau_comp`` (n): minus nothing, plus ``n_i (n_i . tau_ext,i)`` clipped to ``+-limit`` [N m] per
+    support leg, ``n_i`` the unit null-space vector of ``J_p,i`` with ``J_theta,i n_i >= 0``
+    (signed 3x3 minors, as :func:`legged_wbc.model.null_vectors`)."""
+    N = J.shape[0]
+    for k in range(tau_comp.shape[0]):
+        tau_comp[k] = 0.0
+    nvec = np.empty(4)
+    for i in range(N):
+        if not support[i]:
+            continue
+        for k in range(4):
+            # minor of J_p without column k, columns in order
+            a0 = 1 if k == 0 else 0
+            a1 = a0 + 1 + (1 if k == a0 + 1 else 0)
+            a2 = a1 + 1 + (1 if k == a1 + 1 else 0)
+            ax_, ay_, az_ = J[i, 0, a0], J[i, 1, a0], J[i, 2, a0]
+            bx_, by_, bz_ = J[i, 0, a1], J[i, 1, a1], J[i, 2, a1]
+            cx_, cy_, cz_ = J[i, 0, a2], J[i, 1, a2], J[i, 2, a2]
+            det = (ax_ * (by_ * cz_ - bz_ * cy_) - bx_ * (ay_ * cz_ - az_ * cy_)
+                   + cx_ * (ay_ * bz_ - az_ * by_))
+            nvec[k] = det if k % 2 == 0 else -det
+        nrm = math.sqrt(nvec[0] ** 2 + nvec[1] ** 2 + nvec[2] ** 2 + nvec[3] ** 2)
+        nrm = max(nrm, 1e-300)
+        s = 0.0
+        for k in range(4):
+            nvec[k] /= nrm
+            s += J[i, 3, k] * nvec[k]
+        sign = -1.0 if s < 0.0 else 1.0
+        d = 0.0
+        for k in range(4):
+            nvec[k] *= sign
+            d += nvec[k] * tau_ext[leg_j[i, k]]
+        d = min(max(d, -limit), limit)
+        for k in range(4):
+            tau_comp[leg_j[i, k]] = nvec[k] * d
+
+
+# ---------------------------------------------------------------------------- QP blocks
+@njit(cache=True)
+def task_cost(J, W, b, acc_body, w_body, lam_diag, n_slack, slack_weight, hessian_reg, leg_v, lam0, H, g):
+    """Cost ``1/2 ||J_T nu_dot - x_ddot_des||^2_W + 1/2 ||lambda||^2_{W_lambda} (+ slack)``:
+    ``H`` and ``g`` rewritten entirely (body rows ``w_body I_6``, leg blocks ``J_i^T W_i J_i`` and
+    ``-J_i^T W_i b_i``, force weights ``lam_diag``), plus ``hessian_reg * max diag(H)`` on the
+    diagonal."""
+    n = H.shape[0]
+    for r in range(n):
+        g[r] = 0.0
+        for c in range(n):
+            H[r, c] = 0.0
+    for r in range(6):
+        H[r, r] = w_body
+        g[r] = -w_body * acc_body[r]
+    N = J.shape[0]
+    for i in range(N):
+        for r in range(4):
+            for c in range(4):
+                s = 0.0
+                for k in range(4):
+                    s += J[i, k, r] * W[i, k] * J[i, k, c]
+                H[leg_v[i, r], leg_v[i, c]] = s
+            s = 0.0
+            for k in range(4):
+                s += J[i, k, r] * W[i, k] * b[i, k]
+            g[leg_v[i, r]] = -s
+    for k in range(lam_diag.shape[0]):
+        H[lam0 + k, lam0 + k] = lam_diag[k]
+    s0 = lam0 + lam_diag.shape[0]
+    for k in range(n_slack):
+        H[s0 + k, s0 + k] = slack_weight
+    dmax = H[0, 0]
+    for r in range(1, n):
+        if H[r, r] > dmax:
+            dmax = H[r, r]
+    reg = hessian_reg * dmax
+    for r in range(n):
+        H[r, r] += reg
+
+
+@njit(cache=True)
+def floating_base_rows(M, h, P, lam0, A_eq, b_eq):
+    """Floating-base rows ``M_B nu_dot - [sum f_i; sum r_i x f_i] = -h_B``: ``A_eq[:6, :nv] = M[:6]``,
+    ``b_eq[:6] = -h[:6]``, the moment rows ``-[r_i]x`` on each foot's ``(f_x, f_y, f_z)``
+    (the force rows ``-I_3`` and ``m_theta = 0`` rows are constant, see ``contact_rows``)."""
+    nv = M.shape[0]
+    for r in range(6):
+        for c in range(nv):
+            A_eq[r, c] = M[r, c]
+        b_eq[r] = -h[r]
+    N = P.shape[0]
+    for i in range(N):
+        c = lam0 + 4 * i
+        px, py, pz = P[i, 0], P[i, 1], P[i, 2]
+        # -[r]x = [[0, z, -y], [-z, 0, x], [y, -x, 0]]
+        A_eq[3, c + 0] = 0.0
+        A_eq[3, c + 1] = pz
+        A_eq[3, c + 2] = -py
+        A_eq[4, c + 0] = -pz
+        A_eq[4, c + 1] = 0.0
+        A_eq[4, c + 2] = px
+        A_eq[5, c + 0] = py
+        A_eq[5, c + 1] = -px
+        A_eq[5, c + 2] = 0.0
+
+
+@njit(cache=True)
+def normal_force_bounds(support, fz_max, row_fric, u):
+    """Contact state: ``f_z <= fz_max`` for support feet, ``f_z <= 0`` (no force) otherwise."""
+    for i in range(support.shape[0]):
+        u[row_fric + 5 * i + 4] = fz_max if support[i] else 0.0
+
+
+@njit(cache=True)
+def torque_rows(M, h, J, leg_j, lam0, row_tau, tmin, tmax, tau_sw_total, C, l, u):
+    """Final-torque rows ``tau_min <= S[M nu_dot + h - J_c^T lambda] + tau_sw <= tau_max``:
+    ``C[tau] = [M[6:], -J_i^T on lambda_i]``, bounds ``tau_min/max - h[6:] - tau_sw``."""
+    n = M.shape[0] - 6
+    nv = M.shape[0]
+    for j in range(n):
+        for c in range(nv):
+            C[row_tau + j, c] = M[6 + j, c]
+        l[row_tau + j] = tmin[j] - h[6 + j] - tau_sw_total[j]
+        u[row_tau + j] = tmax[j] - h[6 + j] - tau_sw_total[j]
+    N = J.shape[0]
+    for i in range(N):
+        for r in range(4):
+            row = row_tau + leg_j[i, r]
+            for k in range(4):
+                C[row, lam0 + 4 * i + k] = -J[i, k, r]
+
+
+@njit(cache=True)
+def cbf_rows(support, J, theta, theta_dot, dJ_theta, leg_v, row_cbf, cbf_on, kp_b, kd_b, th_lo, th_hi, C, l, u):
+    """Relative-pitch CBF rows ``J_theta q_ddot`` in
+    ``[-(k_p (theta - th_lo) + k_d theta_dot + Jdot q_dot), k_p (th_hi - theta) - k_d theta_dot - Jdot q_dot]``
+    on support legs when ``cbf_on``; loose (``+-INF``) otherwise."""
+    N = J.shape[0]
+    for i in range(N):
+        row = row_cbf + i
+        for k in range(4):
+            C[row, leg_v[i, k]] = J[i, 3, k]
+        if cbf_on and support[i]:
+            l[row] = -(kp_b * (theta[i] - th_lo) + kd_b * theta_dot[i] + dJ_theta[i])
+            u[row] = kp_b * (th_hi - theta[i]) - kd_b * theta_dot[i] - dJ_theta[i]
+        else:
+            l[row] = -INF
+            u[row] = INF
+
+
+@njit(cache=True)
+def friction_rows(n_legs, lam0, row_fric, mu, A_eq, C, l, u):
+    """Constant contact rows: per foot ``m_theta = 0`` and the force rows ``-I_3`` of the base
+    equations; the friction pyramid ``|f_x|, |f_y| <= mu f_z`` (body z as the normal) and
+    ``0 <= f_z`` (its upper bound is the contact state, :func:`normal_force_bounds`)."""
+    for i in range(n_legs):
+        c = lam0 + 4 * i
+        A_eq[6 + i, c + 3] = 1.0
+        for r in range(3):
+            for k in range(3):
+                A_eq[r, c + k] = -1.0 if r == k else 0.0
+        r = row_fric + 5 * i
+        C[r + 0, c + 0], C[r + 0, c + 2] = 1.0, -mu
+        C[r + 1, c + 0], C[r + 1, c + 2] = -1.0, -mu
+        C[r + 2, c + 1], C[r + 2, c + 2] = 1.0, -mu
+        C[r + 3, c + 1], C[r + 3, c + 2] = -1.0, -mu
+        C[r + 4, c + 2] = 1.0
+        for k in range(4):
+            l[r + k] = -INF
+            u[r + k] = 0.0
+        l[r + 4] = 0.0
+
+
+# ---------------------------------------------------------------------------- checks
+@njit(cache=True)
+def all_finite(x):
+    for k in range(x.shape[0]):
+        if not math.isfinite(x[k]):
+            return False
+    return True
+
+
+@njit(cache=True)
+def residuals(A_eq, b_eq, C, l, u, x):
+    """(normalized equality residual, normalized inequality violation) at ``x``, as
+    :meth:`wbc_controller.qp.QpProblem.residuals` (loose rows ignored)."""
+    n = x.shape[0]
+    r_eq = 0.0
+    for r in range(A_eq.shape[0]):
+        s = 0.0
+        for c in range(n):
+            s += A_eq[r, c] * x[c]
+        e = abs(s - b_eq[r]) / max(1.0, abs(b_eq[r]))
+        if e > r_eq or e != e:
+            r_eq = e
+    viol = 0.0
+    for r in range(C.shape[0]):
+        s = 0.0
+        for c in range(n):
+            s += C[r, c] * x[c]
+        if l[r] > -INF:
+            e = (l[r] - s) / max(1.0, abs(l[r]))
+            if e > viol or e != e:
+                viol = e
+        if u[r] < INF:
+            e = (s - u[r]) / max(1.0, abs(u[r]))
+            if e > viol or e != e:
+                viol = e
+    return r_eq, viol
+
+
+@njit(cache=True)
+def command_torque(M, h, J, leg_j, x, lam0, tau_sw_total, tmin, tmax, tau_tol, tau_wbc, tau):
+    """``tau_wbc = S[M nu_dot + h - J_c^T lambda]`` and ``tau = tau_wbc + tau_sw_total`` at the
+    solution ``x``; returns whether every ``tau`` is finite and within the bounds (+ tolerance)."""
+    nv = M.shape[0]
+    n = nv - 6
+    for j in range(n):
+        s = 0.0
+        for c in range(nv):
+            s += M[6 + j, c] * x[c]
+        tau_wbc[j] = s + h[6 + j]
+    N = J.shape[0]
+    for i in range(N):
+        c = lam0 + 4 * i
+        for r in range(4):
+            tau_wbc[leg_j[i, r]] -= (J[i, 0, r] * x[c] + J[i, 1, r] * x[c + 1] + J[i, 2, r] * x[c + 2]
+                                     + J[i, 3, r] * x[c + 3])
+    ok = True
+    for j in range(n):
+        tau[j] = tau_wbc[j] + tau_sw_total[j]
+        if not (tau[j] >= tmin[j] - tau_tol[j] and tau[j] <= tmax[j] + tau_tol[j]):
+            ok = False
+    return ok
+
+
+@njit(cache=True)
+def cbf_active(support, C, l, u, x, row_cbf, active):
+    """Per leg: a CBF bound is binding at ``x`` (within ``1e-6 max(1, |u|)``), support legs only."""
+    n = x.shape[0]
+    for i in range(support.shape[0]):
+        row = row_cbf + i
+        s = 0.0
+        for c in range(n):
+            s += C[row, c] * x[c]
+        tol = 1e-6 * max(1.0, abs(u[row]))
+        active[i] = support[i] and (s >= u[row] - tol or s <= l[row] + tol)
+
+
+@njit(cache=True)
+def new_swings(phases, cycles, swing_cycle, out):
+    """Legs whose nominal swing began since the last cycle (out of support in a cycle other than
+    the one last planned) into ``out``; returns their count."""
+    k = 0
+    for i in range(phases.shape[0]):
+        if phases[i] != SUPPORT and cycles[i] != swing_cycle[i]:
+            out[k] = i
+            k += 1
+    return k
+
+
+def warmup() -> None:
+    """Compile (or load from the cache) every kernel with the controller's argument types."""
+    N, n = 2, 8
+    nv, nx, ne, ni = n + 6, n + 6 + 8, 6 + N, 5 * N + n + N
+    f1 = lambda k: np.zeros(k)  # noqa: E731
+    leg_cols = np.arange(8, dtype=np.int64).reshape(N, 4)
+    leg_v = leg_cols + 6
+    b1 = np.ones(N, dtype=np.bool_)
+    i1 = np.zeros(N, dtype=np.int64)
+    M = np.eye(nv)
+    symmetrize_mass(np.eye(nv), f1(nv), np.zeros((nv, nv)), f1(nv))  # pin.crba returns a C-ordered copy
+    q = np.zeros(n + 7)
+    q[6] = 1.0
+    R = np.zeros((3, 3))
+    rotation_from_quat(q, R)
+    J = np.zeros((N, 4, 4))
+    P, A3, v_p, dJp = (np.zeros((N, 3)) for _ in range(4))
+    A3[:, 0] = 1.0
+    th, thd, dJt = f1(N), f1(N), f1(N)
+    J_world = np.asfortranarray(np.ones((6, n)))  # Pinocchio's data.J: F order
+    leg_kinematics(J_world, leg_cols, P, A3, np.zeros((N, 6)), f1(n), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt, v_p)
+    rp, rv, ra = f1(3), f1(3), f1(3)
+    body_reference(1.0, f1(3), 0.0, 2.0, 0.4, 3.0, 6.0, 0.1, rp, rv, ra)
+    acc_body = f1(6)
+    body_task(rp, rv, ra, q, R, f1(nv), f1(3), f1(3), f1(3), f1(3), acc_body, f1(3))
+    gait_state(4.0, 3.0, math.inf, 1.0, 0.4, f1(N), i1, i1.copy(), f1(N), i1.copy())
+    W, b = np.zeros((N, 4)), np.zeros((N, 4))
+    task_targets(b1, P, v_p, th, thd, dJp, dJt, acc_body, f1(3), f1(N), 1.0, 0.05, 1.0, False, True, 10.0, 10.0,
+                 True, 100.0, 20.0, W, b)
+    tau = f1(n)
+    swing_torques(~b1, i1 + 1, f1(N) + 0.5, b1.copy(), P, P + 0.1, P, P, f1(N) + 0.4, 0.08, P, v_p, J + np.eye(4),
+                  M, leg_v, leg_cols, f1(3), f1(3), True, b, tau)
+    null_space_compensation(b1, J, leg_cols, f1(n), 200.0, tau)
+    H, g = np.zeros((nx, nx)), f1(nx)
+    task_cost(J, W, b, acc_body, 1.0, f1(4 * N), 0, 1e6, 1e-9, leg_v, nv, H, g)
+    A_eq, b_eq, C, lo, up = np.zeros((ne, nx)), f1(ne), np.zeros((ni, nx)), f1(ni), f1(ni)
+    friction_rows(N, nv, 0, 0.6, A_eq, C, lo, up)
+    floating_base_rows(M, f1(nv), P, nv, A_eq, b_eq)
+    normal_force_bounds(b1, 5000.0, 0, up)
+    torque_rows(M, f1(nv), J, leg_cols, nv, 5 * N, f1(n), f1(n), f1(n), C, lo, up)
+    cbf_rows(b1, J, th, thd, dJt, leg_v, 5 * N + n, True, 1.0, 1.0, -0.3, 0.3, C, lo, up)
+    x = f1(nx)
+    all_finite(x)
+    residuals(A_eq, b_eq, C, lo, up, x)
+    command_torque(M, f1(nv), J, leg_cols, x, nv, f1(n), f1(n), f1(n), f1(n), f1(n), f1(n))
+    cbf_active(b1, C, lo, up, x, 5 * N + n, np.zeros(N, dtype=np.bool_))
+    new_swings(i1, i1, i1.copy(), i1.copy())
+
+
+KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, body_reference, body_task, gait_state,
+           task_targets, swing_torques, null_space_compensation, task_cost, floating_base_rows,
+           normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
+           cbf_active, new_swings)
