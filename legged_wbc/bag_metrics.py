@@ -613,6 +613,7 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     else:
         for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events"):
             m[k] = None  # no transport, no deadlines in the headless loop (not applicable)
+        m.update(realtime_quality(run))
     unavailable = {}
     missing_series = set(m.get("missing", []))
     for metric, keys in SERIES_FOR_METRIC.items():

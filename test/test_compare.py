@@ -38,7 +38,7 @@ DURATION = 2.4
 SAME = ("max_violation_rad", "violation_rate_pct", "first_violation_time_s", "rp_rmse_deg", "torque_rms_nm",
         "torque_max_nm", "distance_m", "qp_failures", "samples", "fell", "window_s")
 FIGURES = ("fig6_disturbed_leg_pitch.png", "fig5_wbc0_drift.png", "body_roll_pitch.png", "joint_torques.png",
-           "qp_time_hist.png", "gait_diagram.png")
+           "qp_time_hist.png", "gait_diagram.png", "command_latency_hist.png")
 
 
 def ros_env() -> dict:
@@ -114,6 +114,10 @@ def test_bag_metrics_equal_headless_loop(recorded):
     # and every key of `legged-wbc run`'s metrics.json is in compare's
     assert set(own) <= set(bag), set(own) - set(bag)
     assert bag["deadline_misses"] == 0 and bag["watchdog_events"] == 0 and bag["rejected_commands"] == 0
+    # the bridge timed every tick's command (lockstep: latency only, no deadline to miss)
+    assert bag["ticks_timed"] >= round(DURATION / 0.002) - 60 and bag["deadline_miss_pct"] == 0.0
+    assert 0 < bag["command_latency_p50_us"] <= bag["command_latency_p99_us"] <= bag["command_latency_max_us"]
+    assert head["deadline_miss_pct"] is None and head["command_latency_p99_us"] is None   # no transport
 
 
 @pytest.mark.ros

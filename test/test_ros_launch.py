@@ -28,8 +28,29 @@ def _node(plan, name):
     return next(n for n in plan.nodes if n.name == name)
 
 
-def test_walking_sim_defaults():
+def test_walking_sim_default_is_the_container():
     plan = _plan()
+    assert [n.name for n in plan.nodes] == ["walking_container"]
+    c = plan.nodes[0]
+    assert c.shutdown_on_exit and c.exec == "walking_container" and c.pkg == "legged_wbc"
+    cmd = c.command("/x/walking_container")
+    # no __node remap: in ROS 2 it would rename every node of the process
+    assert cmd[:2] == ["/x/walking_container", "--ros-args"] and not any("__node" in a for a in cmd)
+    files = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--params-file"]
+    assert [Path(f).name for f in files] == ["mujoco_bridge.yaml", "estimator.yaml", "wbc_controller.yaml",
+                                             "recorder.yaml"]
+    assert all(Path(f).is_file() for f in files)
+    for want in ("mode:=lockstep", "duration:=0.0", "relative_pitch_mode:=cbf", "scenario:=nominal", "record:=''",
+                 "robot:=hexapod"):
+        assert want in cmd, want
+    assert not any("use_sim_time" in a for a in cmd)      # nobody needs /clock through DDS
+    rec = _plan(record="/tmp/b", mode="realtime", controller="damping").nodes[0].command("w")
+    assert "record:=/tmp/b" in rec and "mode:=realtime" in rec and "relative_pitch_mode:=damping" in rec
+    assert any(a.startswith("custom_data:=") and a.endswith("layout=container") for a in rec)
+
+
+def test_walking_sim_processes_layout():
+    plan = _plan(layout="processes")
     assert [n.name for n in plan.nodes] == ["mujoco_bridge", "state_estimator", "wbc_controller"]
     br = _node(plan, "mujoco_bridge")
     assert br.shutdown_on_exit and br.exec == "mujoco_bridge" and br.pkg == "legged_wbc"
@@ -44,16 +65,16 @@ def test_walking_sim_defaults():
     assert cmd.index("--params-file") < cmd.index("-p")
     ctrl = _node(plan, "wbc_controller")
     c = ctrl.command("wbc_controller")
-    assert "relative_pitch_mode:=cbf" in c and "use_sim_time:=true" in c
+    assert "relative_pitch_mode:=cbf" in c and "use_sim_time:=true" not in c   # they read the stamps
     assert any(a.endswith("config/wbc_controller.yaml") for a in c)
     est = _node(plan, "state_estimator").command("state_estimator")
-    assert "use_sim_time:=true" in est and not _node(plan, "state_estimator").shutdown_on_exit
+    assert "use_sim_time:=true" not in est and not _node(plan, "state_estimator").shutdown_on_exit
 
 
 def test_walking_sim_args_and_recording(tmp_path):
     bag = tmp_path / "bag"
     plan = _plan(controller="damping", mode="realtime", duration=12.5, record=bag, storage="sqlite3",
-                 viewer="true", robot="quadruped", scenario="paper")
+                 viewer="true", robot="quadruped", scenario="paper", layout="processes")
     assert [n.name for n in plan.nodes] == ["mujoco_bridge", "state_estimator", "wbc_controller", "bag_recorder"]
     br = _node(plan, "mujoco_bridge").command("b")
     for want in ("mode:=realtime", "duration:=12.5", "viewer:=true", "robot:=quadruped", "scenario:=paper",
@@ -62,7 +83,7 @@ def test_walking_sim_args_and_recording(tmp_path):
     assert "relative_pitch_mode:=damping" in _node(plan, "wbc_controller").command("w")
     rec = _node(plan, "bag_recorder")
     rc = rec.command("bag_recorder")
-    assert f"output:={bag}" in rc and "storage:=sqlite3" in rc and "use_sim_time:=true" in rc
+    assert f"output:={bag}" in rc and "storage:=sqlite3" in rc and "stamp_source:=clock_topic" in rc
     assert any(a.startswith("custom_data:=controller=damping;scenario=paper;mode=realtime") for a in rc)
     assert rec.sigterm_timeout == 15.0
     with pytest.raises(L.LaunchError, match="unknown launch argument"):
@@ -72,14 +93,37 @@ def test_walking_sim_args_and_recording(tmp_path):
 def test_cli_dry_run_and_show_args(capsys):
     from legged_wbc.cli import main
 
-    assert main(["launch", "walking_sim", "--dry-run", "controller:=none", "record:=/tmp/never_created"]) == 0
+    assert main(["launch", "walking_sim", "--dry-run", "controller:=none", "record:=/tmp/never_created",
+                 "layout:=processes"]) == 0
     out = capsys.readouterr().out
     assert "[mujoco_bridge] (on_exit=shutdown)" in out and "relative_pitch_mode:=none" in out
     assert "[bag_recorder]" in out and not Path("/tmp/never_created").exists()
+    assert main(["launch", "walking_sim", "--dry-run", "record:=/tmp/never_created"]) == 0
+    out = capsys.readouterr().out
+    assert "[walking_container] (on_exit=shutdown)" in out and "record:=/tmp/never_created" in out
     assert main(["launch", "walking_sim", "--show-args"]) == 0
     out = capsys.readouterr().out
     assert "controller:" in out and "record:" in out and "duration:" in out
     assert main(["launch", "no_such_launch_file", "--dry-run"]) == 2
+
+
+def test_equals_substitutions(tmp_path):
+    f = tmp_path / "eq.launch.xml"
+    f.write_text(textwrap.dedent("""\
+        <launch>
+          <arg name="layout" default="container"/>
+          <arg name="rec" default=""/>
+          <node pkg="p" exec="c" if="$(equals $(var layout) container)"/>
+          <node pkg="p" exec="q" name="q" if="$(equals $(var layout) processes)"/>
+          <node pkg="p" exec="r" name="r" if="$(not-equals '$(var rec)' '')"/>
+          <node pkg="p" exec="n" name="n" if="$(equals 1 1.0)"/>
+          <node pkg="p" exec="b" name="b" unless="$(equals True true)"/>
+        </launch>
+        """))
+    assert [n.exec for n in L.load_launch(f, {}).nodes] == ["c", "n"]
+    # a value that would be code under $(eval) is only text here
+    assert [n.exec for n in L.load_launch(f, {"layout": "processes", "rec": "it's'+str(1)+'"}).nodes] == ["q", "r", "n"]
+    assert L.load_launch(f, {}).nodes[0].command("c") == ["c", "--ros-args"]
 
 
 def test_substitutions_and_conditions(tmp_path, monkeypatch):

@@ -1,0 +1,212 @@
+"""Intra-process handoff (legged_wbc.intra_process) with real rclpy nodes, and the bridge's command timing.
+
+The bus tests run real nodes in this process (their own ROS context on a test domain); "outside the
+process" is a second rclpy context, which DDS treats as another participant exactly like another
+process would be.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+
+from mujoco_bridge.timing import CommandQueue, CommandTiming
+
+
+# ------------------------------------------------------------------------------------ command timing
+def test_command_timing_latency_and_deadlines():
+    t = CommandTiming()
+    t.sample_published(0, 10.000)
+    t.sample_published(0, 10.500)                   # a re-published sample keeps its first time
+    assert t.command_arrived(0, 10.0008) == pytest.approx(800.0)
+    assert t.command_arrived(0, 10.0009) is None    # a second answer to the same tick: not counted
+    assert not t.close_tick(0, deadline=10.002)
+    t.sample_published(1, 10.002)
+    t.command_arrived(1, 10.0045)                   # 2.5 ms: after its deadline
+    assert t.close_tick(1, deadline=10.004)
+    t.sample_published(2, 10.004)                   # never answered
+    assert t.close_tick(2, deadline=10.006)
+    stats, ticks, lat = t.take_window()
+    assert ticks == [0, 1, 2]
+    assert lat[0] == pytest.approx(800.0) and math.isnan(lat[1]) and math.isnan(lat[2])
+    assert stats["window_deadline_misses"] == 2 and stats["window_ticks"] == 3
+    assert stats["command_latency_p50_us"] == pytest.approx(800.0)
+    assert t.deadline_misses == 2 and t.ticks_closed == 3
+    stats, ticks, _ = t.take_window()               # the window restarts
+    assert ticks == [] and stats["window_ticks"] == 0 and math.isnan(stats["command_latency_p99_us"])
+    # lockstep: no deadline, latency only
+    t.sample_published(3, 20.0)
+    t.command_arrived(3, 20.003)
+    assert not t.close_tick(3)
+    assert t.take_window()[2] == [pytest.approx(3000.0)]
+
+
+def test_command_timing_forgets_old_ticks():
+    t = CommandTiming(keep_ticks=10)
+    for k in range(100):
+        t.sample_published(k, k * 0.002)            # nobody answers, nobody closes most ticks
+    t.close_tick(99, deadline=1.0)
+    assert len(t._published) <= 11
+
+
+def test_command_queue_applies_only_what_arrived_by_the_scheduled_time():
+    q = CommandQueue()
+    assert q.due(1.0) is None
+    q.push(1.0005, "c0")
+    q.push(1.0031, "c1")                            # arrived late: computed while step 1.003 was due
+    assert q.due(1.001) == "c0"
+    assert q.due(1.003) == "c0"                     # step scheduled at 1.003 runs late: still c0
+    assert q.newest() == "c1"
+    assert q.due(1.004) == "c1"
+    assert q.due(5.0) == "c1"                       # held
+
+
+# ------------------------------------------------------------------------------------ bus with real nodes
+@pytest.fixture
+def ros_contexts():
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    import rclpy
+    from rclpy.context import Context
+
+    inside, outside = Context(), Context()
+    rclpy.init(context=inside)
+    rclpy.init(context=outside)
+    yield inside, outside
+    rclpy.shutdown(context=inside)
+    rclpy.shutdown(context=outside)
+
+
+def _js(k: int):
+    from legged_wbc import ros_io
+
+    return ros_io.joint_state_msg(k * 2_000_000, ["a", "b"], [k, 1.0], [0.0, 0.0], [0.0, 0.0])
+
+
+def _spin_until(executor, cond, timeout=10.0) -> bool:
+    t_end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < t_end:
+        executor.spin_once(timeout_sec=0.05)
+    return cond()
+
+
+@pytest.mark.ros
+def test_bus_hands_messages_over_in_process_and_on_dds_only_when_asked(ros_contexts):
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import String
+
+    from legged_wbc import ros_io
+    from legged_wbc.intra_process import IntraProcessBus
+
+    inside, outside = ros_contexts
+    bus = IntraProcessBus()
+    got, raw_got, order = [], [], []
+    with bus.active():
+        a = Node("ip_pub", context=inside)
+        b = Node("ip_sub", context=inside)
+        r = Node("ip_rec", context=inside)
+        # subscriptions may come before the publisher exists (the bridge subscribes to the command first)
+        ros_io.create_subscription(b, JointState, "js", lambda m: (got.append(m), order.append("b")), 10)
+        ros_io.create_subscription(r, JointState, "/js", lambda d: (raw_got.append(d), order.append("r")), 10,
+                                   raw=True)
+        ros_io.create_subscription(b, String, "from_outside", lambda m: got.append(m.data), 10)
+        pub = ros_io.create_publisher(a, JointState, "js", 10)
+    assert bus.finalize() == ["/from_outside"]          # nobody inside publishes it: DDS
+    assert pub.get_subscription_count() == 2 and pub.local_subscription_count() == 2
+    assert bus.local_topics() == {"/js": ["ip_sub", "ip_rec"]}
+
+    m = _js(1)
+    pub.publish(m)
+    # delivered synchronously, the very object to the typed subscription, CDR bytes to the raw one
+    assert got == [m] and got[0] is m and order == ["b", "r"]
+    back = deserialize_message(raw_got[0], JointState)
+    assert list(back.position) == [1.0, 1.0] and back.header.stamp.nanosec == 2_000_000
+    assert pub.dds_published == 0                        # nobody outside: nothing went on DDS
+
+    # a subscriber outside the process: from now on the messages also go on DDS, once each
+    ext = Node("ip_external", context=outside)
+    ext_got = []
+    ext.create_subscription(JointState, "/js", lambda msg: ext_got.append(msg), 10)
+    ex_out = SingleThreadedExecutor(context=outside)
+    ex_out.add_node(ext)
+    t_end = time.monotonic() + 10
+    while pub.pub.get_subscription_count() == 0 and time.monotonic() < t_end:
+        time.sleep(0.02)
+    for k in range(2, 5):
+        pub.publish(_js(k))
+    assert _spin_until(ex_out, lambda: len(ext_got) == 3), ext_got
+    assert [msg.position[0] for msg in ext_got] == [2.0, 3.0, 4.0]
+    assert pub.dds_published == 3 and len(got) == 4    # in-process: each message exactly once
+
+    # a topic published outside reaches the composed subscriber through DDS
+    ex_in = SingleThreadedExecutor(context=inside)
+    ex_in.add_node(b)
+    opub = ext.create_publisher(String, "from_outside", 10)
+    t_end = time.monotonic() + 10
+    while opub.get_subscription_count() == 0 and time.monotonic() < t_end:
+        time.sleep(0.02)
+    opub.publish(String(data="hello"))
+    assert _spin_until(ex_in, lambda: "hello" in got)
+    for ex in (ex_in, ex_out):
+        ex.shutdown()
+    for n in (a, b, r, ext):
+        n.destroy_node()
+
+
+@pytest.mark.ros
+def test_bus_survives_a_failing_callback(ros_contexts):
+    from rclpy.node import Node
+    from sensor_msgs.msg import JointState
+
+    from legged_wbc import ros_io
+    from legged_wbc.intra_process import IntraProcessBus
+
+    inside, _ = ros_contexts
+    bus = IntraProcessBus()
+    got = []
+    with bus.active():
+        a = Node("ip_pub2", context=inside)
+        b = Node("ip_bad", context=inside)
+        c = Node("ip_good", context=inside)
+
+        def bad(msg):
+            raise RuntimeError("boom")
+
+        ros_io.create_subscription(b, JointState, "js2", bad, 10)
+        ros_io.create_subscription(c, JointState, "js2", got.append, 10)
+        pub = ros_io.create_publisher(a, JointState, "js2", 10)
+    bus.finalize()
+    for k in range(3):
+        pub.publish(_js(k))
+    assert len(got) == 3                                  # the others still get every message
+    assert bus.stats()["callback_errors"] == 3
+    for n in (a, b, c):
+        n.destroy_node()
+
+
+def test_nodes_use_plain_rclpy_outside_a_container():
+    """Without an active bus, ros_io.create_* are exactly node.create_* (the per-process layout)."""
+    calls = []
+
+    class FakeNode:
+        def create_publisher(self, *a, **kw):
+            calls.append(("pub", a))
+            return "P"
+
+        def create_subscription(self, *a, **kw):
+            calls.append(("sub", a, kw))
+            return "S"
+
+    from legged_wbc import ros_io
+
+    n = FakeNode()
+    assert ros_io.create_publisher(n, int, "t", 10) == "P"
+    assert ros_io.create_subscription(n, int, "t", print, 10, raw=True) == "S"
+    assert calls[1][2] == {"raw": True}
+    assert np.array_equal([c[0] for c in calls], ["pub", "sub"])
