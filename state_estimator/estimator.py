@@ -173,6 +173,11 @@ class StateEstimator:
         self._dq_leg = np.zeros((L, k))
         self._z = np.zeros((L, 3))
         self._imu_r = np.ascontiguousarray(self._imu_r, dtype=float)
+        # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
+        # handle, then Pinocchio computes them)
+        self._tree = kernels.kinematic_tree(self.rm.fixed, self._feet)
+        nj = self.rm.fixed.njoints
+        self._o_rot, self._o_pos = np.zeros((nj, 3, 3)), np.zeros((nj, 3))
         self._params_of = None                                # configs the derived constants are for
         self._refresh_fast_params()
         kernels.warm_up()
@@ -389,15 +394,25 @@ class StateEstimator:
         t_prev = self._t
         if t_prev is not None and not t > t_prev:
             raise ValueError(f"t: samples must be strictly increasing in time, got t={t!r} after {t_prev!r}")
-        load = self._load
-        load("joint_pos", joint_pos, 0)
-        load("joint_vel", joint_vel, 1)
-        load("joint_effort", joint_effort, 2)
-        load("imu_quat_xyzw", imu_quat_xyzw, 3)
-        load("imu_gyro", imu_gyro, 4)
-        load("imu_accel", imu_accel, 5)
         buf = self._in
-        bad = kernels.check_sample(buf, self.n, QUAT_NORM_TOL)
+        nd = np.ndarray
+        bad = kernels.BAD_SHAPE
+        if (type(joint_pos) is nd and type(joint_vel) is nd and type(joint_effort) is nd
+                and type(imu_quat_xyzw) is nd and type(imu_gyro) is nd and type(imu_accel) is nd):
+            try:                                              # arrays: packed and checked compiled
+                bad = kernels.load_sample(buf, joint_pos, joint_vel, joint_effort, imu_quat_xyzw,
+                                          imu_gyro, imu_accel, QUAT_NORM_TOL)
+            except Exception:                                 # a dtype numba cannot take (object, complex)
+                bad = kernels.BAD_SHAPE
+        if bad == kernels.BAD_SHAPE:                          # other inputs, or the error message
+            load = self._load
+            load("joint_pos", joint_pos, 0)
+            load("joint_vel", joint_vel, 1)
+            load("joint_effort", joint_effort, 2)
+            load("imu_quat_xyzw", imu_quat_xyzw, 3)
+            load("imu_gyro", imu_gyro, 4)
+            load("imu_accel", imu_accel, 5)
+            bad = kernels.check_sample(buf, self.n, QUAT_NORM_TOL)
         if bad != kernels.OK:
             self._raise_bad_sample(bad)
 
@@ -409,11 +424,18 @@ class StateEstimator:
         first = not self._started
         dt = 0.0 if t_prev is None else t - t_prev
         step = dt if dt > 0 else self.dt
-        phase = self.gait.phases(t)
-        cycle = self.gait.cycle_index(t)
+        gait = self.gait
+        if type(gait) is GaitScheduler:                       # its phases() / cycle_index(), compiled
+            g = gait.cfg
+            phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
+            kernels.gait_phases(t, g.start_time, g.stop_time, g.period, gait.swing_duration,
+                                gait.offset, gait.group, phase, cycle)
+        else:
+            phase = gait.phases(t)
+            cycle = gait.cycle_index(t)
         if first:
             self._first_sample_fast()
-        self._kinematics(buf[:self.n], buf[self.n:2 * self.n])
+        self._kinematics_fast(buf[:self.n], buf[self.n:2 * self.n])
         L, k = self.L, self.k
         e = np.empty
         q, v, v_world = e(self.rm.nq), e(self.rm.nv), e(3)
@@ -472,6 +494,16 @@ class StateEstimator:
         self._dynamics_fast(q, v)
         lj = self.leg_j
         self.touchdown.reset(buf[n:2 * n][lj], buf[2 * n:3 * n][lj] - self._h_leg)
+
+    def _kinematics_fast(self, qj: np.ndarray, dqj: np.ndarray) -> None:
+        """``_kinematics`` (foot points and ``J_p dq`` in the base frame, into ``_p_foot`` and
+        ``_v_rel``) by the compiled tree walk, or by Pinocchio if the tree has other joint types."""
+        tree = self._tree
+        if tree is None:
+            self._kinematics(qj, dqj)
+            return
+        kernels.leg_kinematics(qj, dqj, tree[0], tree[1], tree[2], tree[3], tree[4], tree[5], tree[6],
+                               tree[7], self._o_rot, self._o_pos, self._p_foot, self._v_rel)
 
     def _dynamics_fast(self, q: np.ndarray, v: np.ndarray) -> None:
         """``_dynamics`` into the preallocated leg blocks (one crba + one nonLinearEffects)."""
