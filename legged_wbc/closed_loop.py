@@ -11,6 +11,7 @@ leg is in the *estimated* support set.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
@@ -48,10 +49,26 @@ class RunResult:
     extra: dict = field(default_factory=dict)
 
 
+def estimator_accepts_impl() -> bool:
+    """Whether :class:`StateEstimator` takes the ``impl`` keyword (fast / reference paths)."""
+    return "impl" in inspect.signature(StateEstimator.__init__).parameters
+
+
+def make_estimator(rm: RobotModel, gait_cfg: GaitConfig, ecfg, impl: str | None = None) -> StateEstimator:
+    """The loop's estimator (500 Hz, ``dt = CONTROL_DT``); ``impl`` is passed on when the estimator
+    supports it (otherwise its only implementation is used)."""
+    kw = {"impl": impl} if impl is not None and estimator_accepts_impl() else {}
+    return StateEstimator(rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), ecfg, dt=CONTROL_DT, **kw)
+
+
 class ClosedLoop:
-    def __init__(self, scenario: Scenario, mode: str, solver: str | None = None):
+    """Headless closed loop of one scenario and controller mode; ``impl`` selects the fast
+    (default) or reference implementation of the controller and, if it has one, the estimator."""
+
+    def __init__(self, scenario: Scenario, mode: str, solver: str | None = None, impl: str = "fast"):
         self.sc = scenario
         self.mode = mode
+        self.impl = impl
         self.rm = RobotModel(scenario.robot)
         rm = self.rm
         self.gait_cfg = GaitConfig.from_dict(scenario.gait_dict(rm.cfg.gait))
@@ -62,9 +79,9 @@ class ClosedLoop:
         if solver:
             over["solver"] = solver
         self.wcfg = load_wbc_config(overrides=over)
-        self.ctl = WholeBodyController(rm, self.wcfg, self.gait_cfg)
+        self.ctl = WholeBodyController(rm, self.wcfg, self.gait_cfg, impl=impl)
         self.ecfg = load_estimator_config(overrides=scenario.estimator)
-        self.est = StateEstimator(rm, GaitScheduler(self.gait_cfg, rm.cfg.leg_names), self.ecfg, dt=CONTROL_DT)
+        self.est = make_estimator(rm, self.gait_cfg, self.ecfg, impl)
         self.disturbance = DisturbanceModel(scenario, rm)
         self.dist_leg = self.disturbance.leg
         self._leg_joint_flat = np.array(rm.leg_joints).reshape(-1)

@@ -1,15 +1,24 @@
-"""``legged-wbc bench qp``: every QP of a few seconds of real closed-loop walking, solved by each
-backend in one run (same machine, same moment), against a high-accuracy reference solution.
+"""Benchmarks on closed-loop walking.
 
+``legged-wbc bench qp``: every QP of a few seconds of real closed-loop walking, solved by each
+backend in one run (same machine, same moment), against a high-accuracy reference solution.
 Per backend: p50/p99/max solve-call time [us], failures (not optimal, or residual/violation above
 the controller's acceptance tolerance), the largest normalized residual, and the largest torque
 difference from the reference relative to the reference's largest |tau|. Also the whole controller
 cycle (model update + QP build + solve + torque) measured during the walk.
+
+``legged-wbc bench cycle``: every control tick of closed-loop walking timed, per stage, for the
+selected implementation, with shadow reference estimator and controller fed the same inputs in the
+same run (timed too) and the torque difference between the two on every tick; see
+:func:`bench_cycle`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -96,14 +105,213 @@ def bench_qp(seconds: float = 3.0, backends=BENCH_BACKENDS, scenario: str = "pap
     return out
 
 
+# ---------------------------------------------------------------------------- bench cycle
+def _stats(us) -> dict:
+    a = np.asarray(us, dtype=float)
+    if a.size == 0:
+        return {"p50_us": None, "p99_us": None, "max_us": None}
+    return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)), "max_us": float(a.max())}
+
+
+class _TickRecorder:
+    """Per-tick wall times [us] of the loop's estimator and controller and of their shadow
+    reference twins, recorded from ``start`` [s] on (the shadows run on every tick, so their state
+    follows the loop's from t = 0)."""
+
+    def __init__(self, start: float, stages):
+        self.start = start
+        self.recording = False
+        self.t = []
+        self.est, self.ctl, self.est_ref, self.ctl_ref = [], [], [], []
+        self.stages = {k: [] for k in stages}
+        self.ref_solve = []
+        self.dtau = []
+        self.dstate = []
+
+
+class _ShadowedEstimator:
+    """Runs the loop's estimator, then the shadow reference estimator on a copy of the same sample."""
+
+    def __init__(self, main, shadow, rec: _TickRecorder):
+        self._main, self._shadow, self._rec = main, shadow, rec
+
+    def update(self, t, *sample):
+        clock = time.perf_counter
+        copies = [np.array(x, copy=True) for x in sample]
+        t0 = clock()
+        out = self._main.update(t, *sample)
+        t1 = clock()
+        ref = self._shadow.update(t, *copies)
+        t2 = clock()
+        rec = self._rec
+        rec.recording = t >= rec.start
+        if rec.recording:
+            rec.t.append(t)
+            rec.est.append((t1 - t0) * 1e6)
+            rec.est_ref.append((t2 - t1) * 1e6)
+            rec.dstate.append(float(max(np.abs(out.q - ref.q).max(), np.abs(out.v - ref.v).max())))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._main, name)
+
+
+class _ShadowedController:
+    """Runs the loop's controller, then the shadow reference controller on the same input."""
+
+    def __init__(self, main, shadow, rec: _TickRecorder):
+        self._main, self._shadow, self._rec = main, shadow, rec
+
+    def update(self, inp):
+        clock = time.perf_counter
+        t0 = clock()
+        out = self._main.update(inp)
+        t1 = clock()
+        ref = self._shadow.update(inp)
+        t2 = clock()
+        rec = self._rec
+        if rec.recording:
+            rec.ctl.append((t1 - t0) * 1e6)
+            rec.ctl_ref.append((t2 - t1) * 1e6)
+            stage = getattr(self._main, "stage_us", None)
+            for k, lst in rec.stages.items():
+                if k != "estimator":
+                    lst.append(stage[k] if stage else np.nan)
+            rec.ref_solve.append(ref.diag.solve_time_us)
+            rec.dtau.append(float(np.abs(out.tau - ref.tau).max() / max(1.0, float(np.abs(ref.tau).max()))))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._main, name)
+
+
+STARTUP_CODE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from legged_wbc.closed_loop import ClosedLoop
+from legged_wbc.scenario import load_scenario
+t1 = time.perf_counter()
+ClosedLoop(load_scenario(sys.argv[1]), "cbf", impl="fast")
+print(json.dumps({"import_s": t1 - t0, "construct_s": time.perf_counter() - t1}))
+"""
+
+
+def measure_startup(scenario: str = "paper") -> dict:
+    """Start-up of a fast closed loop (imports + controller/estimator construction) in fresh
+    processes: first with an empty numba cache (``compile_s``: the kernels are compiled), then
+    again from that cache (``startup_s``). The cache is a temporary directory."""
+    import tempfile
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="wbc-numba-cache-") as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        for key in ("first", "cached"):
+            r = subprocess.run([sys.executable, "-c", STARTUP_CODE, scenario], env=env, capture_output=True,
+                               text=True, check=True)
+            out[key] = json.loads(r.stdout.strip().splitlines()[-1])
+    first = out["first"]["import_s"] + out["first"]["construct_s"]
+    cached = out["cached"]["import_s"] + out["cached"]["construct_s"]
+    return {"compile_s": first - cached, "startup_first_s": first, "startup_s": cached}
+
+
+def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper", startup: bool = True) -> dict:
+    """Closed-loop walking on ``scenario`` (gait start to gait start + ``seconds``; the disturbance
+    window opens in the middle of it), every control tick timed [us]: the loop's estimator update,
+    the controller's stages (input check, model = Pinocchio + leg kinematics, QP build, QP solve,
+    residual check + torque + diagnostics), the controller call and estimator + controller. The
+    reference implementation (``impl="reference"`` estimator when it has one, and controller) runs
+    as a shadow on the same samples and states in the same run, timed the same way;
+    ``max_torque_diff_rel = max_ticks |tau - tau_ref|_inf / max(1, |tau_ref|_inf)``."""
+    from legged_wbc.closed_loop import ClosedLoop, estimator_accepts_impl, make_estimator
+    from legged_wbc.scenario import load_scenario
+
+    from .controller import STAGES, WholeBodyController
+
+    from legged_wbc.gait import GaitConfig
+    from legged_wbc.robot import load_robot_config
+
+    base = load_scenario(scenario)
+    start = float(GaitConfig.from_dict(base.gait_dict(load_robot_config(base.robot).gait)).start_time)
+    over = [f"disturbance.start_offset={start + 0.5 * seconds - base.eval_window[0]}"]
+    load_before = os.getloadavg()
+    loop = ClosedLoop(load_scenario(scenario, over), "cbf", impl=impl)
+    shadow_est = make_estimator(loop.rm, loop.gait_cfg, loop.ecfg, "reference")
+    shadow_est.reset(loop.q0)
+    shadow_ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="reference")
+    shadow_ctl.reset(loop.q0)
+    rec = _TickRecorder(start, ("estimator",) + STAGES)
+    loop.est = _ShadowedEstimator(loop.est, shadow_est, rec)
+    loop.ctl = _ShadowedController(loop.ctl, shadow_ctl, rec)
+    wall0 = time.perf_counter()
+    res = loop.run(start + seconds, progress=False)
+    wall = time.perf_counter() - wall0
+    load_after = os.getloadavg()
+    n = len(rec.ctl)
+    est, ctl = np.array(rec.est[:n]), np.array(rec.ctl)
+    est_ref, ctl_ref = np.array(rec.est_ref[:n]), np.array(rec.ctl_ref)
+    stages = {"estimator": _stats(est)}
+    for k in STAGES:
+        stages[k] = _stats(rec.stages[k]) if impl == "fast" else _stats([])
+    total, total_ref = est + ctl, est_ref + ctl_ref
+    out = {
+        "impl": impl, "scenario": scenario, "seconds": seconds, "window_s": [start, start + seconds],
+        "ticks": int(n), "estimator_impl_keyword": estimator_accepts_impl(),
+        "estimator": _stats(est), "controller": _stats(ctl), "total": _stats(total), "stages": stages,
+        "reference": {"estimator": _stats(est_ref), "controller": _stats(ctl_ref), "total": _stats(total_ref),
+                      "qp_solve": _stats(rec.ref_solve)},
+        "speedup_total_p50": float(np.percentile(total_ref, 50) / np.percentile(total, 50)) if n else None,
+        "speedup_controller_p50": float(np.percentile(ctl_ref, 50) / np.percentile(ctl, 50)) if n else None,
+        "max_torque_diff_rel": float(max(rec.dtau)) if rec.dtau else None,
+        "max_estimate_diff": float(max(rec.dstate)) if rec.dstate else None,
+        "fell": bool(res.fell), "qp_failures": int(res.metrics.get("qp_failures", 0) or 0),
+        "wall_s": wall, "cpu_count": os.cpu_count(),
+        "loadavg": {"before": list(load_before), "after": list(load_after)},
+    }
+    if startup:
+        out.update(measure_startup(scenario))
+    else:
+        out.update({"compile_s": None, "startup_first_s": None, "startup_s": None})
+    return out
+
+
+def print_cycle(res: dict) -> None:
+    print(f"bench cycle: impl={res['impl']} scenario={res['scenario']} ticks={res['ticks']} "
+          f"(t = {res['window_s'][0]:.1f}-{res['window_s'][1]:.1f} s, disturbance inside), "
+          f"load {res['loadavg']['before'][0]:.2f} -> {res['loadavg']['after'][0]:.2f} on {res['cpu_count']} cores")
+    print(f"{'stage':24s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}")
+    rows = [(f"stage {k}", v) for k, v in res["stages"].items()]
+    rows += [("controller", res["controller"]), ("total (est + ctl)", res["total"]),
+             ("reference estimator", res["reference"]["estimator"]),
+             ("reference controller", res["reference"]["controller"]),
+             ("reference total", res["reference"]["total"])]
+    for name, st in rows:
+        if st["p50_us"] is None:
+            continue
+        print(f"{name:24s} {st['p50_us']:8.0f} {st['p99_us']:8.0f} {st['max_us']:8.0f}")
+    print(f"speed-up of the total (p50): {res['speedup_total_p50']:.2f}x; max |tau - tau_ref| / max(1, |tau_ref|): "
+          f"{res['max_torque_diff_rel']:.2e}")
+    if res.get("compile_s") is not None:
+        print(f"start-up: {res['startup_first_s']:.2f} s with an empty numba cache (compile {res['compile_s']:.2f} s), "
+              f"{res['startup_s']:.2f} s cached")
+
+
 def cmd_bench(args) -> int:
-    if args.what != "qp":
+    if args.what not in ("qp", "cycle"):
         print(f"unknown benchmark {args.what!r}")
         return 2
     import warnings
 
     warnings.filterwarnings("ignore")  # solver deprecation / sparse-conversion chatter
-    res = bench_qp(seconds=args.seconds, backends=args.backends or BENCH_BACKENDS, scenario=args.scenario)
+    if args.what == "cycle":
+        res = bench_cycle(seconds=4.0 if args.seconds is None else args.seconds, impl=args.impl,
+                          scenario=args.scenario, startup=not args.no_startup)
+        if args.json:
+            print(json.dumps(res, indent=2))
+        else:
+            print_cycle(res)
+        return 0
+    res = bench_qp(seconds=3.0 if args.seconds is None else args.seconds, backends=args.backends or BENCH_BACKENDS,
+                   scenario=args.scenario)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
@@ -121,9 +329,14 @@ def cmd_bench(args) -> int:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("bench", help="benchmarks that print numbers (bench qp)")
-    s.add_argument("what", choices=["qp"], help="qp: QP backends on closed-loop walking instances")
-    s.add_argument("--seconds", type=float, default=3.0, help="seconds of walking to collect QPs from")
+    s = sub.add_parser("bench", help="benchmarks that print numbers (bench qp, bench cycle)")
+    s.add_argument("what", choices=["qp", "cycle"], help="qp: QP backends on closed-loop walking instances; "
+                   "cycle: every control tick of closed-loop walking timed per stage, against the reference path")
+    s.add_argument("--seconds", type=float, default=None,
+                   help="seconds of walking (qp: to collect QPs from, default 3; cycle: timed, default 4)")
+    s.add_argument("--impl", choices=["fast", "reference"], default="fast",
+                   help="cycle: implementation of the loop's estimator and controller (the shadow is the reference)")
+    s.add_argument("--no-startup", action="store_true", help="cycle: skip the start-up / numba compile measurement")
     s.add_argument("--scenario", default="paper")
     s.add_argument("--backends", nargs="*", help=f"default: {' '.join(BENCH_BACKENDS)}")
     s.add_argument("--json", action="store_true")
