@@ -11,6 +11,7 @@ leg is in the *estimated* support set.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import math
@@ -59,6 +60,35 @@ def make_estimator(rm: RobotModel, gait_cfg: GaitConfig, ecfg, impl: str | None 
     supports it (otherwise its only implementation is used)."""
     kw = {"impl": impl} if impl is not None and estimator_accepts_impl() else {}
     return StateEstimator(rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), ecfg, dt=CONTROL_DT, **kw)
+
+
+class _GcPause:
+    """Keeps garbage-collector pauses out of the control ticks: the objects of the start-up are
+    frozen (never scanned again), automatic collection is off during the loop, and the young
+    generation is collected explicitly between ticks every ``every`` ticks (objects of the loop
+    are freed by reference counting; only cycles wait for these collections). The previous
+    state is restored at the end."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self.was_enabled = gc.isenabled()
+
+    @classmethod
+    def start(cls, every: int = 250) -> "_GcPause":
+        self = cls(every)
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        return self
+
+    def between_ticks(self, k: int) -> None:
+        if k % self.every == self.every - 1:
+            gc.collect(0)
+
+    def stop(self) -> None:
+        gc.unfreeze()
+        if self.was_enabled:
+            gc.enable()
 
 
 class ClosedLoop:
@@ -110,61 +140,78 @@ class ClosedLoop:
             "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
         }
         fell, reason = False, ""
+        # the loop writes the rows of S through local names (no dict look-ups per tick)
+        s_t, s_theta, s_theta_dot, s_support = S["t"], S["theta"], S["theta_dot"], S["support"]
+        s_touchdown, s_phase, s_contact, s_cbf = S["touchdown"], S["phase"], S["contact_gt"], S["cbf_active"]
+        s_tau, s_dist, s_qp_us, s_cycle_us = S["tau"], S["disturbance"], S["qp_time_us"], S["cycle_time_us"]
+        s_accepted, s_safe_stop, s_base_pos, s_base_quat = S["qp_accepted"], S["safe_stop"], S["base_pos"], S["base_quat"]
+        s_base_vel, s_est_pos, s_est_vel, s_joint_pos = (S["base_vel_world"], S["est_pos"], S["est_vel_world"],
+                                                         S["joint_pos"])
+        est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
+        leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
+        min_height, max_tilt = sc.fall_min_height, sc.fall_max_tilt_deg
+        t_standing = sc.stand_up_start + sc.stand_up_duration
+        gc_state = _GcPause.start()
         wall0 = time.perf_counter()
         last_print = -1.0
         k = 0
-        for k in range(steps):
-            # the tick clock, exactly as the ROS nodes read it off the stamps (k * 2 ms in integer ns);
-            # MuJoCo's accumulated d.time drifts in the last bits and would shift tick-boundary events
-            t = (k * CONTROL_PERIOD_NS) * 1e-9
-            f = sim.sensors()
-            est = self.est.update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
-            tau_ext = np.empty(n)
-            tau_ext[self._leg_joint_flat] = est.tau_ext.reshape(-1)
-            out = self.ctl.update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext))
-            sim.set_torque(out.tau)
-            tau_dist = self.disturbance.torque(t, f.joint_pos, bool(est.support[self.dist_leg]))
-            sim.set_disturbance(tau_dist)
-            if on_tick is not None:
-                on_tick(self, t, f, est)
-            q_gt, v_gt = sim.ground_truth()
-            d = out.diag
-            S["t"][k] = t
-            S["theta"][k] = d.theta
-            S["theta_dot"][k] = d.theta_dot
-            S["support"][k] = est.support
-            S["touchdown"][k] = est.touchdown
-            S["phase"][k] = est.phase
-            S["contact_gt"][k] = sim.foot_contacts()
-            S["cbf_active"][k] = d.cbf_active
-            S["tau"][k] = out.tau
-            S["disturbance"][k] = tau_dist
-            S["qp_time_us"][k] = d.qp_time_us
-            S["cycle_time_us"][k] = d.cycle_time_us
-            S["qp_accepted"][k] = d.qp_accepted
-            S["safe_stop"][k] = d.safe_stop
-            S["base_pos"][k] = q_gt[:3]
-            S["base_quat"][k] = q_gt[3:7]
-            S["base_vel_world"][k] = sim.base_velocity_world()
-            S["est_pos"][k] = est.q[:3]
-            S["est_vel_world"][k] = est.v_world
-            S["joint_pos"][k] = f.joint_pos
-            sim.step(PHYSICS_PER_CONTROL)
-            # fall detection on ground truth (evaluation only)
-            tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (q_gt[3] ** 2 + q_gt[4] ** 2)))))
-            if q_gt[2] < sc.fall_min_height and t > sc.stand_up_start + sc.stand_up_duration:
-                fell, reason = True, f"base height {q_gt[2]:.3f} m < {sc.fall_min_height} m at t={t:.3f} s"
-            elif tilt > sc.fall_max_tilt_deg:
-                fell, reason = True, f"base tilt {tilt:.1f} deg > {sc.fall_max_tilt_deg} deg at t={t:.3f} s"
-            elif sim.base_contact():
-                fell, reason = True, f"base touched the floor at t={t:.3f} s"
-            if progress and (t - last_print >= 1.0 or fell):
-                last_print = t
-                print(f"\r[{self.mode}] t={t:6.2f}/{duration:.1f} s  x={q_gt[0]:6.3f} m  z={q_gt[2]:.3f} m  "
-                      f"theta[{', '.join(f'{x:+.2f}' for x in d.theta)}]  qp={d.qp_time_us:5.0f} us  "
-                      f"fail={d.total_failures}", end="", flush=True)
-            if fell and stop_on_fall:
-                break
+        try:
+            for k in range(steps):
+                # the tick clock, exactly as the ROS nodes read it off the stamps (k * 2 ms in integer ns);
+                # MuJoCo's accumulated d.time drifts in the last bits and would shift tick-boundary events
+                t = (k * CONTROL_PERIOD_NS) * 1e-9
+                f = sim.sensors()
+                est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
+                tau_ext = np.empty(n)
+                tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
+                out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext))
+                sim.set_torque(out.tau)
+                tau_dist = self.disturbance.torque(t, f.joint_pos, bool(est.support[dist_leg]))
+                sim.set_disturbance(tau_dist)
+                if on_tick is not None:
+                    on_tick(self, t, f, est)
+                q_gt = q_from_mj(qpos)          # ground truth (evaluation only): q of sim.ground_truth()
+                d = out.diag
+                s_t[k] = t
+                s_theta[k] = d.theta
+                s_theta_dot[k] = d.theta_dot
+                s_support[k] = est.support
+                s_touchdown[k] = est.touchdown
+                s_phase[k] = est.phase
+                s_contact[k] = sim.foot_contacts()
+                s_cbf[k] = d.cbf_active
+                s_tau[k] = out.tau
+                s_dist[k] = tau_dist
+                s_qp_us[k] = d.qp_time_us
+                s_cycle_us[k] = d.cycle_time_us
+                s_accepted[k] = d.qp_accepted
+                s_safe_stop[k] = d.safe_stop
+                s_base_pos[k] = q_gt[:3]
+                s_base_quat[k] = q_gt[3:7]
+                s_base_vel[k] = sim.base_velocity_world()
+                s_est_pos[k] = est.q[:3]
+                s_est_vel[k] = est.v_world
+                s_joint_pos[k] = f.joint_pos
+                sim.step(PHYSICS_PER_CONTROL)
+                # fall detection on ground truth (evaluation only)
+                qx, qy, z = float(q_gt[3]), float(q_gt[4]), float(q_gt[2])
+                tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (qx ** 2 + qy ** 2)))))
+                if z < min_height and t > t_standing:
+                    fell, reason = True, f"base height {z:.3f} m < {min_height} m at t={t:.3f} s"
+                elif tilt > max_tilt:
+                    fell, reason = True, f"base tilt {tilt:.1f} deg > {max_tilt} deg at t={t:.3f} s"
+                elif sim.base_contact():
+                    fell, reason = True, f"base touched the floor at t={t:.3f} s"
+                if progress and (t - last_print >= 1.0 or fell):
+                    last_print = t
+                    print(f"\r[{self.mode}] t={t:6.2f}/{duration:.1f} s  x={q_gt[0]:6.3f} m  z={z:.3f} m  "
+                          f"theta[{', '.join(f'{x:+.2f}' for x in d.theta)}]  qp={d.qp_time_us:5.0f} us  "
+                          f"fail={d.total_failures}", end="", flush=True)
+                if fell and stop_on_fall:
+                    break
+                gc_state.between_ticks(k)
+        finally:
+            gc_state.stop()
         if progress:
             print()
         used = k + 1
