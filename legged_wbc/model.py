@@ -294,9 +294,9 @@ class RobotModel:
         return LegBatch(p=P, J=J, a=A, theta=theta, theta_dot=theta_dot, J_w=Jw_all, dJ_p_dq=dJp,
                         dJ_theta_dq=dJt, v_p=v_p)
 
-    def leg_workspace(self) -> "LegKinematicsWorkspace":
-        """Preallocated, compiled leg kinematics with its own Pinocchio data (the fast 500 Hz path)."""
-        return LegKinematicsWorkspace(self)
+    def leg_workspace(self, use_chain: bool = True) -> "LegKinematicsWorkspace":
+        """Preallocated, compiled leg kinematics (the fast 500 Hz path), see :class:`LegKinematicsWorkspace`."""
+        return LegKinematicsWorkspace(self, use_chain)
 
     def legs(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> list[LegState]:
         """Leg kinematics for joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s], one object per leg."""
@@ -408,19 +408,21 @@ def joint_permutation(names_from: Sequence[str], names_to: Sequence[str]) -> np.
 
 
 class LegKinematicsWorkspace:
-    """:meth:`RobotModel.legs_batch` into preallocated arrays, with its own fixed-base Pinocchio data.
+    """:meth:`RobotModel.legs_batch` into preallocated arrays, compiled (the 500 Hz path).
 
-    One Pinocchio pass per call (``forwardKinematics`` with ``q, q_dot, 0``, ``computeJointJacobians``,
-    ``updateFramePlacements``); the foot placements and classical accelerations are read per leg,
-    the rest (frame Jacobians ``v - p x w`` of the joint Jacobian ``data.J``, relative pitch, its
-    rate, Jacobian and drift) is one compiled kernel (:func:`wbc_controller.kernels.leg_kinematics`).
+    Legs that are serial chains of revolute joints mounted on the base (our robots) are computed by
+    one kernel from the fixed-base model's constants (joint placements, axes, foot frames):
+    :func:`wbc_controller.kernels.leg_chain_kinematics`. Otherwise one Pinocchio pass on the
+    workspace's own fixed-base data (``forwardKinematics`` with ``q, q_dot, 0``,
+    ``computeJointJacobians``, ``updateFramePlacements``; foot placements and classical
+    accelerations read per leg) feeds :func:`wbc_controller.kernels.leg_kinematics`.
     ``batch`` is a :class:`LegBatch` over the workspace arrays (overwritten by every :meth:`update`;
     base frame, [m, rad, s])."""
 
-    def __init__(self, rm: RobotModel):
+    def __init__(self, rm: RobotModel, use_chain: bool = True):
         from wbc_controller import kernels
 
-        self._kernel = kernels.leg_kinematics
+        self._K = kernels
         N, n = rm.n_legs, rm.n
         self.rm = rm
         self.model = rm.fixed
@@ -436,10 +438,50 @@ class LegKinematicsWorkspace:
                               v_p=np.zeros((N, 3)))
         self._lwa = pin.LOCAL_WORLD_ALIGNED
         self._get_acc = pin.getFrameClassicalAcceleration
+        self.chain = self._chain_constants() if use_chain else None
+
+    _AXES = {"JointModelRX": (1.0, 0.0, 0.0), "JointModelRY": (0.0, 1.0, 0.0), "JointModelRZ": (0.0, 0.0, 1.0)}
+
+    def _chain_constants(self):
+        """``(axes, R_joint, p_joint, R_foot, p_foot)`` of serial 4-joint legs on the base, or None
+        if a leg is not such a chain (then the Pinocchio pass is used)."""
+        m, N = self.model, self.leg_cols.shape[0]
+        k_joints = self.leg_cols.shape[1]
+        axes, Rj, pj = np.zeros((N, k_joints, 3)), np.zeros((N, k_joints, 3, 3)), np.zeros((N, k_joints, 3))
+        Rf, pf = np.zeros((N, 3, 3)), np.zeros((N, 3))
+        for i in range(N):
+            parent = 0
+            for k in range(k_joints):
+                jid = int(self.leg_cols[i, k]) + 1          # fixed model: joint of q[j] is joint id j + 1
+                jm = m.joints[jid]
+                if m.parents[jid] != parent or jm.idx_q != jid - 1:
+                    return None
+                name = jm.shortname()
+                if name in self._AXES:
+                    axes[i, k] = self._AXES[name]
+                elif name == "JointModelRevoluteUnaligned":
+                    axes[i, k] = np.asarray(jm.extract().axis, dtype=float)
+                else:
+                    return None
+                Rj[i, k] = m.jointPlacements[jid].rotation
+                pj[i, k] = m.jointPlacements[jid].translation
+                parent = jid
+            fr = m.frames[self.frames[i]]
+            if fr.parentJoint != parent:
+                return None
+            Rf[i], pf[i] = fr.placement.rotation, fr.placement.translation
+        return tuple(np.ascontiguousarray(a) for a in (axes, Rj, pj, Rf, pf))
 
     def update(self, qj: np.ndarray, dqj: np.ndarray) -> LegBatch:
         """Leg kinematics at joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio
-        order, float64 vectors of length n; not checked here: the controller checks its input)."""
+        order, C-contiguous float64 vectors of length n; not checked here: the controller checks
+        its input)."""
+        b = self.batch
+        if self.chain is not None:
+            axes, Rj, pj, Rf, pf = self.chain
+            self._K.leg_chain_kinematics(qj, dqj, self.leg_cols, axes, Rj, pj, Rf, pf, self.P, self.A, self.acc, b.J,
+                                         b.theta, b.theta_dot, b.J_w, b.dJ_p_dq, b.dJ_theta_dq, b.v_p)
+            return b
         m, d = self.model, self.data
         pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
         pin.computeJointJacobians(m, d, qj)
@@ -450,7 +492,6 @@ class LegKinematicsWorkspace:
             P[i] = X.translation
             A[i] = X.rotation[:, 0]
             acc[i] = get_acc(m, d, f, lwa).vector
-        b = self.batch
-        self._kernel(d.J, self.leg_cols, P, A, acc, dqj, b.J, b.theta, b.theta_dot, b.J_w, b.dJ_p_dq,
-                     b.dJ_theta_dq, b.v_p)
+        self._K.leg_kinematics(d.J, self.leg_cols, P, A, acc, dqj, b.J, b.theta, b.theta_dot, b.J_w, b.dJ_p_dq,
+                               b.dJ_theta_dq, b.v_p)
         return b
