@@ -30,6 +30,10 @@ start in ``--start-range`` seconds after ``t_s``; the same draw for WBC-D and WB
 repetition, so they are compared paired). WBC-0 runs once (no disturbance, deterministic). The
 report adds, per controller, mean, spread and worst case (``summary.json``).
 
+``--mode realtime``: the runs go through the stack paced by the wall clock (the launch file's
+``mode:=realtime``); the report then adds each run's real-time quality (ticks commanded late,
+command latency p50 / p99, latency histogram). ``--layout`` picks the launch file's process layout.
+
 ``--headless``: the same protocol with the in-process loop (:class:`legged_wbc.closed_loop.ClosedLoop`,
 ~10x faster than the lockstep ROS stack on 2 cores), for quick iterations.
 
@@ -225,8 +229,10 @@ def _prepare_output(job: Job, force: bool, marker: str) -> bool:
     return True
 
 
-def run_ros(job: Job, out: Path, storage: str = "mcap", progress: bool = True, stream=None) -> int:
-    """One lockstep run through the launch file, recording ``job.output``."""
+def run_ros(job: Job, out: Path, storage: str = "mcap", progress: bool = True, stream=None,
+            mode: str = "lockstep", layout: str | None = None) -> int:
+    """One run through the launch file (``mode`` lockstep or realtime; ``layout`` container or
+    processes, None = the launch file's default), recording ``job.output``."""
     from .launcher import Launcher, load_launch, resolve_launch_file
 
     stream = stream or sys.stdout
@@ -235,8 +241,10 @@ def run_ros(job: Job, out: Path, storage: str = "mcap", progress: bool = True, s
     env["ROS_DOMAIN_ID"] = str(job.domain_id)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # for the progress node
-    args = {"controller": job.controller, "scenario": job.scenario_arg, "mode": "lockstep",
+    args = {"controller": job.controller, "scenario": job.scenario_arg, "mode": mode,
             "record": job.output, "storage": storage, "duration": f"{job.duration:g}"}
+    if layout:
+        args["layout"] = layout
     plan_ = load_launch(resolve_launch_file("walking_sim"), args)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -274,13 +282,18 @@ def run_headless(job: Job, progress: bool = True) -> int:
 def experiment(out: str | Path, *, duration: float | None = None, sets: list[str] | None = None,
                repeat: int = 0, seed: int = 0, headless: bool = False, storage: str = "mcap",
                controllers=("none", "damping", "cbf"), force: bool = False, progress: bool = True,
-               torque_range=None, start_range=None, figures: bool = True, stream=None) -> int:
+               torque_range=None, start_range=None, figures: bool = True, stream=None, mode: str = "lockstep",
+               layout: str | None = None) -> int:
     stream = stream or sys.stdout
+    if mode not in ("lockstep", "realtime"):
+        raise ExperimentError(f"mode {mode!r}: lockstep or realtime")
+    if headless and mode != "lockstep":
+        raise ExperimentError("--headless runs as fast as it can: --mode realtime needs the ROS stack")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = plan(out, sets, duration, repeat, seed, controllers, headless, torque_range, start_range)
     total = len(jobs)
-    print(f"experiment paper: {total} run(s) ({'headless' if headless else 'ROS lockstep'}) -> {out}",
+    print(f"experiment paper: {total} run(s) ({'headless' if headless else 'ROS ' + mode}) -> {out}",
           file=stream, flush=True)
     for j in jobs:
         extra = f"  [{', '.join(f'{k.split(chr(46))[-1]}={v}' for k, v in j.randomized.items())}]" if j.randomized else ""
@@ -298,7 +311,8 @@ def experiment(out: str | Path, *, duration: float | None = None, sets: list[str
         print(f"[{i}/{total}] {job.name}: {job.controller} on {job.base_scenario}"
               f"{' (overridden)' if job.overrides else ''}, {job.duration:g} s", file=stream, flush=True)
         try:
-            job.returncode = run_headless(job, progress) if headless else run_ros(job, out, storage, progress, stream)
+            job.returncode = (run_headless(job, progress) if headless
+                              else run_ros(job, out, storage, progress, stream, mode=mode, layout=layout))
         except KeyboardInterrupt:
             job.returncode = 130
             _write_meta(meta_path, jobs, headless, sets, repeat, seed)

@@ -39,7 +39,7 @@ def cmd_experiment(args) -> int:
                           headless=args.headless, storage=args.storage, controllers=controllers, force=args.force,
                           progress=not args.quiet, torque_range=tuple(args.torque_range) if args.torque_range else None,
                           start_range=tuple(args.start_range) if args.start_range else None,
-                          figures=not args.no_figures)
+                          figures=not args.no_figures, mode=args.mode, layout=args.layout)
     except ExperimentError as exc:
         print(f"legged-wbc experiment: {exc}", file=sys.stderr)
         return 2
@@ -74,6 +74,10 @@ def register(sub) -> None:
                    help="--repeat: disturbance start after t_s [s] (default: 10%%-90%% of what fits in the window)")
     s.add_argument("--controllers", default="none,damping,cbf", help="subset of none,damping,cbf")
     s.add_argument("--headless", action="store_true", help="in-process loop instead of the ROS stack (faster)")
+    s.add_argument("--mode", choices=["lockstep", "realtime"], default="lockstep",
+                   help="ROS runs: lockstep (deterministic) or realtime (wall-clock paced, deadlines counted)")
+    s.add_argument("--layout", choices=["container", "processes"],
+                   help="ROS runs: process layout of the launch file (default: its default, container)")
     s.add_argument("--storage", choices=["mcap", "sqlite3"], default="mcap", help="bag storage")
     s.add_argument("--force", action="store_true", help="re-record runs whose output already exists")
     s.add_argument("--no-figures", action="store_true")

@@ -308,10 +308,30 @@ def test_experiment_headless_end_to_end(tmp_path, capsys):
     assert rc == 0 and capsys.readouterr().out.count("already recorded, reused") == 3
 
 
-@pytest.mark.slow
+@pytest.mark.ros
+def test_experiment_realtime_reports_command_timing(tmp_path):
+    """``experiment --mode realtime``: the runs are paced by the wall clock; the report says how many
+    ticks were commanded late and the command latency."""
+    out = tmp_path / "exp_rt"
+    sets = [a for s in SHORT for a in ("--set", s)]
+    r = subprocess.run([str(BIN / "legged-wbc"), "experiment", "paper", "--out", str(out), "--mode", "realtime",
+                        "--controllers", "cbf", "--no-figures", "--quiet", *sets], env=ros_env(),
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "ROS realtime" in r.stdout and "mode:=realtime" in r.stdout
+    m = json.loads((out / "report" / "metrics.json").read_text())["cbf"]
+    assert m["mode"] == "realtime" and m["ticks_timed"] >= 1150
+    assert m["deadline_miss_pct"] is not None and m["command_latency_p50_us"] > 0
+    md = (out / "report" / "report.md").read_text()
+    assert "ticks commanded late or not at all (%)" in md and "command latency p50 / p99 (us)" in md
+    r = subprocess.run([str(BIN / "legged-wbc"), "experiment", "paper", "--out", str(tmp_path / "x"), "--headless",
+                        "--mode", "realtime"], env=ros_env(), capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2 and "needs the ROS stack" in r.stderr
+
+
 @pytest.mark.ros
 def test_experiment_ros_repeats(tmp_path):
-    """The protocol through the ROS stack with two randomized repetitions (~5 lockstep runs, a few minutes)."""
+    """The protocol through the ROS stack with two randomized repetitions (5 lockstep runs in the container)."""
     out = tmp_path / "exp"
     sets = [a for s in SHORT for a in ("--set", s)]
     r = subprocess.run([str(BIN / "legged-wbc"), "experiment", "paper", "--out", str(out), "--repeat", "2",
