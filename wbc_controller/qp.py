@@ -30,21 +30,34 @@ class NoSolutionFound(RuntimeError):
 
 
 class QpProblem:
-    """Preallocated QP matrices, filled in place each control cycle."""
+    """Preallocated QP matrices, filled in place each control cycle.
+
+    The constraint rows are stored stacked, as a dual active-set solver takes them:
+    ``A = [A_eq; C]`` (``A_eq``, ``C`` are views of it), upper bounds ``bu = [b_eq; u]`` (``b_eq``,
+    ``u`` views) and lower bounds ``bl = [b_eq; l]`` (``l`` a view; its first ``n_eq`` entries are
+    refreshed from ``b_eq`` by :meth:`stacked_bounds`)."""
 
     def __init__(self, n: int, n_eq: int, n_in: int):
         self.n, self.n_eq, self.n_in = n, n_eq, n_in
         self.H = np.zeros((n, n))
         self.g = np.zeros(n)
-        self.A_eq = np.zeros((n_eq, n))
-        self.b_eq = np.zeros(n_eq)
-        self.C = np.zeros((n_in, n))
-        self.l = np.full(n_in, -INF)
-        self.u = np.full(n_in, INF)
+        self.A = np.zeros((n_eq + n_in, n))
+        self.A_eq = self.A[:n_eq]
+        self.C = self.A[n_eq:]
+        self.bu = np.concatenate([np.zeros(n_eq), np.full(n_in, INF)])
+        self.bl = np.concatenate([np.zeros(n_eq), np.full(n_in, -INF)])
+        self.b_eq = self.bu[:n_eq]
+        self.u = self.bu[n_eq:]
+        self.l = self.bl[n_eq:]
+
+    def stacked_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(bu, bl) = ([b_eq; u], [b_eq; l])`` over the problem's own storage."""
+        self.bl[:self.n_eq] = self.b_eq
+        return self.bu, self.bl
 
     def copy(self) -> "QpProblem":
         out = QpProblem(self.n, self.n_eq, self.n_in)
-        for k in ("H", "g", "A_eq", "b_eq", "C", "l", "u"):
+        for k in ("H", "g", "A", "bu", "bl"):   # A_eq, C, b_eq, u, l are views of these
             getattr(out, k)[...] = getattr(self, k)
         return out
 
@@ -94,26 +107,19 @@ class DaqpBackend(Backend):
 
         self._daqp = daqp
         self.model = None
-        self.A = np.zeros((self.n_eq + self.n_in, self.n))
-        self.bu = np.zeros(self.n_eq + self.n_in)
-        self.bl = np.zeros(self.n_eq + self.n_in)
         self.sense = np.zeros(self.n_eq + self.n_in, dtype=np.int32)
         self.sense[: self.n_eq] = 5  # equality
 
     def solve(self, p: QpProblem) -> QpResult:
-        ne = self.n_eq
-        self.A[:ne] = p.A_eq
-        self.A[ne:] = p.C
-        self.bu[:ne] = p.b_eq
-        self.bl[:ne] = p.b_eq
-        self.bu[ne:] = p.u
-        self.bl[ne:] = p.l
+        # the problem's stacked storage is passed as is (no copies); the same numbers either way
+        A = p.A
+        bu, bl = p.stacked_bounds()
         if self.model is None:
             self.model = self._daqp.Model()
-            self.model.setup(p.H, p.g, self.A, self.bu, self.bl, self.sense)
+            self.model.setup(p.H, p.g, A, bu, bl, self.sense)
             self.model.settings = {"primal_tol": self.tol, "dual_tol": self.tol, "iter_limit": self.max_iter}
         else:
-            self.model.update(H=p.H, f=p.g, A=self.A, bupper=self.bu, blower=self.bl)
+            self.model.update(H=p.H, f=p.g, A=A, bupper=bu, blower=bl)
         x, _, flag, info = self.model.solve()
         return QpResult(np.array(x), flag == 1, f"daqp exitflag {flag}", int(info.get("iterations", 0)))
 
