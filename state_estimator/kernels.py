@@ -151,13 +151,14 @@ def gait_phases(t, start_time, stop_time, period, swing_duration, offset, group,
             cycle[i] = -1
             continue
         tau = t - start_time - offset[i]
-        kc = math.floor(tau / period)
+        kc = np.floor(tau / period)                 # a float, as in numpy (math.floor: an int)
         loc = tau - kc * period
-        cycle[i] = np.int64(kc)
         ph = SUPPORT
         if active and loc < swing_duration and kc >= 0 and group[i] >= 0:
             ph = SWING_UP if loc < 0.5 * swing_duration else SWING_DOWN
         phase[i] = ph
+        # float -> int64 as numpy's astype on x86-64 (out of range: INT64_MIN, no undefined cast)
+        cycle[i] = np.int64(kc) if -9.2e18 < kc < 9.2e18 else np.int64(-9223372036854775807 - 1)
 
 
 # ---------------------------------------------------------------------------------- kinematics
