@@ -4,7 +4,8 @@ The launch files in ``launch/`` are standard ROS 2 XML: on a full ROS 2 install
 ``ros2 launch legged_wbc walking_sim.launch.xml`` runs them unchanged. This module implements the
 subset they use:
 
-* ``<launch>`` root; ``<arg name default description>``; ``<let name value>``; ``<group>``
+* ``<launch>`` root; ``<arg name default description>`` (with ``<choice value/>`` children the value
+  must be one of them, as in ROS 2); ``<let name value>``; ``<group>``
   (a conditional block; ``scoped`` is accepted, launch configurations stay global here);
 * ``<node pkg exec name namespace output args on_exit sigterm_timeout sigkill_timeout>`` with
   ``<param from="FILE"/>``, ``<param name value/>`` and ``<remap from to/>`` children
@@ -337,6 +338,10 @@ def load_launch(path: str | Path, args: dict[str, str] | None = None, *, strict:
                         raise LaunchError(f"{path.name}: required launch argument {name!r} not given "
                                           f"({desc})" if desc else f"{path.name}: required launch argument {name!r}")
                     configs[name] = sub(default)
+                choices = [c.get("value") for c in el if isinstance(c.tag, str) and c.tag == "choice"]
+                if choices and configs[name] not in choices:
+                    raise LaunchError(f"launch argument {name}:={configs[name]!r} is not one of "
+                                      f"{', '.join(choices)}")
                 declared[name] = (default, desc)
             elif not enabled(el):
                 continue

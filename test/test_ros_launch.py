@@ -126,6 +126,16 @@ def test_equals_substitutions(tmp_path):
     assert L.load_launch(f, {}).nodes[0].command("c") == ["c", "--ros-args"]
 
 
+def test_arg_choices_are_enforced(capsys):
+    for arg, bad in (("layout", "foo"), ("controller", "pid"), ("mode", "fast"), ("storage", "bag")):
+        with pytest.raises(L.LaunchError, match=f"{arg}:='{bad}' is not one of"):
+            _plan(**{arg: bad})
+    from legged_wbc.cli import main
+
+    assert main(["launch", "walking_sim", "layout:=foo"]) == 2      # one line, before anything starts
+    assert "is not one of container, processes" in capsys.readouterr().err
+
+
 def test_substitutions_and_conditions(tmp_path, monkeypatch):
     monkeypatch.setenv("LWBC_TEST_ENV", "from_env")
     monkeypatch.delenv("LWBC_UNSET", raising=False)
