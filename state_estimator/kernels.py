@@ -31,6 +31,10 @@ SINGULAR = -2          # a matrix to invert was singular (the reference raises L
 BAD_QUAT = 6           # check_sample: quaternion norm off by more than the tolerance
 BAD_SHAPE = 7          # load_sample: an input is not a 1-D array of the expected length
 
+# every kernel: compiled once and cached on disk; error_model="numpy" leaves out the per-division
+# zero checks (every divisor here is nonzero by construction: validated inputs, checked counts)
+kernel = njit(cache=True, error_model="numpy")
+
 SAMPLE_FIELDS = ("joint_pos", "joint_vel", "joint_effort", "imu_quat_xyzw", "imu_gyro", "imu_accel")
 
 
@@ -41,7 +45,7 @@ def sample_layout(n: int) -> tuple[tuple[int, int], ...]:
 
 
 # ---------------------------------------------------------------------------------- small algebra
-@njit(cache=True)
+@kernel
 def inv_small(A, out, work):
     """``out = A^-1`` for a square ``(m, m)`` matrix by Gauss-Jordan with partial pivoting;
     ``work`` is ``(m, m)`` scratch. Returns False (``out`` undefined) if ``A`` is singular."""
@@ -77,7 +81,7 @@ def inv_small(A, out, work):
     return True
 
 
-@njit(cache=True)
+@kernel
 def _inv3(a0, a1, a2, a3, a4, a5, a6, a7, a8):
     """Cofactor inverse of a row-major 3x3 matrix (as :func:`.velocity._inv3`); ``ok`` first."""
     c0, c3, c6 = a4 * a8 - a5 * a7, a5 * a6 - a3 * a8, a3 * a7 - a4 * a6
@@ -91,7 +95,7 @@ def _inv3(a0, a1, a2, a3, a4, a5, a6, a7, a8):
 
 
 # ---------------------------------------------------------------------------------- input sample
-@njit(cache=True)
+@kernel
 def check_sample(buf, n, quat_tol):
     """Validate a packed sample (:func:`sample_layout`): returns ``OK`` (-1), the index in
     :data:`SAMPLE_FIELDS` of the first field with a NaN/inf, or ``BAD_QUAT`` if
@@ -114,7 +118,7 @@ def check_sample(buf, n, quat_tol):
     return OK
 
 
-@njit(cache=True)
+@kernel
 def _put(buf, o, m, x):
     if x.ndim != 1 or x.shape[0] != m:
         return False
@@ -123,7 +127,7 @@ def _put(buf, o, m, x):
     return True
 
 
-@njit(cache=True)
+@kernel
 def load_sample(buf, joint_pos, joint_vel, joint_effort, quat, gyro, accel, quat_tol):
     """Pack one sample into ``buf`` (:func:`sample_layout`, ``n = (len(buf) - 10) / 3``) and check
     it: ``BAD_SHAPE`` if an input is not a 1-D array of its length (``buf`` partly written then),
@@ -136,7 +140,7 @@ def load_sample(buf, joint_pos, joint_vel, joint_effort, quat, gyro, accel, quat
 
 
 # ---------------------------------------------------------------------------------- gait
-@njit(cache=True)
+@kernel
 def gait_phases(t, start_time, stop_time, period, swing_duration, offset, group, phase, cycle):
     """Nominal phase and gait-cycle index of every leg at ``t`` [s], exactly as
     ``legged_wbc.gait.GaitScheduler.phases`` / ``cycle_index`` (same operations, so the same
@@ -166,7 +170,7 @@ def gait_phases(t, start_time, stop_time, period, swing_duration, offset, group,
 REV_X, REV_Y, REV_Z, REV_AXIS, PRI_AXIS = 0, 1, 2, 3, 4
 
 
-@njit(cache=True)
+@kernel
 def leg_kinematics(qj, dqj, parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p,
                    o_rot, o_pos, p_foot, v_rel):
     """Foot points and their velocities relative to the base from the joint positions ``qj``
@@ -293,7 +297,7 @@ def kinematic_tree(model, foot_frames) -> tuple | None:
 
 
 # ---------------------------------------------------------------------------------- dynamics
-@njit(cache=True)
+@kernel
 def leg_blocks(M, h, leg_v, M_inv, h_leg, M_lb, work):
     """Leg blocks of the floating-base ``M`` (only its upper triangle is read, as Pinocchio's
     ``crba`` fills it) and ``h``: ``M_inv[i] = M_ii^-1`` ``(L, k, k)`` [1/(kg m^2)],
@@ -316,7 +320,7 @@ def leg_blocks(M, h, leg_v, M_inv, h_leg, M_lb, work):
     return OK
 
 
-@njit(cache=True)
+@kernel
 def coupled_bias(h_leg, M_lb, a_b, out):
     """``out[i] = h_leg[i] + M_lb[i] @ a_b`` ``(L, k)`` [N m]: the leg bias with the inertial
     coupling to the base acceleration ``a_b`` ``(6,)`` (Pinocchio base-frame spatial acceleration)."""
@@ -330,68 +334,80 @@ def coupled_bias(h_leg, M_lb, a_b, out):
 
 
 # ---------------------------------------------------------------------------------- touchdown
-@njit(cache=True)
+@kernel
 def td_filter(x, P, M_inv, tau, h, dq_meas, dt, dt_nom, q_diag, r, score, work):
     """One predict + correct step of every leg's touchdown Kalman filter, in place
     (:meth:`.touchdown.TouchdownDetector.filter`).
 
     ``x`` ``(L, 2k)`` ``[q_dot (k) rad/s; tau_ext (k) N m]``, ``P`` ``(L, 2k, 2k)``; ``M_inv``
     ``(L, k, k)``, ``tau`` applied torques, ``h`` bias torques (``(L, k)``, N m), ``dq_meas``
-    measured joint velocities ``(L, k)`` [rad/s]; ``dt`` step [s], ``dt_nom`` nominal step (the
-    process noise ``q_diag`` ``(2k,)``, the diagonal of ``Q``, is per nominal step and scaled by
-    ``dt / dt_nom``), ``r`` = ``sigma_dq_meas^2``. Writes ``score`` ``(L,)`` =
+    measured joint velocities ``(L, k)`` [rad/s]; ``dt`` step [s] (> 0), ``dt_nom`` nominal step
+    (the process noise ``q_diag`` ``(2k,)``, the diagonal of ``Q``, is per nominal step and scaled
+    by ``dt / dt_nom``), ``r`` = ``sigma_dq_meas^2``. Writes ``score`` ``(L,)`` =
     ``||tau_ext - tau_ext_prev|| / dt`` [N m/s]. ``work`` ``(6, 2k, 2k)`` scratch.
     Returns ``OK`` or ``SINGULAR``.
 
-    Structure used (``B = dt M^-1``): ``F = [[I, -B], [0, I]]``; ``H = [I 0]``, so ``A = I - K H``
-    only changes the first ``k`` columns."""
+    The structure of the model is used instead of full ``2k x 2k`` products (same matrices; only
+    the rounding differs): with ``B = dt M^-1``, ``F = [[I, -B], [0, I]]``, so
+    ``F P F^T = [[P11 - B P21 - P12' B^T, P12'], [P12'^T, P22]]`` with ``P12' = P12 - B P22``;
+    ``H = [I 0]``, so the Joseph update ``A Pn A^T + r K K^T`` (``A = I - K H``) is
+    ``AP = Pn - K Pn[:k, :]``, ``AP - AP[:, :k] K^T + r K K^T``. Covariances are symmetric by
+    construction (the upper triangle is computed and mirrored)."""
     L, n = x.shape
     k = n // 2
     qs = 1.0 if dt == dt_nom else dt / dt_nom
-    FP = work[0]                 # F P, then A P
+    B = work[0]                  # dt M^-1 (k, k) in the top-left corner
     Pn = work[1]                 # predicted covariance
-    K = work[2][:, :k]           # Kalman gain (n, k)
-    S = work[3][:k, :k]          # innovation covariance
-    Sinv = work[4][:k, :k]
-    tmp = work[5]                # row 0: tau_ext before the step; row 1: innovation
+    K = work[2]                  # Kalman gain (n, k) in the first k columns
+    AP = work[3]                 # (I - K H) Pn
+    S = work[4]                  # innovation covariance, then rows k..: scratch vectors
+    Sinv = work[5]
     for i in range(L):
         xi = x[i]
         Pi = P[i]
-        Bi = M_inv[i]
-        # ---- predict: x <- F x + B u, u = tau - h
         for a in range(k):
-            tmp[0, a] = xi[k + a]                                  # tau_ext before the step
+            for b in range(k):
+                B[a, b] = dt * M_inv[i, a, b]
+        # ---- predict: x <- F x + B u, u = tau - h (tau_ext before the step kept in S[k])
+        for a in range(k):
+            S[k, a] = xi[k + a]
+            S[k + 1, a] = tau[i, a] - h[i, a] - xi[k + a]
         for a in range(k):
             s = 0.0
             for b in range(k):
-                s += (dt * Bi[a, b]) * (tau[i, b] - h[i, b] - xi[k + b])
+                s += B[a, b] * S[k + 1, b]
             xi[a] += s
-        # FP = F P: rows < k: P[:k] - B P[k:]; rows >= k: P[k:]
+        # rows < k of F P: P[a, :] - B[a, :] P[k:, :]  (into Pn, first k rows)
         for a in range(k):
             for c in range(n):
+                Pn[a, c] = Pi[a, c]
+            for b in range(k):
+                f = B[a, b]
+                for c in range(n):
+                    Pn[a, c] -= f * Pi[k + b, c]
+        # top-left block of F P F^T: (F P)[:k, :k] - (F P)[:k, k:] B^T (upper triangle)
+        for a in range(k):
+            for c in range(a, k):
                 s = 0.0
                 for b in range(k):
-                    s += (dt * Bi[a, b]) * Pi[k + b, c]
-                FP[a, c] = Pi[a, c] - s
-        for a in range(k, n):
-            for c in range(n):
-                FP[a, c] = Pi[a, c]
-        # Pn = FP F^T: columns < k: FP[:, :k] - FP[:, k:] B^T; columns >= k: FP[:, k:]
-        for a in range(n):
-            for c in range(k):
-                s = 0.0
-                for b in range(k):
-                    s += FP[a, k + b] * (dt * Bi[c, b])
-                Pn[a, c] = FP[a, c] - s
-            for c in range(k, n):
-                Pn[a, c] = FP[a, c]
+                    s += Pn[a, k + b] * B[c, b]
+                Pn[a, c] -= s
+        for a in range(n):                       # mirror; the bottom-right block is P22
+            for c in range(max(a, k), n):
+                if a >= k:
+                    Pn[a, c] = Pi[a, c]
+                Pn[c, a] = Pn[a, c]
+            if a < k:
+                for c in range(a + 1, k):
+                    Pn[c, a] = Pn[a, c]
         for a in range(n):
             Pn[a, a] += q_diag[a] * qs if qs != 1.0 else q_diag[a]
         # ---- correct with y = q_dot (H = [I 0]): K = Pn[:, :k] (Pn[:k, :k] + r I)^-1
         for a in range(k):
             for b in range(k):
-                S[a, b] = Pn[a, b] + (r if a == b else 0.0)
-        if not inv_small(S, Sinv, FP[:k, :k]):
+                S[a, b] = Pn[a, b]
+            S[a, a] += r
+        if not inv_small(S[:k, :k], Sinv[:k, :k], AP[:k, :k]):
             return SINGULAR
         for a in range(n):
             for b in range(k):
@@ -400,43 +416,39 @@ def td_filter(x, P, M_inv, tau, h, dq_meas, dt, dt_nom, q_diag, r, score, work):
                     s += Pn[a, c] * Sinv[c, b]
                 K[a, b] = s
         for a in range(k):
-            tmp[1, a] = dq_meas[i, a] - xi[a]
+            S[k + 1, a] = dq_meas[i, a] - xi[a]
         for a in range(n):
             s = 0.0
             for b in range(k):
-                s += K[a, b] * tmp[1, b]
+                s += K[a, b] * S[k + 1, b]
             xi[a] += s
-        # Joseph form: P = A Pn A^T + r K K^T, A = I - K H; AP = Pn - K Pn[:k, :]
+        # Joseph form: AP = Pn - K Pn[:k, :]; P = AP - AP[:, :k] K^T + r K K^T (upper, mirrored)
         for a in range(n):
             for c in range(n):
-                s = 0.0
-                for b in range(k):
-                    s += K[a, b] * Pn[b, c]
-                FP[a, c] = Pn[a, c] - s
-        # (AP) A^T: columns < k: AP[:, :k] - AP[:, :k] K^T ... A^T[:, c] = e_c - H^T K[c]^T
+                AP[a, c] = Pn[a, c]
+            for b in range(k):
+                f = K[a, b]
+                for c in range(n):
+                    AP[a, c] -= f * Pn[b, c]
         for a in range(n):
-            for c in range(n):
+            for c in range(a, n):
                 s = 0.0
-                for b in range(k):
-                    s += FP[a, b] * K[c, b]
                 t = 0.0
                 for b in range(k):
+                    s += AP[a, b] * K[c, b]
                     t += K[a, b] * K[c, b]
-                Pi[a, c] = (FP[a, c] - s) + r * t
-        for a in range(n):
-            for c in range(a + 1, n):
-                m = (Pi[a, c] + Pi[c, a]) * 0.5
+                m = (AP[a, c] - s) + r * t
                 Pi[a, c] = m
                 Pi[c, a] = m
         ss = 0.0
         for a in range(k):
-            d = xi[k + a] - tmp[0, a]
+            d = xi[k + a] - S[k, a]
             ss += d * d
         score[i] = math.sqrt(ss) / dt
     return OK
 
 
-@njit(cache=True)
+@kernel
 def td_detect(phase, cycle, score, gamma, n_land, touchdown, count, latched, prev_phase, prev_cycle):
     """Landing test of every leg, in place (:meth:`.touchdown.TouchdownDetector.detect`):
     ``phase`` / ``cycle`` ``(L,)`` nominal phase and gait-cycle index, ``score`` ``(L,)`` [N m/s],
@@ -462,7 +474,7 @@ def td_detect(phase, cycle, score, gamma, n_land, touchdown, count, latched, pre
 
 
 # ---------------------------------------------------------------------------------- velocity
-@njit(cache=True)
+@kernel
 def vel_predict(v, P, a0, a1, a2, dt, dt_nom, q_nom):
     """``v += dt a_world`` [m/s, world], ``P += q I`` with ``q = q_nom (dt / dt_nom)^2``
     (:meth:`.velocity.BaseVelocityFilter.predict`)."""
@@ -475,7 +487,7 @@ def vel_predict(v, P, a0, a1, a2, dt, dt_nom, q_nom):
     P[2, 2] += q
 
 
-@njit(cache=True)
+@kernel
 def vel_reliable(support, prev_support, cycles_old, n_ex, cycles, usable, excluded):
     """Exclusion counters for one control cycle (:meth:`.velocity.BaseVelocityFilter.reliable`):
     ``cycles[i]`` = cycles since foot ``i`` entered ``support`` (0 on entry; from ``cycles_old``),
@@ -491,7 +503,7 @@ def vel_reliable(support, prev_support, cycles_old, n_ex, cycles, usable, exclud
         prev_support[i] = s
 
 
-@njit(cache=True)
+@kernel
 def vel_correct(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, used):
     """Soft-gated, information-weighted leg-kinematics correction, in place
     (:meth:`.velocity.BaseVelocityFilter.correct`): ``z`` ``(L, 3)`` per-foot velocity
@@ -576,7 +588,7 @@ def vel_correct(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, 
 
 
 # ---------------------------------------------------------------------------------- one cycle
-@njit(cache=True)
+@kernel
 def estimator_tick(buf, leg_j, first, dt, step, dt_nom, phase, cycle,
                    td_x, td_P, td_count, td_touch, td_latched, td_prev_phase, td_prev_cycle,
                    td_q_diag, td_r, gamma, n_land, base_coupling,
