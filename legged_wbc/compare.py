@@ -470,33 +470,40 @@ def fig_torques(runs, names, path: Path) -> str | None:
     return "Joint command torques (disturbed leg highlighted, disturbance window shaded)"
 
 
+def _time_histograms(curves, xlabel: str, ylabel: str, title: str, path: Path, bins_n: int = 120) -> None:
+    """Step histograms of microsecond timings ``[(values, label, p99 or None)]`` on a log count
+    axis, with the 2 ms control period marked (and each curve's p99 dotted when given)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    finite = [v[np.isfinite(v)] for v, _, _ in curves]
+    allv = np.concatenate(finite) if finite else np.zeros(0)
+    hi = max(2500.0, float(np.percentile(allv, 99.9)) * 1.1) if allv.size else 2500.0
+    bins = np.linspace(0, hi, bins_n)
+    for c, (v, (_, label, p99)) in enumerate(zip(finite, curves)):
+        ax.hist(np.clip(v, 0, hi), bins=bins, histtype="step", lw=1.3, color=f"C{c}", label=label)
+        if p99 is not None:
+            ax.axvline(p99, color=f"C{c}", ls=":", lw=1)
+    ax.axvline(2000.0, color="C3", lw=1.5, label="2 ms (control period)")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def fig_qp_hist(runs, names, metrics, path: Path) -> str | None:
     sel = [(r, n, m) for r, n, m in zip(runs, names, metrics) if "qp_time_us" in r.series]
     if not sel:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    allq = np.concatenate([np.asarray(r.series["qp_time_us"], float) for r, _, _ in sel])
-    allq = allq[np.isfinite(allq)]
-    hi = max(2500.0, float(np.percentile(allq, 99.9)) * 1.1) if allq.size else 2500.0
-    bins = np.linspace(0, hi, 120)
-    for c, (r, n, m) in enumerate(sel):
-        q = np.asarray(r.series["qp_time_us"], float)
-        q = q[np.isfinite(q)]
-        ax.hist(np.clip(q, 0, hi), bins=bins, histtype="step", lw=1.3, color=f"C{c}",
-                label=f"{controller_title(r.controller)} ({n}, {r.mode}): p99 {_fmt(m.get('qp_p99_us'), '{:.0f}')} us")
-        if m.get("qp_p99_us") is not None:
-            ax.axvline(m["qp_p99_us"], color=f"C{c}", ls=":", lw=1)
-    ax.axvline(2000.0, color="C3", lw=1.5, label="2 ms (control period)")
-    ax.set_yscale("log")
-    ax.set_xlabel("QP time: build + solve + residual check (us)")
-    ax.set_ylabel("cycles")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("QP time per control cycle (whole run; dotted: p99 over the evaluation window)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    curves = [(np.asarray(r.series["qp_time_us"], float),
+               f"{controller_title(r.controller)} ({n}, {r.mode}): p99 {_fmt(m.get('qp_p99_us'), '{:.0f}')} us",
+               m.get("qp_p99_us")) for r, n, m in sel]
+    _time_histograms(curves, "QP time: build + solve + residual check (us)", "cycles",
+                     "QP time per control cycle (whole run; dotted: p99 over the evaluation window)", path)
     return "QP time histograms with the 2 ms line"
 
 
@@ -505,28 +512,15 @@ def fig_latency_hist(runs, names, metrics, path: Path) -> str | None:
            if r.command_latency_us is not None and np.isfinite(r.command_latency_us).any()]
     if not sel:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    ok_all = np.concatenate([r.command_latency_us[np.isfinite(r.command_latency_us)] for r, _, _ in sel])
-    hi = max(2500.0, float(np.percentile(ok_all, 99.9)) * 1.1)
-    bins = np.linspace(0, hi, 150)
-    for c, (r, n, m) in enumerate(sel):
-        lat = r.command_latency_us[np.isfinite(r.command_latency_us)]
-        ax.hist(np.clip(lat, 0, hi), bins=bins, histtype="step", lw=1.3, color=f"C{c}",
-                label=f"{controller_title(r.controller)} ({n}, {r.mode}, {r.custom_data.get('layout', '?')} layout): "
-                      f"p50 {_fmt(m.get('command_latency_p50_us'), '{:.0f}')} / p99 "
-                      f"{_fmt(m.get('command_latency_p99_us'), '{:.0f}')} us, "
-                      f"{_fmt(m.get('deadline_miss_pct'), '{:.3g}')} % missed")
-    ax.axvline(2000.0, color="C3", lw=1.5, label="2 ms (control period)")
-    ax.set_yscale("log")
-    ax.set_xlabel("command latency: arrival at the bridge - publication of the answered sample (us, wall clock)")
-    ax.set_ylabel("ticks")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Torque-command latency per control tick")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    curves = [(r.command_latency_us,
+               f"{controller_title(r.controller)} ({n}, {r.mode}, {r.custom_data.get('layout', '?')} layout): "
+               f"p50 {_fmt(m.get('command_latency_p50_us'), '{:.0f}')} / p99 "
+               f"{_fmt(m.get('command_latency_p99_us'), '{:.0f}')} us, "
+               f"{_fmt(m.get('deadline_miss_pct'), '{:.3g}')} % missed", m.get("command_latency_p99_us"))
+              for r, n, m in sel]
+    _time_histograms(curves, "command latency: arrival at the bridge - publication of the answered sample "
+                     "(us, wall clock)", "ticks", "Torque-command latency per control tick (dotted: p99)", path,
+                     bins_n=150)
     return "Command latency histograms with the 2 ms deadline"
 
 
@@ -565,16 +559,19 @@ def fig_gait(runs, names, path: Path) -> str | None:
     span = _gait_span(disturbed[0] if disturbed else sel[0][0])
     for ax, (r, n) in zip(axes[:, 0], sel):
         t, s = r.series["t"], np.asarray(r.series["support"], float)
+        keep = None
         if span is not None:
             keep = (t >= span[0]) & (t < span[1])
             if np.count_nonzero(keep) > 1:
                 t, s = t[keep], s[keep]
+            else:           # this run does not reach the excerpt (another run's span): show it whole
+                keep = None
         ax.imshow(s.T, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=1,
                   extent=(t[0], t[-1] + 0.002, len(r.leg_names) - 0.5, -0.5))
         if "contact_gt" in r.series:
             c = np.asarray(r.series["contact_gt"], bool)
-            if span is not None and len(c) == len(r.series["t"]):
-                c = c[(r.series["t"] >= span[0]) & (r.series["t"] < span[1])]
+            if keep is not None and len(c) == len(keep):
+                c = c[keep]
             mism = c != s.astype(bool)
             ii, jj = np.nonzero(mism)
             if ii.size:

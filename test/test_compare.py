@@ -178,6 +178,21 @@ def test_report_and_figures(recorded):
 
 
 # ------------------------------------------------------------------------------------ other bags
+@pytest.mark.ros
+def test_runs_of_different_lengths(recorded, tmp_path):
+    """A long run next to a short one (the short one ends before the other's gait excerpt)."""
+    from legged_wbc.closed_loop import ClosedLoop, save_run
+    from legged_wbc.compare import compare
+    from legged_wbc.scenario import load_scenario
+
+    short = save_run(ClosedLoop(load_scenario(str(recorded["scenario"])), "cbf").run(0.6), tmp_path / "short")
+    long_ = save_run(ClosedLoop(load_scenario("paper", ["disturbance.start_offset=2.0"]), "cbf").run(10.0),
+                     tmp_path / "long")
+    res = compare([long_, short, recorded["bag"]], tmp_path / "rep")
+    assert set(res["metrics"]) == {"long", "short", "wbcd_bag"}
+    assert "gait_diagram.png" in res["figures"] and (tmp_path / "rep" / "report.md").is_file()
+
+
 def _copy_bag(src: Path, dst: Path, storage: str, drop=()) -> None:
     """A copy of ``src`` (raw CDR, same definitions and custom_data) without the ``drop`` topics."""
     import yaml
