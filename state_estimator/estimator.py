@@ -173,6 +173,7 @@ class StateEstimator:
         self._dq_leg = np.zeros((L, k))
         self._z = np.zeros((L, 3))
         self._imu_r = np.ascontiguousarray(self._imu_r, dtype=float)
+        self._tick_scratch = (self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z)
         # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
         # handle, then Pinocchio computes them)
         self._tree = kernels.kinematic_tree(self.rm.fixed, self._feet)
@@ -186,8 +187,12 @@ class StateEstimator:
         """Constants of the compiled path derived from the filters' current configs (re-derived when
         any config object changes, so ``set_config`` on the estimator or a filter takes effect)."""
         td, vf = self.touchdown, self.velocity
-        self._td_q_diag = np.ascontiguousarray(np.diag(td._Q), dtype=float)
-        self._params_of = (self.cfg, td.cfg, vf.cfg)
+        tc, vc = td.cfg, vf.cfg
+        self._tick_consts = (self._leg_j64, self.dt, np.ascontiguousarray(np.diag(td._Q), dtype=float), td._r,
+                             tc.gamma_land, tc.n_land, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
+                             vc.exclusion_cycles, self._imu_r, self._imu_offset, float(GRAVITY_WORLD[2]),
+                             self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius)
+        self._params_of = (self.cfg, tc, vc)
 
     # ------------------------------------------------------------------ setup
     def _alpha(self, dt: float) -> float:
@@ -443,19 +448,13 @@ class StateEstimator:
         score, count, tau_ext = e(L), e(L, np.int64), e((L, k))
         d2, inflation, used, excluded, cycles = e(L), e(L), e(L, bool), e(L, bool), e(L, np.int64)
         cov, foot_pos = e((3, 3)), e((L, 3))
-        tcfg, vcfg = td.cfg, vf.cfg
         h_init = self._height_init
         status, h_raw = kernels.estimator_tick(
-            buf, self._leg_j64, first, dt, step, self.dt, phase, cycle,
+            buf, first, dt, step, phase, cycle, self.base_coupling, math.nan if h_init is None else h_init,
             td.x, td.P, td.count, td.touchdown, td.latched_cycle, td._prev_phase, td._prev_cycle,
-            self._td_q_diag, td._r, tcfg.gamma_land, tcfg.n_land, self.base_coupling,
-            self._M_inv, self._h_leg, self._M_lb,
-            vf.v, vf.P, vf.prev_support, vf.cycles_in_support,
-            vf._q, vf._r, vcfg.gate_d2, vcfg.max_inflation, vcfg.gating, vcfg.exclusion_cycles,
-            self._p_foot, self._v_rel, self._st, self._imu_r, self._imu_offset, GRAVITY_WORLD[2],
-            self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius,
-            math.nan if h_init is None else h_init,
-            self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z,
+            self._M_inv, self._h_leg, self._M_lb, vf.v, vf.P, vf.prev_support, vf.cycles_in_support,
+            self._p_foot, self._v_rel, self._st,
+            *self._tick_consts, *self._tick_scratch,
             q, v, v_world, support, touchdown, nominal, score, count, tau_ext,
             d2, inflation, used, excluded, cycles, cov, foot_pos)
         # the filters' per-cycle diagnostics are replaced (never modified in place), as on the

@@ -589,14 +589,11 @@ def vel_correct(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, 
 
 # ---------------------------------------------------------------------------------- one cycle
 @kernel
-def estimator_tick(buf, leg_j, first, dt, step, dt_nom, phase, cycle,
+def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_init,
                    td_x, td_P, td_count, td_touch, td_latched, td_prev_phase, td_prev_cycle,
-                   td_q_diag, td_r, gamma, n_land, base_coupling,
-                   M_inv, h_leg, M_lb,
-                   vf_v, vf_P, vf_prev_support, vf_cycles_old,
-                   vf_q, vf_r, gate, cap, gating, n_ex,
-                   p_foot, v_rel, st, imu_r, imu_offset, g_z,
-                   alpha_nom, cutoff_hz, foot_radius, height_init,
+                   M_inv, h_leg, M_lb, vf_v, vf_P, vf_prev_support, vf_cycles_old, p_foot, v_rel, st,
+                   leg_j, dt_nom, td_q_diag, td_r, gamma, n_land, vf_q, vf_r, gate, cap, gating, n_ex,
+                   imu_r, imu_offset, g_z, alpha_nom, cutoff_hz, foot_radius,
                    td_work, vec_work, h_cpl, tau_leg, dq_leg, z,
                    q_out, v_out, v_world, support, touchdown, nominal, td_score, td_count_out, tau_ext,
                    d2, inflation, used, excluded, cycles, vel_cov, foot_pos):
@@ -606,7 +603,9 @@ def estimator_tick(buf, leg_j, first, dt, step, dt_nom, phase, cycle,
     ``leg_j`` ``(L, k)`` joint indices; ``first``: first sample since ``reset`` (the touchdown
     filters were just reset by the caller, at the dynamics of this sample); ``dt`` time since the
     previous sample [s] (0 if none), ``step`` the filters' integration step [s]; ``phase``, ``cycle``
-    nominal gait phase and cycle index ``(L,)``.
+    nominal gait phase and cycle index ``(L,)``; ``base_coupling``: add ``M_iB a_B`` to the leg bias.
+    Arguments come in groups: per-cycle values, state, constants (``leg_j`` to ``foot_radius``:
+    the estimator's and its configs'), scratch, outputs.
 
     State, updated in place: the touchdown filters (``td_*``, as
     :class:`.touchdown.TouchdownDetector`), the velocity filter (``vf_v`` world [m/s], ``vf_P``,
@@ -773,14 +772,11 @@ def warm_up() -> None:
                    np.arange(-1, n, dtype=np.int64), np.full(L, n, np.int64), f((L, 3)),
                    f((nj, 3, 3)), f((nj, 3)), f((L, 3)), f((L, 3)))
     P = np.broadcast_to(np.eye(2 * k), (L, 2 * k, 2 * k)).copy()
-    args = (buf, leg_j, True, 0.0, 0.002, 0.002, f(L, np.int64), f(L, np.int64),
+    args = (buf, True, 0.0, 0.002, f(L, np.int64), f(L, np.int64), True, math.nan,
             f((L, 2 * k)), P, f(L, np.int64), f(L, np.bool_), f(L, np.int64), f(L, np.int64), f(L, np.int64),
-            np.ones(2 * k), 1.0, 1.0, 2, True,
-            M_inv + eye, h_leg, M_lb,
-            f(3), np.eye(3), f(L, np.bool_), f(L, np.int64),
-            1.0, 1.0, 7.81, 100.0, True, 20,
-            f((L, 3)), f((L, 3)), f(9), f(3), False, -9.81,
-            0.5, 25.0, 0.0, math.nan,
+            M_inv + eye, h_leg, M_lb, f(3), np.eye(3), f(L, np.bool_), f(L, np.int64), f((L, 3)), f((L, 3)), f(9),
+            leg_j, 0.002, np.ones(2 * k), 1.0, 1.0, 2, 1.0, 1.0, 7.81, 100.0, True, 20,
+            f(3), False, -9.81, 0.5, 25.0, 0.0,
             f((6, 2 * k, 2 * k)), f((1, 6)), f((L, k)), f((L, k)), f((L, k)), f((L, 3)),
             f(7 + n), f(6 + n), f(3), f(L, np.bool_), f(L, np.bool_), f(L, np.bool_), f(L), f(L, np.int64),
             f((L, k)), f(L), f(L), f(L, np.bool_), f(L, np.bool_), f(L, np.int64), f((3, 3)), f((L, 3)))
