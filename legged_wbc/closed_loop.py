@@ -153,6 +153,7 @@ class ClosedLoop:
         t_standing = sc.stand_up_start + sc.stand_up_duration
         gc_state = _GcPause.start()
         wall0 = time.perf_counter()
+        cpu0 = time.process_time()
         last_print = -1.0
         k = 0
         try:
@@ -218,11 +219,15 @@ class ClosedLoop:
         for key in S:
             S[key] = S[key][:used]
         wall = time.perf_counter() - wall0
+        cpu = time.process_time() - cpu0
         S["rp_err"] = roll_pitch_from_quat_xyzw(S["base_quat"])  # desired attitude is level
         t0, t1 = sc.eval_window
         m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
         m.update(sim_time_s=float(sim.time), wall_time_s=float(wall),
                  realtime_factor=float(sim.time / wall) if wall > 0 else None,
+                 # CPU time of this process over the loop: sim / CPU is what the loop itself allows,
+                 # sim / wall also counts the time other jobs on the machine took the cores
+                 cpu_time_s=float(cpu), realtime_factor_cpu=float(sim.time / cpu) if cpu > 0 else None,
                  controller=self.mode, scenario=sc.name, fall_reason=reason or None)
         return RunResult(sc, self.mode, S, m, fell, reason, float(sim.time), wall)
 

@@ -30,6 +30,7 @@ def test_keys_and_ticks(result):
     assert result["speedup_total_p50"] > 0
     assert len(result["loadavg"]["before"]) == 3
     assert {"compile_s", "startup_s"} <= set(result)
+    assert set(result["cpu"]) == {"estimator", "controller", "total"}
     # the stages add up to the controller call (up to the timer calls between them)
     s = sum(result["stages"][k]["p50_us"] for k in STAGES)
     assert s <= 1.5 * result["controller"]["p50_us"]

@@ -7,10 +7,10 @@ the controller's acceptance tolerance), the largest normalized residual, and the
 difference from the reference relative to the reference's largest |tau|. Also the whole controller
 cycle (model update + QP build + solve + torque) measured during the walk.
 
-``legged-wbc bench cycle``: every control tick of closed-loop walking timed, per stage, for the
-selected implementation, with shadow reference estimator and controller fed the same inputs in the
-same run (timed too) and the torque difference between the two on every tick; see
-:func:`bench_cycle`.
+``legged-wbc bench cycle``: every control tick of closed-loop walking timed (wall clock, and the
+thread CPU time of the same calls), per stage, for the selected implementation, with shadow
+reference estimator and controller fed the same inputs in the same run (timed too) and the torque
+difference between the two on every tick; see :func:`bench_cycle`.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ class _TickRecorder:
         self.recording = False
         self.t = []
         self.est, self.ctl, self.est_ref, self.ctl_ref = [], [], [], []
+        self.est_cpu, self.ctl_cpu = [], []       # thread CPU time of the same calls [us]
         self.stages = {k: [] for k in stages}
         self.ref_solve = []
         self.ref_qp = []
@@ -138,11 +139,13 @@ class _ShadowedEstimator:
         self._main, self._shadow, self._rec = main, shadow, rec
 
     def update(self, t, *sample):
-        clock = time.perf_counter
+        clock, cpu = time.perf_counter, time.thread_time
         copies = [np.array(x, copy=True) for x in sample]
+        c0 = cpu()
         t0 = clock()
         out = self._main.update(t, *sample)
         t1 = clock()
+        c1 = cpu()
         ref = self._shadow.update(t, *copies)
         t2 = clock()
         rec = self._rec
@@ -150,6 +153,7 @@ class _ShadowedEstimator:
         if rec.recording:
             rec.t.append(t)
             rec.est.append((t1 - t0) * 1e6)
+            rec.est_cpu.append((c1 - c0) * 1e6)
             rec.est_ref.append((t2 - t1) * 1e6)
             rec.dstate.append(float(max(np.abs(out.q - ref.q).max(), np.abs(out.v - ref.v).max())))
         return out
@@ -165,15 +169,18 @@ class _ShadowedController:
         self._main, self._shadow, self._rec = main, shadow, rec
 
     def update(self, inp):
-        clock = time.perf_counter
+        clock, cpu = time.perf_counter, time.thread_time
+        c0 = cpu()
         t0 = clock()
         out = self._main.update(inp)
         t1 = clock()
+        c1 = cpu()
         ref = self._shadow.update(inp)
         t2 = clock()
         rec = self._rec
         if rec.recording:
             rec.ctl.append((t1 - t0) * 1e6)
+            rec.ctl_cpu.append((c1 - c0) * 1e6)
             rec.ctl_ref.append((t2 - t1) * 1e6)
             stage = getattr(self._main, "stage_us", None)
             for k, lst in rec.stages.items():
@@ -261,6 +268,10 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
         "impl": impl, "scenario": scenario, "seconds": seconds, "window_s": [start, start + seconds],
         "ticks": int(n), "estimator_impl_keyword": estimator_accepts_impl(),
         "estimator": _stats(est), "controller": _stats(ctl), "total": _stats(total), "stages": stages,
+        # thread CPU time of the same calls: what the loop itself costs, without the time the
+        # process was descheduled (other jobs on the machine); compare with the wall figures above
+        "cpu": {"estimator": _stats(rec.est_cpu[:n]), "controller": _stats(rec.ctl_cpu),
+                "total": _stats(np.array(rec.est_cpu[:n]) + np.array(rec.ctl_cpu))},
         "reference": {"estimator": _stats(est_ref), "controller": _stats(ctl_ref), "total": _stats(total_ref),
                       # from the reference controller's own diagnostics (its cycle is not split further):
                       # model = Pinocchio + leg kinematics (+ the diagnostics at the end), build + check
@@ -290,6 +301,7 @@ def print_cycle(res: dict) -> None:
     print(f"{'stage':24s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}")
     rows = [(f"stage {k}", v) for k, v in res["stages"].items()]
     rows += [("controller", res["controller"]), ("total (est + ctl)", res["total"]),
+             ("controller, CPU time", res["cpu"]["controller"]), ("total, CPU time", res["cpu"]["total"]),
              ("reference model", res["reference"]["stages"]["model"]),
              ("reference build + check", res["reference"]["stages"]["qp_build_check"]),
              ("reference qp_solve", res["reference"]["stages"]["qp_solve"]),

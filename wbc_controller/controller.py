@@ -462,7 +462,6 @@ class WholeBodyController:
         self._tau_sw_total = np.zeros(n)
         self._tau_wbc = np.zeros(n)
         self._tau = np.zeros(n)
-        self._zeros_n = np.zeros(n)
         self._cbf_act = np.zeros(N, dtype=bool)
         self._theta_nom = np.ascontiguousarray(self.theta_nominal, dtype=float)
         # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
@@ -499,28 +498,36 @@ class WholeBodyController:
         self._p_swing = (float(c.lift_height),)
         self._p_misc = (float(c.compensation_limit), float(c.fz_max))
 
-    def _check_input_fast(self, inp: ControllerInput) -> np.ndarray:
-        """:meth:`_check_input` (same errors) with one compiled finiteness test per vector;
-        returns the support mask as a bool array."""
+    def _check_input_fast(self, inp: ControllerInput):
+        """:meth:`_check_input` (same errors) with one compiled finiteness test per vector.
+
+        Returns ``(q, v, support, tau_ext)`` as the kernels take them (C-contiguous float64, bool)."""
         rm, K = self.rm, self._K
-        q, v, tau_ext = inp.q, inp.v, inp.tau_ext
-        for name, arr, size in (("q", q, rm.nq), ("v", v, rm.nv), ("support", inp.support, self.N),
-                                ("tau_ext", tau_ext, self.n)):
+        for name, arr, size in (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N),
+                                ("tau_ext", inp.tau_ext, self.n)):
             if arr is None and name == "tau_ext":
                 continue
             if getattr(arr, "shape", None) != (size,):
                 raise InputError(f"controller input {name}: expected {size} values, got shape {np.shape(arr)}")
-        for name, arr in (("q", q), ("v", v), ("tau_ext", tau_ext)):
-            if arr is not None and (arr.dtype != np.float64 or not arr.flags.c_contiguous):
-                arr = np.ascontiguousarray(arr, dtype=float)
-            if arr is not None and not K.all_finite(arr):
-                raise InputError(f"controller input {name}: contains NaN/inf")
+        out = []
+        for name, arr in (("q", inp.q), ("v", inp.v), ("tau_ext", inp.tau_ext)):
+            if arr is not None:
+                if arr.dtype.kind != "f":
+                    arr = np.ascontiguousarray(arr, dtype=float)   # integers are finite
+                elif arr.dtype != np.float64 or not arr.flags.c_contiguous:
+                    arr = np.ascontiguousarray(arr, dtype=float)
+                    if not K.all_finite(arr):
+                        raise InputError(f"controller input {name}: contains NaN/inf")
+                elif not K.all_finite(arr):
+                    raise InputError(f"controller input {name}: contains NaN/inf")
+            out.append(arr)
+        q, v, tau_ext = out
         if not math.isfinite(inp.t):
             raise InputError("controller input t: not finite")
         x, y, z, w = q[3:7].tolist()
         if abs(x * x + y * y + z * z + w * w - 1.0) > 2e-3:
             raise InputError("controller input q: base quaternion is not unit")
-        return np.ascontiguousarray(inp.support, dtype=bool)
+        return q, v, np.ascontiguousarray(inp.support, dtype=bool), tau_ext
 
     def _model_fast(self, q: np.ndarray, v: np.ndarray):
         """Model update, each Pinocchio quantity once: leg kinematics (fixed-base model), ``M``
@@ -578,10 +585,8 @@ class WholeBodyController:
         """One control cycle on the compiled QP blocks; the same result as :meth:`_update_reference`."""
         clock = time.perf_counter
         t_in = clock()
-        support = self._check_input_fast(inp)
-        K, cfg, p, N, nv = self._K, self.cfg, self.problem, self.N, self.nv
-        q, v = inp.q, inp.v
-        tau_ext = None if inp.tau_ext is None else np.ascontiguousarray(inp.tau_ext, dtype=float)
+        q, v, support, tau_ext = self._check_input_fast(inp)
+        K, cfg, p, N = self._K, self.cfg, self.problem, self.N
         t_cycle = clock()
         lb = self._model_fast(q, v)
         t_start = clock()
