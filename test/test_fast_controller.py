@@ -440,3 +440,26 @@ def test_solve4_and_null_space_compensation():
         d = np.clip(n[i] @ tau_ext[leg_j[i]], -50, 50) if sup[i] else 0.0
         np.testing.assert_allclose(out[leg_j[i]], n[i] * d, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(J[i, :3] @ n[i], 0.0, atol=1e-12)   # in J_p's null space
+
+
+def test_start_swings_plans_only_new_swings():
+    """A leg leaving nominal support in a new gait cycle gets a plan (Raibert-offset target at the
+    touchdown height, ground-speed end velocity, zero vertical end velocities); others are left."""
+    N = 3
+    phases = np.array([0, 1, 2], dtype=np.int64)          # support, swing-up, swing-down
+    cycles = np.array([4, 4, 4], dtype=np.int64)
+    swing_cycle = np.array([3, 3, 4], dtype=np.int64)     # leg 2 already planned in cycle 4
+    stance = np.arange(9.0).reshape(N, 3)
+    R = np.eye(3)
+    v_ref = np.array([0.1, 0.2, 0.3])
+    p, v_p = np.full((N, 3), 0.5), np.full((N, 3), -0.5)
+    start, target, vs, ve = (np.zeros((N, 3)) for _ in range(4))
+    dur, planned = np.zeros(N), np.zeros(N, dtype=bool)
+    n = K.start_swings(phases, cycles, swing_cycle, stance, -0.4, 0.5, 0.6, 0.4, R, v_ref, p, v_p, start, target,
+                       vs, ve, dur, planned)
+    assert n == 1 and planned.tolist() == [False, True, False] and swing_cycle.tolist() == [3, 4, 4]
+    np.testing.assert_allclose(target[1], [3.0 + 0.5 * 0.1 * 0.6, 4.0 + 0.5 * 0.2 * 0.6, -0.4])
+    np.testing.assert_array_equal(start[1], p[1])
+    np.testing.assert_array_equal(vs[1], [-0.5, -0.5, 0.0])
+    np.testing.assert_array_equal(ve[1], [-0.1, -0.2, 0.0])
+    assert dur[1] == 0.4 and dur[0] == 0.0 and np.all(target[[0, 2]] == 0.0)

@@ -452,7 +452,7 @@ class WholeBodyController:
         self._phases = np.zeros(N, dtype=np.int64)
         self._progress = np.zeros(N)
         self._cycles = np.zeros(N, dtype=np.int64)
-        self._new_sw = np.zeros(N, dtype=np.int64)
+        self._stance_p = np.ascontiguousarray(np.array([p for p, _ in self.stance], dtype=float))
         self._gait_offset = np.ascontiguousarray(self.gait.offset, dtype=float)
         self._gait_group = np.ascontiguousarray(self.gait.group, dtype=np.int64)
         self._W = np.zeros((N, 4))
@@ -541,17 +541,14 @@ class WholeBodyController:
         return lb
 
     def _start_swings_fast(self, lb) -> None:
-        """Plan the swings that begin this cycle: from where the foot is to the touchdown target
-        (nominal stance point, raised by the Raibert offset ``gain * v_ref * support duration``)."""
-        k = self._K.new_swings(self._phases, self._cycles, self._swing_cycle, self._new_sw)
-        cfg, R = self.cfg, self._R
-        for i in self._new_sw[:k].tolist():
-            self._swing_cycle[i] = self._cycles[i]
-            target = self.stance[i][0].copy()
-            target[2] = -cfg.stand_height + self.rm.foot_radius - cfg.touchdown_depth
-            v_body = R.T @ self._ref_v
-            target[:2] += cfg.raibert_gain * v_body[:2] * self.gait.support_duration
-            self.swing.begin(i, lb.p[i], target, self.gait.swing_duration, v_start=lb.v_p[i], v_end=-v_body)
+        """Plan the swings that begin this cycle (:func:`.kernels.start_swings`): from where the
+        foot is to the touchdown target (nominal stance point, moved by the Raibert offset)."""
+        cfg, sw, gait = self.cfg, self.swing, self.gait
+        z_td = -cfg.stand_height + self.rm.foot_radius - cfg.touchdown_depth
+        self._K.start_swings(self._phases, self._cycles, self._swing_cycle, self._stance_p, z_td,
+                             float(cfg.raibert_gain), float(gait.support_duration), float(gait.swing_duration), self._R,
+                             self._ref_v, lb.p, lb.v_p, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration,
+                             sw.planned)
 
     def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> None:
         """Fill the QP of this cycle block by block (paper sec. 4): references and task targets,

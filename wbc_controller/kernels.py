@@ -696,15 +696,34 @@ def cbf_active(support, C, l, u, x, row_cbf, active):
 
 
 @njit(cache=True)
-def new_swings(phases, cycles, swing_cycle, out):
-    """Legs whose nominal swing began since the last cycle (out of support in a cycle other than
-    the one last planned) into ``out``; returns their count."""
-    k = 0
+def start_swings(phases, cycles, swing_cycle, stance_p, z_touchdown, raibert_gain, support_duration, swing_duration,
+                 R, ref_v, p, v_p, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, planned):
+    """Plan the swings that begin this cycle (a leg out of nominal support in a gait cycle other
+    than the one last planned, ``swing_cycle``): from the foot point ``p`` and velocity ``v_p``
+    (base frame) to the nominal stance point at height ``z_touchdown`` [m], moved by the Raibert
+    offset ``raibert_gain * v_body * support_duration`` (``v_body = R^T v_ref``), reached at ground
+    speed ``-v_body`` after ``swing_duration`` [s]; as :meth:`SwingPlanner.begin` (vertical
+    end velocities zero). Returns the number of swings started."""
+    started = 0
     for i in range(phases.shape[0]):
-        if phases[i] != SUPPORT and cycles[i] != swing_cycle[i]:
-            out[k] = i
-            k += 1
-    return k
+        if phases[i] == SUPPORT or cycles[i] == swing_cycle[i]:
+            continue
+        swing_cycle[i] = cycles[i]
+        for r in range(3):
+            vb = R[0, r] * ref_v[0] + R[1, r] * ref_v[1] + R[2, r] * ref_v[2]
+            sw_target[i, r] = stance_p[i, r]
+            if r < 2:
+                sw_target[i, r] += raibert_gain * vb * support_duration
+            sw_start[i, r] = p[i, r]
+            sw_v_start[i, r] = v_p[i, r]
+            sw_v_end[i, r] = -vb
+        sw_target[i, 2] = z_touchdown
+        sw_v_start[i, 2] = 0.0
+        sw_v_end[i, 2] = 0.0
+        sw_duration[i] = swing_duration
+        planned[i] = True
+        started += 1
+    return started
 
 
 def warmup() -> None:
@@ -753,10 +772,11 @@ def warmup() -> None:
     residuals(A_eq, b_eq, C, lo, up, x)
     command_torque(M, f1(nv), J, leg_cols, x, nv, f1(n), f1(n), f1(n), f1(n), f1(n), f1(n))
     cbf_active(b1, C, lo, up, x, 5 * N + n, np.zeros(N, dtype=np.bool_))
-    new_swings(i1, i1, i1.copy(), i1.copy())
+    start_swings(i1 + 1, i1, i1 - 1, P, -0.4, 0.5, 0.6, 0.4, R, f1(3), P, v_p, P.copy(), P.copy(), P.copy(), P.copy(),
+                 f1(N), b1.copy())
 
 
 KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, body_reference, body_task, gait_state,
            task_targets, swing_torques, null_space_compensation, task_cost, floating_base_rows,
            normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
-           cbf_active, new_swings)
+           cbf_active, start_swings)
