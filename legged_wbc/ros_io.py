@@ -148,17 +148,34 @@ def fill_joint_state(m, stamp, position, velocity, effort) -> None:
     m.effort = _dvec(effort)
 
 
-class JointOrder:
-    """Reorders ``JointState`` arrays into a fixed joint order, by name (cached per name list)."""
+POSITION_MARGIN_RAD = 0.5    # accepted overshoot of a joint position beyond its URDF limit
+VELOCITY_FACTOR = 5.0        # accepted |velocity| in multiples of the URDF velocity limit
 
-    def __init__(self, joint_names: Sequence[str]):
+
+class JointOrder:
+    """Reorders ``JointState`` arrays into a fixed joint order, by name (cached per name list).
+
+    A message naming a joint twice is rejected (``ValueError``: which entry would count?). With
+    ``bounds = (lower, upper, velocity_limit)`` (arrays in this order, [rad], [rad/s]) positions more
+    than ``POSITION_MARGIN_RAD`` outside ``[lower, upper]`` and velocities above
+    ``VELOCITY_FACTOR * velocity_limit`` are rejected too: no real joint reports them, so the sample
+    is corrupt (a finite 1e6 rad passes a NaN check)."""
+
+    def __init__(self, joint_names: Sequence[str], bounds=None):
         self.joint_names = list(joint_names)
         self._cache: dict[tuple, np.ndarray] = {}
+        self._bounds = None
+        if bounds is not None:
+            lo, hi, vmax = (np.asarray(b, dtype=float) for b in bounds)
+            self._bounds = (lo - POSITION_MARGIN_RAD, hi + POSITION_MARGIN_RAD, VELOCITY_FACTOR * vmax)
 
     def index(self, msg_names: Sequence[str]) -> np.ndarray:
         key = tuple(msg_names)
         idx = self._cache.get(key)
         if idx is None:
+            if len(set(key)) != len(key):
+                dup = sorted({n for n in key if key.count(n) > 1})
+                raise ValueError(f"JointState names {dup} more than once")
             pos = {n: k for k, n in enumerate(key)}
             missing = [n for n in self.joint_names if n not in pos]
             if missing:
@@ -175,7 +192,31 @@ class JointOrder:
         for field in (msg.position, msg.velocity, msg.effort):
             a = np.asarray(field, dtype=float)
             out.append(a[idx] if len(a) == n else np.full(len(idx), np.nan))
+        if self._bounds is not None:
+            self._check_plausible(out[0], out[1])
         return out[0], out[1], out[2]
+
+    def _check_plausible(self, pos: np.ndarray, vel: np.ndarray) -> None:
+        lo, hi, vmax = self._bounds
+        with np.errstate(invalid="ignore"):
+            bad_p = np.flatnonzero((pos < lo) | (pos > hi))
+            bad_v = np.flatnonzero(np.abs(vel) > vmax)
+        if bad_p.size:
+            j = int(bad_p[0])
+            raise ValueError(f"joint {self.joint_names[j]} position {pos[j]:.6g} rad is far outside its limits "
+                             f"[{lo[j] + POSITION_MARGIN_RAD:g}, {hi[j] - POSITION_MARGIN_RAD:g}]")
+        if bad_v.size:
+            j = int(bad_v[0])
+            raise ValueError(f"joint {self.joint_names[j]} velocity {vel[j]:.6g} rad/s exceeds "
+                             f"{VELOCITY_FACTOR:g}x its limit {vmax[j] / VELOCITY_FACTOR:g} rad/s")
+
+
+def joint_bounds(rm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(lower, upper, velocity_limit)`` of a ``RobotModel``'s joints in its joint order (URDF limits)."""
+    vel = np.zeros(rm.n)
+    for idx in rm.leg_joints:
+        vel[idx] = rm.cfg.leg_type.velocity
+    return rm.lower, rm.upper, vel
 
 
 def joint_state_arrays(msg, joint_names: Sequence[str]):

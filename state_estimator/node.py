@@ -93,7 +93,7 @@ def _make_node_class():
             self.joint_names = list(self.rm.joint_names)
             self.leg_names = list(self.rm.cfg.leg_names)
             self.leg_joint_flat = np.array(self.rm.leg_joints).reshape(-1)
-            self.order = ros_io.JointOrder(self.joint_names)
+            self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.base_frame = self.rm.cfg.base_link
             self.buf: dict[int, dict] = {}
             self.last_tick = -1

@@ -440,3 +440,32 @@ def test_scenario_disturbance_hook_is_gated_and_held_per_tick(hexapod):
     node.step_count = 4
     support[2] = np.ones(hexapod.n_legs, dtype=bool)
     assert np.all(fn(sc.disturbance.start - 0.01, sim) == 0.0)  # outside the window
+
+
+def test_joint_order_rejects_duplicates_and_implausible_states():
+    from legged_wbc.model import RobotModel
+
+    rm = RobotModel("hexapod")
+    order = ros_io.JointOrder(rm.joint_names, bounds=ros_io.joint_bounds(rm))
+    q = rm.stance_configuration(0.3)[7:]
+    ok = ros_io.joint_state_msg(0, rm.joint_names, q, np.zeros(24), np.zeros(24))
+    pos, vel, _ = order.arrays(ok)
+    assert np.array_equal(pos, q)
+    dup = ros_io.joint_state_msg(0, list(rm.joint_names) + [rm.joint_names[2]], np.append(q, 1e6),
+                                 np.zeros(25), np.zeros(25))
+    with pytest.raises(ValueError, match=rf"\['{rm.joint_names[2]}'\] more than once"):
+        order.arrays(dup)
+    far = q.copy()
+    far[7] = rm.upper[7] + 0.6                               # beyond the 0.5 rad margin
+    with pytest.raises(ValueError, match=f"joint {rm.joint_names[7]} position .* far outside its limits"):
+        order.arrays(ros_io.joint_state_msg(0, rm.joint_names, far, np.zeros(24), np.zeros(24)))
+    near = q.copy()
+    near[7] = rm.upper[7] + 0.4                              # a soft-limit overshoot is still a sample
+    order.arrays(ros_io.joint_state_msg(0, rm.joint_names, near, np.zeros(24), np.zeros(24)))
+    fast = np.zeros(24)
+    fast[4] = 5.0 * 12.0 + 1.0
+    with pytest.raises(ValueError, match="velocity .* exceeds 5x its limit 12 rad/s"):
+        order.arrays(ros_io.joint_state_msg(0, rm.joint_names, q, fast, np.zeros(24)))
+    # without bounds (the leg-name messages), only duplicates are refused
+    legs = ros_io.JointOrder(["a", "b"])
+    assert legs.arrays(ros_io.joint_state_msg(0, ["b", "a"], [1e6, 2.0], [0, 0], [0, 0]))[0].tolist() == [2.0, 1e6]

@@ -26,7 +26,8 @@ def ros_env():
 
 def test_nan_and_short_joint_states_never_reach_the_torque(tmp_path):
     """Feed the estimator + controller processes hand-made samples: a valid tick, a NaN tick, a short tick,
-    a valid tick. Only the valid ticks are answered, and no published torque is NaN."""
+    a tick naming a joint twice (the extra entry holding 1e6 rad), a tick with a joint at 1e6 rad, a
+    valid tick. Only the valid ticks are answered, and no published torque is NaN."""
     env = ros_env()
     procs = [subprocess.Popen([str(BIN / exe), "--ros-args", "-p", "scenario:=nominal"] +
                               (["--params-file", str(ROOT / f"config/{cfgf}")]),
@@ -54,22 +55,27 @@ while (n.count_subscribers("joint_states") < 2 or n.count_subscribers("imu") < 1
        or n.count_publishers("joint_torque_cmd") < 1) and time.monotonic() < t_end:
     rclpy.spin_once(n, timeout_sec=0.05)
 time.sleep(1.0)
-def send(k, pos, vel):
+def send(k, pos, vel, names=None):
     t = k * ros_io.CONTROL_PERIOD_NS
-    pj.publish(ros_io.joint_state_msg(t, rm.joint_names[:len(pos)], pos, vel, np.zeros(len(pos))))
+    names = names or rm.joint_names[:len(pos)]
+    pj.publish(ros_io.joint_state_msg(t, names, pos, vel, np.zeros(len(pos))))
     pi.publish(ros_io.imu_msg(t, "base_link", [0, 0, 0, 1], [0, 0, 0], [0, 0, 9.81]))
 bad = q[7:].copy(); bad[3] = np.nan
-for k, (pos, vel) in enumerate([(q[7:], np.zeros(24)), (bad, np.zeros(24)), (q[7:-1], np.zeros(23)),
-                                 (q[7:], np.zeros(24))]):
+far = q[7:].copy(); far[5] = 1e6
+dup_names = list(rm.joint_names) + [rm.joint_names[0]]
+samples = [(q[7:], np.zeros(24), None), (bad, np.zeros(24), None), (q[7:-1], np.zeros(23), None),
+           (np.append(q[7:], 1e6), np.zeros(25), dup_names), (far, np.zeros(24), None), (q[7:], np.zeros(24), None)]
+for k, (pos, vel, names) in enumerate(samples):
     # like the bridge at start-up: re-send a valid sample until it is answered (a late match may drop it)
-    for attempt in range(6 if k in (0, 3) else 1):
-        send(k, pos, vel)
-        t_end = time.monotonic() + (5 if k in (0, 3) else 2)
+    valid = k in (0, 5)
+    for attempt in range(6 if valid else 1):
+        send(k, pos, vel, names)
+        t_end = time.monotonic() + (5 if valid else 2)
         while time.monotonic() < t_end:
             rclpy.spin_once(n, timeout_sec=0.05)
             if any(c[-1] == k for c in cmds):
                 break
-        if k not in (0, 3) or any(c[-1] == k for c in cmds):
+        if not valid or any(c[-1] == k for c in cmds):
             break
 for _ in range(20):
     rclpy.spin_once(n, timeout_sec=0.05)
@@ -84,8 +90,10 @@ print("TICKS", ticks, "NAN", any(not np.all(np.isfinite(c)) for c in cmds), flus
         logs = [p.communicate(timeout=20)[0] for p in procs]
     assert "TICKS" in out.stdout, out.stdout + out.stderr + "".join(logs)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("TICKS")][0]
-    assert "TICKS [0, 3]" in line and "NAN False" in line, line + "".join(logs)
+    assert "TICKS [0, 5]" in line and "NAN False" in line, line + "".join(logs)
     assert "rejected" in logs[0] and "rejected" in logs[1]
+    # each kind said in one line (the nodes throttle repeats to one a second, so look for the first two)
+    assert "more than once" in logs[0] + logs[1] or "far outside its limits" in logs[0] + logs[1], logs
     for p in procs:
         assert p.returncode == 0
 

@@ -105,7 +105,7 @@ def _make_node_class():
             self._pending_cfg = None
             self.joint_names = list(self.rm.joint_names)
             self.leg_names = list(self.rm.cfg.leg_names)
-            self.order = ros_io.JointOrder(self.joint_names)
+            self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.legs_order = ros_io.JointOrder(self.leg_names)
             self.buf: dict[int, dict] = {}
             self.last_tick = -1
