@@ -133,6 +133,8 @@ SCHEMA = [
     ParamSpec("ground_truth_decimation", 2, "publish /ground_truth/* and /disturbance every N physics steps [-]",
               min=1, max=1000),
     ParamSpec("diagnostics_period", 0.1, "period of /bridge/diagnostics [sim s]", min=0.001, max=3600.0),
+    ParamSpec("progress_period", 10.0, "log a progress line (sim time, real-time factor, deadline misses, command "
+              "latency) every this many wall seconds [s]; 0 = never", min=0.0, max=86400.0),
     ParamSpec("qos_depth", 200, "history depth of the reliable publishers [messages]", min=1, max=100000,
               read_only=True),
     ParamSpec("scenario", "none", "disturbance scenario name (none = no disturbance)", read_only=True),
@@ -449,12 +451,37 @@ def _make_node_class():
             self._diag_wall = (now, self.step_count)
             with self._cond:
                 window, ticks, latency = self.timing.take_window()
+            self._log_progress(now, window)
             d = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick),
                  **{k: float(v) for k, v in self.counters.items()},
                  "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf, **window}
             self.pub_diag.publish(ros_io.diagnostics_msg({k: d[k] for k in DIAG_FIELDS}))
             if ticks:
                 self.pub_latency.publish(ros_io.command_latency_msg(ticks, latency))
+
+        def _log_progress(self, now: float, window: dict) -> None:
+            """One line every ``progress_period`` wall seconds, so a long run is never silent."""
+            period = float(self.params["progress_period"])
+            if period <= 0:
+                return
+            if self._progress is None:
+                self._progress = (now, self.step_count)
+                return
+            w0, s0 = self._progress
+            if now - w0 < period:
+                return
+            self._progress = (now, self.step_count)
+            dur = float(self.params["duration"])
+            rtf = (self.step_count - s0) * 1e-3 / (now - w0)
+            lat = window.get("command_latency_p99_us")
+            self.get_logger().info(
+                f"t = {self.t_ns * 1e-9:.1f}{f' / {dur:g}' if dur > 0 else ''} s sim, {rtf:.2f}x real time, "
+                f"{self.counters['commands_applied']} commands applied, {self.counters['deadline_misses']} deadline "
+                f"misses, command latency p99 {lat:.0f} us (last {self.params['diagnostics_period']:g} s)"
+                if lat == lat else
+                f"t = {self.t_ns * 1e-9:.1f} s sim, {rtf:.2f}x real time, no command in the last window")
+
+        _progress = None
 
         # ------------------------------------------------------------ physics
         def damping_torque(self) -> np.ndarray:
