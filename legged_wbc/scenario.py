@@ -3,6 +3,14 @@
 ``load_scenario("paper", ["disturbance.leg=rf", "disturbance.torque_nm=40"])`` reads the YAML,
 applies each ``key=value`` (value parsed as YAML, key must exist unless it is under
 ``controller.`` / ``estimator.``, which take any parameter of those nodes) and validates.
+
+Physical variations of the simulated world (the controller's model does not know them), with
+defaults filled in for scenario files that do not have them, so ``--set`` works on any scenario:
+
+* ``ground.friction``: foot-floor friction coefficient (``null``: the robot config's, 0.9);
+* ``payload.mass_kg``: mass added to the body [kg] (negative: lighter), its inertia scaled with it;
+* ``push``: a world-frame lateral force ``force_n`` [N] (signed, along world y) on the body's centre
+  of mass from ``t_s + start_offset`` for ``duration`` s.
 """
 
 from __future__ import annotations
@@ -30,6 +38,25 @@ class Disturbance:
 
 
 @dataclass(frozen=True)
+class Push:
+    enabled: bool
+    force_n: float     # along world y (lateral), signed [N]
+    start: float       # absolute start time [s]
+    duration: float
+
+    def force_world(self) -> tuple[float, float, float]:
+        return (0.0, self.force_n, 0.0)
+
+
+# Keys a scenario file may omit (older files): filled in before the overrides are applied.
+PHYSICS_DEFAULTS = {
+    "ground": {"friction": None},
+    "payload": {"mass_kg": 0.0},
+    "push": {"enabled": False, "force_n": 0.0, "start_offset": 0.0, "duration": 0.0},
+}
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     robot: str
@@ -49,6 +76,15 @@ class Scenario:
     controller: dict
     estimator: dict
     raw: dict
+    friction: float | None = None      # foot-floor friction (None: the robot config's)
+    payload_kg: float = 0.0             # mass added to the body [kg]
+    push: Push | None = None
+
+    def physics(self) -> dict:
+        """What :meth:`mujoco_bridge.sim.MujocoSim.set_physics` takes for this scenario."""
+        p = self.push
+        push = (p.force_world(), p.start, p.start + p.duration) if p is not None and p.enabled and p.duration > 0 else None
+        return {"friction": self.friction, "payload_kg": self.payload_kg, "push": push}
 
     @property
     def eval_window(self) -> tuple[float, float]:
@@ -105,13 +141,26 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
         avail = sorted(x.stem for x in share_path("config", "scenarios").glob("*.yaml"))
         raise ConfigError(f"scenario {name_or_path!r} not found (available: {avail})")
     raw = yaml.safe_load(p.read_text())["scenario"]
-    raw = copy.deepcopy(raw)
+    raw = with_physics_defaults(raw)
     for k, v in parse_overrides(overrides):
         _set_dotted(raw, k, v)
     return scenario_from_dict(raw)
 
 
+def with_physics_defaults(raw: dict) -> dict:
+    """A deep copy of ``raw`` with the keys of :data:`PHYSICS_DEFAULTS` it lacks."""
+    raw = copy.deepcopy(raw)
+    for sec, vals in PHYSICS_DEFAULTS.items():
+        cur = raw.get(sec)
+        if not isinstance(cur, dict):
+            cur = raw[sec] = {}
+        for k, v in vals.items():
+            cur.setdefault(k, v)
+    return raw
+
+
 def scenario_from_dict(raw: dict) -> Scenario:
+    raw = with_physics_defaults(raw)
     try:
         walk, su, dist = raw["walk"], raw["stand_up"], raw["disturbance"]
         t_s = float(walk["t_s"])
@@ -127,7 +176,11 @@ def scenario_from_dict(raw: dict) -> Scenario:
                                     start=t_s + float(dist["start_offset"]), duration=float(dist["duration"])),
             fall_min_height=float(raw["fall"]["min_height"]), fall_max_tilt_deg=float(raw["fall"]["max_tilt_deg"]),
             noise=dict(raw.get("noise", {})), controller=dict(raw.get("controller") or {}),
-            estimator=dict(raw.get("estimator") or {}), raw=raw)
+            estimator=dict(raw.get("estimator") or {}), raw=raw,
+            friction=None if raw["ground"]["friction"] is None else float(raw["ground"]["friction"]),
+            payload_kg=float(raw["payload"]["mass_kg"]),
+            push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),
+                      start=t_s + float(raw["push"]["start_offset"]), duration=float(raw["push"]["duration"])))
     except KeyError as exc:
         raise ConfigError(f"scenario: missing key {exc}") from exc
     except (TypeError, ValueError) as exc:
@@ -138,6 +191,10 @@ def scenario_from_dict(raw: dict) -> Scenario:
         raise ConfigError(f"scenario.disturbance.sign: must be +1 or -1, got {sc.disturbance.sign}")
     if sc.disturbance.torque_nm < 0:
         raise ConfigError(f"scenario.disturbance.torque_nm: must be >= 0, got {sc.disturbance.torque_nm}")
+    if sc.friction is not None and not sc.friction > 0:
+        raise ConfigError(f"scenario.ground.friction: must be > 0 (or null), got {sc.friction}")
+    if sc.push.duration < 0:
+        raise ConfigError(f"scenario.push.duration: must be >= 0, got {sc.push.duration}")
     if not sc.gait_start <= sc.t_s:
         raise ConfigError(f"scenario.walk.t_s ({sc.t_s}) must be >= walk.gait_start ({sc.gait_start})")
     return sc

@@ -68,6 +68,12 @@ class MujocoSim:
         self._foot_geom_set = set(self.foot_geoms)
         self.tau = np.zeros(self.robot.n)
         self.disturbance = np.zeros(self.robot.n)  # extra joint torque [N m], Pinocchio order
+        self.base_body = mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_BODY, self.robot.cfg.base_link)
+        self._nominal = {"friction": self.m.geom_friction[[self.floor_geom] + self.foot_geoms, 0].copy(),
+                         "mass": float(self.m.body_mass[self.base_body]),
+                         "inertia": self.m.body_inertia[self.base_body].copy()}
+        self.physics = {"friction": None, "payload_kg": 0.0, "push": None}
+        self._push = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -97,10 +103,50 @@ class MujocoSim:
         body = self.m.geom_bodyid[self.foot_geoms[leg]]
         self.d.xfrc_applied[body, :3] = 0.0 if force_world is None else force_world
 
+    def set_physics(self, friction: float | None = None, payload_kg: float = 0.0, push=None) -> None:
+        """Physical variations of the world (evaluation scenarios; the controller's model does not
+        know them), each set absolutely (calling again with the same values changes nothing):
+
+        ``friction``: foot-floor sliding friction, set on the floor and the foot spheres (MuJoCo
+        combines a contact's friction as the max of its geoms'); None: the robot config's.
+        ``payload_kg``: mass added to the body (negative: lighter), the body's inertia scaled by
+        the same factor (a payload spread like the body). ``push``: ``(force_world[3], t_start,
+        t_end)``: a force [N] on the body's centre of mass while ``t_start <= t < t_end`` (sim
+        time of each physics step); None: no push. Derived model constants are recomputed
+        (``mj_setConst``) and the current state re-evaluated (``mj_forward``)."""
+        m, nom = self.m, self._nominal
+        geoms = [self.floor_geom] + self.foot_geoms
+        mu = nom["friction"] if friction is None else np.full(len(geoms), float(friction))
+        mass = nom["mass"] + float(payload_kg)
+        if not mass > 0:
+            raise ValueError(f"payload {payload_kg} kg leaves a body mass of {mass} kg")
+        changed = not np.array_equal(m.geom_friction[geoms, 0], mu) or float(m.body_mass[self.base_body]) != mass
+        # the nominal world is left untouched (bit-identical to a simulation without this call)
+        m.geom_friction[geoms, 0] = mu
+        if float(m.body_mass[self.base_body]) != mass:
+            m.body_mass[self.base_body] = mass
+            m.body_inertia[self.base_body] = nom["inertia"] * (mass / nom["mass"])
+            mujoco.mj_setConst(m, mujoco.MjData(m))   # scratch data: mj_setConst moves it to qpos0
+        self._push = None
+        if push is not None:
+            f, t0, t1 = push
+            self._push = (np.asarray(f, dtype=float).reshape(3).copy(), float(t0), float(t1))
+        self.physics = {"friction": friction, "payload_kg": float(payload_kg), "push": push}
+        self.d.xfrc_applied[self.base_body, :3] = 0.0
+        if changed:
+            mujoco.mj_forward(m, self.d)
+
     def step(self, n: int = 1) -> None:
         self.d.ctrl[:] = self.conv.ctrl_from_tau(self.tau)
         self.d.qfrc_applied[6:] = self.disturbance[self.conv.pin_to_mj]
+        if self._push is None:
+            for _ in range(n):
+                mujoco.mj_step(self.m, self.d)
+            return
+        f, t0, t1 = self._push
+        xfrc = self.d.xfrc_applied[self.base_body]
         for _ in range(n):
+            xfrc[:3] = f if t0 <= self.d.time < t1 else 0.0
             mujoco.mj_step(self.m, self.d)
 
     # ------------------------------------------------------------------ outputs
