@@ -59,7 +59,7 @@ def test_walking_sim_processes_layout():
     i = cmd.index("--params-file")
     assert cmd[i + 1].endswith("config/mujoco_bridge.yaml") and Path(cmd[i + 1]).is_file()
     assert "mode:=lockstep" in cmd and "duration:=0.0" in cmd and "startup_min_subscribers:=2" in cmd
-    assert "startup_wait_all_topics:=False" in cmd
+    assert "startup_wait_all_topics:=false" in cmd
     assert "viewer:=false" in cmd and "robot:=hexapod" in cmd
     # params files come before the single -p values (ROS applies them in order)
     assert cmd.index("--params-file") < cmd.index("-p")
@@ -68,7 +68,8 @@ def test_walking_sim_processes_layout():
     assert "relative_pitch_mode:=cbf" in c and "use_sim_time:=true" not in c   # they read the stamps
     assert any(a.endswith("config/wbc_controller.yaml") for a in c)
     est = _node(plan, "state_estimator").command("state_estimator")
-    assert "use_sim_time:=true" not in est and not _node(plan, "state_estimator").shutdown_on_exit
+    assert "use_sim_time:=true" not in est
+    assert all(n.shutdown_on_exit for n in plan.nodes)     # any node the graph needs ends the launch
 
 
 def test_walking_sim_args_and_recording(tmp_path):
@@ -78,7 +79,7 @@ def test_walking_sim_args_and_recording(tmp_path):
     assert [n.name for n in plan.nodes] == ["mujoco_bridge", "state_estimator", "wbc_controller", "bag_recorder"]
     br = _node(plan, "mujoco_bridge").command("b")
     for want in ("mode:=realtime", "duration:=12.5", "viewer:=true", "robot:=quadruped", "scenario:=paper",
-                 "startup_min_subscribers:=3", "startup_wait_all_topics:=True"):
+                 "startup_min_subscribers:=2", "startup_wait_all_topics:=true"):
         assert want in br
     assert "relative_pitch_mode:=damping" in _node(plan, "wbc_controller").command("w")
     rec = _node(plan, "bag_recorder")
@@ -124,6 +125,20 @@ def test_equals_substitutions(tmp_path):
     # a value that would be code under $(eval) is only text here
     assert [n.exec for n in L.load_launch(f, {"layout": "processes", "rec": "it's'+str(1)+'"}).nodes] == ["q", "r", "n"]
     assert L.load_launch(f, {}).nodes[0].command("c") == ["c", "--ros-args"]
+
+
+@pytest.mark.parametrize("value", ["bags/it's", 'say "hi" there', "a $(var mode) b", "x')+str(1)+('",
+                                   "'+str(__import__('os').system('echo X'))+'", "two\nlines", ") $("])
+def test_no_launch_argument_reaches_an_evaluator(value, capsys):
+    """A record path is text: whatever it holds, it becomes the recorder's output and nothing else."""
+    plan = _plan(layout="processes", record=value)
+    assert [n.name for n in plan.nodes][-1] == "bag_recorder"
+    rec = _node(plan, "bag_recorder")
+    assert dict(rec.params)["output"] == value
+    assert dict(_node(plan, "mujoco_bridge").params)["startup_wait_all_topics"] == "true"
+    c = _plan(record=value).nodes[0]
+    assert dict(c.params)["record"] == value
+    assert "X" not in capsys.readouterr().out
 
 
 def test_arg_choices_are_enforced(capsys):
