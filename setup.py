@@ -1,10 +1,21 @@
 """ament_python package ``legged_wbc`` (also installable with ``pip install -e .``)."""
 
-from glob import glob
+from pathlib import Path
 
 from setuptools import setup
 
 PACKAGE = "legged_wbc"
+
+
+def data_tree(src: str) -> list[tuple[str, list[str]]]:
+    """``(share/legged_wbc/<dir>, [files])`` for every directory under ``src`` that holds files:
+    ``data_files`` takes files only (a directory makes ``setup.py install``, i.e. colcon, fail)."""
+    groups: dict[str, list[str]] = {}
+    for f in sorted(Path(src).rglob("*")):
+        if f.is_file() and "__pycache__" not in f.parts:
+            groups.setdefault(f"share/{PACKAGE}/{f.parent.as_posix()}", []).append(f.as_posix())
+    return list(groups.items())
+
 
 setup(
     name=PACKAGE,
@@ -13,9 +24,9 @@ setup(
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
-        (f"share/{PACKAGE}/launch", glob("launch/*")),
-        (f"share/{PACKAGE}/config", glob("config/*")),
-        (f"share/{PACKAGE}/urdf", glob("urdf/*")),
+        *data_tree("launch"),
+        *data_tree("config"),
+        *data_tree("urdf"),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

@@ -34,8 +34,11 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 def share_path(*parts: str) -> Path:
     """Path of a package data file (``config/``, ``urdf/``, ``launch/``).
 
-    Looks in the source tree first, then in an installed ``share/legged_wbc`` (ament layout)."""
+    Looks in the source tree first, then in the ``share/legged_wbc`` (ament layout) of the prefix this
+    package is installed in (``<prefix>/lib/pythonX.Y/site-packages``), then of ``AMENT_PREFIX_PATH``."""
     candidates = [PACKAGE_ROOT.joinpath(*parts)]
+    if PACKAGE_ROOT.name in ("site-packages", "dist-packages") and len(PACKAGE_ROOT.parents) >= 3:
+        candidates.append(PACKAGE_ROOT.parents[2].joinpath("share", "legged_wbc", *parts))
     prefix = os.environ.get("AMENT_PREFIX_PATH", "")
     for p in prefix.split(os.pathsep):
         if p:
