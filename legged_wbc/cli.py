@@ -106,6 +106,7 @@ EXTRA_COMMAND_MODULES = (
     ("legged_wbc.ros_cli", "register"),           # launch, param
     ("legged_wbc.report_cli", "register"),        # compare, experiment
     ("legged_wbc.render_cli", "register"),        # render
+    ("legged_wbc.sweep_cli", "register"),         # sweep
 )
 
 
