@@ -261,8 +261,6 @@ def _make_node_class():
                 self.get_logger().info(f"disturbance: {d.torque_nm:g} N m on leg {d.leg} from t = {d.start:g} s for "
                                        f"{d.duration:g} s, while the leg is in the estimated support set")
             self.viewer = self._open_viewer() if P["viewer"] else None
-            self._foot_lut = np.full(self.sim.m.ngeom, -1, dtype=int)
-            self._foot_lut[self.sim.foot_geoms] = np.arange(len(self.sim.foot_geoms))
             nz = self.sim.noise
             zero_n = np.zeros(self.n)
             self._msgs = {
@@ -396,18 +394,6 @@ def _make_node_class():
         def t_ns(self) -> int:
             return self.step_count * ros_io.PHYSICS_DT_NS
 
-        def foot_contacts(self) -> np.ndarray:
-            """Same as ``MujocoSim.foot_contacts`` (foot sphere touches the floor), vectorised (~25 us)."""
-            out = np.zeros(len(self.leg_names), dtype=bool)
-            n = self.sim.d.ncon
-            if n:
-                g = self.sim.d.contact.geom[:n]
-                fl = self.sim.floor_geom
-                a, b = self._foot_lut[g[:, 0]], self._foot_lut[g[:, 1]]
-                out[a[(a >= 0) & (g[:, 1] == fl)]] = True
-                out[b[(b >= 0) & (g[:, 0] == fl)]] = True
-            return out
-
         def publish_sample(self) -> None:
             """Publish the current state (stamp = sim time). Message objects are reused: rclpy
             serialises synchronously in ``publish``, and building Imu/Odometry from scratch costs
@@ -433,7 +419,7 @@ def _make_node_class():
                     ros_io.fill_odometry(m["odom"], stamp, q, v)
                     self.pub_odom.publish(m["odom"])
                 if self.pub_contacts.get_subscription_count():
-                    m["contacts"].data = ros_io.dvec(self.foot_contacts())
+                    m["contacts"].data = ros_io.dvec(self.sim.foot_contacts())
                     self.pub_contacts.publish(m["contacts"])
                 if self.pub_dist.get_subscription_count():
                     m["dist"].data = ros_io.dvec(self.dist_applied)
