@@ -1,11 +1,16 @@
 """Compiled kernels of the fast estimator path (``StateEstimator(..., impl="fast")``).
 
 numba ``@njit(cache=True)`` versions of the per-cycle arithmetic of :mod:`.touchdown`,
-:mod:`.velocity` and :mod:`.estimator`, written against the reference Python/numpy code (same
-equations, same order of the decisions; only the floating-point summation order may differ, at
-the 1e-16 relative level). Every kernel writes into arrays the caller preallocated and allocates
-nothing. The reference functions stay the specification; ``test/test_fast_estimator.py`` checks
-each kernel against its reference and the whole fast estimator against the reference estimator.
+:mod:`.velocity` and :mod:`.estimator`, of ``GaitScheduler.phases`` / ``cycle_index`` and of the
+Pinocchio leg kinematics the estimator uses, written against the reference code (same equations,
+same order of the decisions; only the floating-point summation order may differ, at the 1e-16
+relative level). Every kernel writes into arrays the caller preallocated and allocates nothing.
+The reference functions stay the specification; ``test/test_fast_estimator.py`` checks each
+kernel against its reference and the whole fast estimator against the reference estimator.
+
+Per cycle the estimator calls ``load_sample`` (pack + check the inputs), ``gait_phases``,
+``leg_kinematics``, ``estimator_tick`` (touchdown filters and landing test, support set, velocity
+filter, height, outputs) and, after Pinocchio's ``crba`` / ``nonLinearEffects``, ``leg_blocks``.
 
 Units and frames are those of the reference modules: joint velocities [rad/s], torques [N m],
 ``dt`` [s], base velocity [m/s] in the world frame, foot points [m] in the base frame, IMU in
