@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         from state_estimator.node import _make_node_class as estimator_class
         from wbc_controller.node import _make_node_class as controller_class
 
-        bus = IntraProcessBus()
+        bus = IntraProcessBus(defer_raw=True)   # the recorder's copies after each sample's control chain
         with bus.active():
             # tick 0 goes out once the estimator and controller (and the recorder) subscribe: in-process
             bridge = bridge_class()(parameter_overrides=[
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                  Parameter("stamp_source", value="clock_topic"),
                                                                  Parameter("writer_thread", value=True)])
                 nodes.append(recorder)
+        bridge.after_sample = bus.flush
         external = bus.finalize()
         if recorder is not None:
             recorder.subscribe_topics(bus.published_topics())
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         # the control thread never waits long for it
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         rc = bridge.run()
+        bus.flush()
         stats = bus.stats()
         log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
                  f"callback errors {stats['callback_errors']}")

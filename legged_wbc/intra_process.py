@@ -75,19 +75,21 @@ class IntraPublisher:
 
     def publish(self, msg) -> None:
         raw = None
+        bus = self.bus
         for sub in self._local:
             if sub.raw:
+                if bus.defer_raw:                 # recorder: after the control chain, see IntraProcessBus.flush
+                    bus._deferred.append((sub, msg))
+                    continue
                 if raw is None:
-                    from rclpy.serialization import serialize_message
-
-                    raw = msg if isinstance(msg, (bytes, bytearray)) else serialize_message(msg)
+                    raw = _serialize(msg)
                 arg = raw
             else:
                 arg = msg
             try:
                 sub.callback(arg)
             except Exception:  # a subscriber's bug must not take the publisher down
-                self.bus._callback_failed(sub)
+                bus._callback_failed(sub)
             self.local_deliveries += 1
         if self.pub.get_subscription_count():     # somebody outside the process listens
             self.pub.publish(msg)
@@ -107,10 +109,23 @@ class IntraPublisher:
         return getattr(self.pub, name)
 
 
-class IntraProcessBus:
-    """Topic -> co-located subscriptions; see the module docstring."""
+def _serialize(msg) -> bytes:
+    from rclpy.serialization import serialize_message
 
-    def __init__(self):
+    return msg if isinstance(msg, (bytes, bytearray)) else serialize_message(msg)
+
+
+class IntraProcessBus:
+    """Topic -> co-located subscriptions; see the module docstring.
+
+    ``defer_raw``: deliveries to ``raw=True`` subscriptions (the recorder: serialize + queue, ~15 us a
+    message) wait in a list until :meth:`flush`, so they cost nothing inside the sample -> estimator
+    -> controller -> command chain. Whoever sets it flushes before the published message objects are
+    refilled (the container: the bridge flushes at the end of each ``publish_sample``)."""
+
+    def __init__(self, defer_raw: bool = False):
+        self.defer_raw = defer_raw
+        self._deferred: list = []
         self._subs: dict[str, list[_Subscription]] = {}
         self._pubs: dict[str, list[IntraPublisher]] = {}
         self._pending: list[_Subscription] = []    # subscriptions not yet known to be local
@@ -174,6 +189,19 @@ class IntraProcessBus:
             self._pending.clear()
             self._finalized = True
         return dds
+
+    def flush(self) -> int:
+        """Deliver the deferred raw messages (in publication order); returns how many."""
+        items, self._deferred = self._deferred, []
+        last_msg = last_raw = None
+        for sub, msg in items:
+            if msg is not last_msg:
+                last_msg, last_raw = msg, _serialize(msg)
+            try:
+                sub.callback(last_raw)
+            except Exception:
+                self._callback_failed(sub)
+        return len(items)
 
     # ------------------------------------------------------------------ introspection
     def local_topics(self) -> dict[str, list[str]]:

@@ -148,8 +148,11 @@ def fill_joint_state(m, stamp, position, velocity, effort) -> None:
     m.effort = _dvec(effort)
 
 
-POSITION_MARGIN_RAD = 0.5    # accepted overshoot of a joint position beyond its URDF limit
-VELOCITY_FACTOR = 5.0        # accepted |velocity| in multiples of the URDF velocity limit
+# Corrupt-sample bounds. The simulation does not enforce joint limits (the controller's business), and
+# WBC-0 legitimately spins a foot link ~200 rad (30 turns) past its range: the bounds catch garbage
+# (a finite 1e6 rad passes a NaN check), not physics.
+POSITION_MARGIN_RAD = 1000.0   # accepted excursion of a joint position beyond its URDF range [rad]
+VELOCITY_FACTOR = 100.0        # accepted |velocity| in multiples of the URDF velocity limit
 
 
 class JointOrder:
@@ -158,8 +161,8 @@ class JointOrder:
     A message naming a joint twice is rejected (``ValueError``: which entry would count?). With
     ``bounds = (lower, upper, velocity_limit)`` (arrays in this order, [rad], [rad/s]) positions more
     than ``POSITION_MARGIN_RAD`` outside ``[lower, upper]`` and velocities above
-    ``VELOCITY_FACTOR * velocity_limit`` are rejected too: no real joint reports them, so the sample
-    is corrupt (a finite 1e6 rad passes a NaN check)."""
+    ``VELOCITY_FACTOR * velocity_limit`` are rejected too: no joint of the robot or the simulation
+    reports them, so the sample is corrupt."""
 
     def __init__(self, joint_names: Sequence[str], bounds=None):
         self.joint_names = list(joint_names)

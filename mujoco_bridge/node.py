@@ -429,6 +429,10 @@ def _make_node_class():
                 self._diag_next_ns = t_ns + int(round(self.params["diagnostics_period"] * 1e9))
             if self.viewer is not None:
                 self.viewer.update(self.sim.d.qpos)  # a copy at most every 1/50 s; drawn by the viewer's thread
+            if self.after_sample is not None:
+                self.after_sample()                  # the container: the recorder's deferred copies
+
+        after_sample = None   # hook called after each sample is published (before the messages are refilled)
 
         def publish_diagnostics(self) -> None:
             now = time.monotonic()

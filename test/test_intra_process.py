@@ -190,6 +190,37 @@ def test_bus_survives_a_failing_callback(ros_contexts):
         n.destroy_node()
 
 
+@pytest.mark.ros
+def test_deferred_raw_deliveries_wait_for_flush(ros_contexts):
+    """defer_raw: the recorder's copies are made at flush(), in publication order, from the messages
+    as they were when flushed (the publisher refills only after the flush)."""
+    from rclpy.node import Node
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import JointState
+
+    from legged_wbc import ros_io
+    from legged_wbc.intra_process import IntraProcessBus
+
+    inside, _ = ros_contexts
+    bus = IntraProcessBus(defer_raw=True)
+    typed, raw = [], []
+    with bus.active():
+        a = Node("ip_pub3", context=inside)
+        b = Node("ip_ctl3", context=inside)
+        r = Node("ip_rec3", context=inside)
+        ros_io.create_subscription(r, JointState, "js3", raw.append, 10, raw=True)
+        ros_io.create_subscription(b, JointState, "js3", lambda m: typed.append(m.position[0]), 10)
+        pub = ros_io.create_publisher(a, JointState, "js3", 10)
+    bus.finalize()
+    for k in range(3):
+        pub.publish(_js(k))
+    assert typed == [0.0, 1.0, 2.0] and raw == []          # the control path got them at once
+    assert bus.flush() == 3 and bus.flush() == 0
+    assert [deserialize_message(d, JointState).position[0] for d in raw] == [0.0, 1.0, 2.0]
+    for n in (a, b, r):
+        n.destroy_node()
+
+
 def test_nodes_use_plain_rclpy_outside_a_container():
     """Without an active bus, ros_io.create_* are exactly node.create_* (the per-process layout)."""
     calls = []

@@ -471,15 +471,15 @@ def test_joint_order_rejects_duplicates_and_implausible_states():
     with pytest.raises(ValueError, match=rf"\['{rm.joint_names[2]}'\] more than once"):
         order.arrays(dup)
     far = q.copy()
-    far[7] = rm.upper[7] + 0.6                               # beyond the 0.5 rad margin
+    far[7] = rm.upper[7] + 1000.5                            # beyond the 1000 rad margin
     with pytest.raises(ValueError, match=f"joint {rm.joint_names[7]} position .* far outside its limits"):
         order.arrays(ros_io.joint_state_msg(0, rm.joint_names, far, np.zeros(24), np.zeros(24)))
     near = q.copy()
-    near[7] = rm.upper[7] + 0.4                              # a soft-limit overshoot is still a sample
+    near[7] = rm.upper[7] + 200.0                            # WBC-0's spinning foot link (sim has no limits)
     order.arrays(ros_io.joint_state_msg(0, rm.joint_names, near, np.zeros(24), np.zeros(24)))
     fast = np.zeros(24)
-    fast[4] = 5.0 * 12.0 + 1.0
-    with pytest.raises(ValueError, match="velocity .* exceeds 5x its limit 12 rad/s"):
+    fast[4] = 100.0 * 12.0 + 1.0
+    with pytest.raises(ValueError, match="velocity .* exceeds 100x its limit 12 rad/s"):
         order.arrays(ros_io.joint_state_msg(0, rm.joint_names, q, fast, np.zeros(24)))
     # without bounds (the leg-name messages), only duplicates are refused
     legs = ros_io.JointOrder(["a", "b"])
