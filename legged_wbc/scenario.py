@@ -109,13 +109,13 @@ def _set_dotted(d: dict, key: str, value) -> None:
     cur = d
     for k, p in enumerate(parts[:-1]):
         if p not in cur or not isinstance(cur[p], dict):
-            if parts[0] in ("controller", "estimator") and k == 0:
-                cur[p] = {}
+            if parts[0] in ("controller", "estimator") and (k == 0 or p not in cur):
+                cur[p] = {}   # e.g. estimator.touchdown.gamma_land: nested parameter names
             else:
                 raise ConfigError(f"--set {key}: no such scenario key {'.'.join(parts[:k + 1])!r}")
         cur = cur[p]
     leaf = parts[-1]
-    if parts[0] in ("controller", "estimator") and len(parts) == 2:
+    if parts[0] in ("controller", "estimator") and len(parts) >= 2:
         cur[leaf] = value
         return
     if leaf not in cur:
