@@ -35,7 +35,7 @@ report adds, per controller, mean, spread and worst case (``summary.json``).
 command latency p50 / p99, latency histogram). ``--layout`` picks the launch file's process layout.
 
 ``--headless``: the same protocol with the in-process loop (:class:`legged_wbc.closed_loop.ClosedLoop`,
-~10x faster than the lockstep ROS stack on 2 cores), for quick iterations.
+a few times faster than the lockstep ROS stack: no messages at all), for quick iterations.
 
 An existing complete bag / run directory of the same name is reused (``--force`` re-records), so an
 interrupted experiment can be resumed.
