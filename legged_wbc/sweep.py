@@ -354,6 +354,24 @@ def _scheduler_suspicious(dask_scheduler=None, keys=()):
     return out
 
 
+class _QuietWorkers:
+    """Worker plugin of our LocalCluster: the workers ignore SIGINT, so a Ctrl-C in the terminal
+    (sent to the whole process group) reaches the client alone, which cancels and shuts the
+    cluster down itself (no KeyboardInterrupt tracebacks from every worker)."""
+
+    name = "legged-wbc-sweep-sigint"
+
+    def setup(self, worker=None):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def teardown(self, worker=None):
+        pass
+
+
 def open_cluster(workers: int | None, scheduler: str | None, dashboard: str = "127.0.0.1:8787"):
     """``(client, cluster or None)``: an existing scheduler, or a LocalCluster of single-threaded
     worker processes on the loopback."""
@@ -364,7 +382,12 @@ def open_cluster(workers: int | None, scheduler: str | None, dashboard: str = "1
     n = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                            dashboard_address=dashboard, env=dict(BLAS_ENV), silence_logs=40)
-    return Client(cluster), cluster
+    client = Client(cluster)
+    try:
+        client.register_plugin(_QuietWorkers())
+    except Exception:  # noqa: BLE001 - cosmetic
+        pass
+    return client, cluster
 
 
 def _dashboard(client) -> str | None:
