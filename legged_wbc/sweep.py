@@ -455,7 +455,7 @@ def run_sweep(scenario: str, trials: int, out: str | Path, *, controllers=("damp
     state = {"ran": 0, "retried_now": 0, "workers": 0, "dashboard": None, "interrupted": False,
              "engine": "dask", "scheduler": scheduler or "LocalCluster"}
     client = cluster = None
-    prog = Progress(len(tasks), len(tasks) - len(todo), stream, min_interval=0.0 if not stream.isatty() else 0.2)
+    prog = Progress(len(tasks), len(tasks) - len(todo), stream, min_interval=0.2 if getattr(stream, "isatty", lambda: False)() else 0.0)
     try:
         if todo:
             client, cluster = open_cluster(workers, scheduler, dashboard)
@@ -509,8 +509,24 @@ def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -
         f = client.submit(run_trial, t, key=f"sweep-{os.getpid()}-{t['run']}", pure=False, retries=0)
         futs[f.key] = (f, t)
     prog.update()
+    ac = as_completed([f for f, _ in futs.values()])
+    tick = 1.0 if prog.tty else 60.0        # refresh of the live line (TTY) / heartbeat line (log)
+    last = time.monotonic()
+
+    def finished():
+        """Futures done so far, without blocking for long (the live line keeps ticking)."""
+        nonlocal last
+        while not ac.is_empty():
+            if ac.has_ready():
+                yield from ac.next_batch(block=False)
+                continue
+            time.sleep(0.1)
+            if time.monotonic() - last >= tick:
+                last = time.monotonic()
+                prog.update(final=False)
+
     try:
-        for fut in as_completed([f for f, _ in futs.values()]):
+        for fut in finished():
             f, task = futs[fut.key]
             try:
                 retries = client.run_on_scheduler(_scheduler_suspicious, keys=[fut.key]).get(fut.key, 0)
@@ -536,6 +552,7 @@ def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -
             elif rec.get("fell"):
                 prog.note(f"  {task['run']}: fell ({rec.get('fall_reason')})")
             prog.update(final=prog.already + prog.done == prog.total)
+            last = time.monotonic()
             fut.release()
     finally:
         # interrupted: cancel what has not finished (finished runs are on disk already)
