@@ -339,11 +339,10 @@ def _make_node_class():
 
 def main(argv: list[str] | None = None) -> int:
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
+    node = executor = None
     stop = {"signal": None}
 
     def _on_signal(signum, frame):
@@ -358,9 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         except ParameterSchemaError as exc:
             print(f"bag_recorder: {exc}", file=sys.stderr)
             return 2
-        # rclpy's experimental EventsExecutor halves the per-message cost (~200 -> ~90 us) but lost
-        # messages and hung at shutdown in our tests: stay with the SingleThreadedExecutor.
-        executor = SingleThreadedExecutor()
+        # ros_io.make_executor: rclpy's EventsExecutor by default (~50 instead of ~200 us of CPU per
+        # message here), LEGGED_WBC_EXECUTOR=single for the SingleThreadedExecutor. It once "lost
+        # messages and hung at shutdown": that is what an EventsExecutor does when spun without a
+        # timeout (its queue busy-waits holding its mutex, see ros_io.spin_until); every spin here has one.
+        executor = ros_io.make_executor()
         executor.add_node(node)
         period = float(node.params["discovery_period"])
         next_poll = 0.0
@@ -380,11 +381,12 @@ def main(argv: list[str] | None = None) -> int:
             executor.spin_once(timeout_sec=0.02)
         node.get_logger().info(f"stopping ({why})")
         node.close()
-        executor.shutdown(timeout_sec=1.0)
     finally:
+        if node is not None and not node.closed:
+            node.close()
+        if executor is not None:  # before destroy_node: the EventsExecutor holds the subscriptions' callbacks
+            executor.shutdown(timeout_sec=1.0)
         if node is not None:
-            if not node.closed:
-                node.close()
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
