@@ -705,18 +705,22 @@ def _make_node_class():
 
 def main(argv: list[str] | None = None) -> int:
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     executor = None
     spin = None
+    spinning = threading.Event()
     try:
         node = _make_node_class()()
-        executor = SingleThreadedExecutor()
+        # commands, parameters and services in a thread of their own; the executor is ros_io's
+        # (LEGGED_WBC_EXECUTOR: events by default, single), always spun with a timeout (ros_io.spin_until)
+        executor = ros_io.make_executor()
         executor.add_node(node)
-        spin = threading.Thread(target=executor.spin, name="executor", daemon=True)
+        spinning.set()
+        spin = threading.Thread(target=ros_io.spin_until, args=(executor, lambda: not spinning.is_set()),
+                                name="executor", daemon=True)
         spin.start()
 
         def _stop(signum, frame):
@@ -735,10 +739,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise
     finally:
-        if executor is not None:
-            executor.shutdown(timeout_sec=1.0)
+        spinning.clear()
         if spin is not None:
             spin.join(timeout=2.0)
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
         if node is not None:
             if node.viewer is not None:
                 try:
