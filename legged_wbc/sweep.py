@@ -263,11 +263,31 @@ def run_trial(task: dict) -> dict:
         if getattr(loop.sim, "physics", phys) != phys:   # a ClosedLoop that does not apply them itself
             loop.sim.set_physics(**phys)
         res = loop.run(task["duration"])
-        out.update(status="ok", metrics=res.metrics, fell=bool(res.fell), fall_reason=res.fall_reason or None)
+        out.update(status="ok", metrics=res.metrics, fell=bool(res.fell), fall_reason=res.fall_reason or None,
+                   diagnostics=run_diagnostics(res.series, *sc.eval_window))
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         out.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
     out["wall_s"] = time.time() - t0
     return out
+
+
+DIAGNOSTICS = ("support_airborne_pct", "false_touchdowns")
+
+
+def run_diagnostics(series: dict, t0: float, t1: float) -> dict:
+    """Estimator-vs-truth figures of a run over ``[t0, t1]`` that explain barrier violations:
+    ``support_airborne_pct``: leg-ticks in the estimated support set whose foot does not touch
+    the floor (ground truth), in % of the support leg-ticks; ``false_touchdowns``: touchdowns
+    declared (rising edges of the detector's flag) while the foot was in the air."""
+    t = np.asarray(series["t"])
+    w = (t >= t0) & (t <= t1)
+    sup = np.asarray(series["support"], bool)[w]
+    gt = np.asarray(series["contact_gt"], bool)[w]
+    td = np.asarray(series["touchdown"], bool)
+    rise = (td & ~np.vstack([np.zeros((1, td.shape[1]), bool), td[:-1]]))[w] if td.size else td
+    n_sup = int(sup.sum())
+    return {"support_airborne_pct": float(100.0 * np.count_nonzero(sup & ~gt) / n_sup) if n_sup else 0.0,
+            "false_touchdowns": int(np.count_nonzero(rise & ~gt)) if td.size else 0}
 
 
 # ------------------------------------------------------------------------------------ files
@@ -619,6 +639,7 @@ def summarize(results: dict[str, dict], names: list[str], meta: dict) -> dict:
     for n in names:
         ok = [r for r in by[n].values() if r.get("status") == "ok"]
         c = {m: describe([_metric(r, m) for r in ok]) for m in METRICS}
+        c["diagnostics"] = {k: describe([(r.get("diagnostics") or {}).get(k) for r in ok]) for k in DIAGNOSTICS}
         c["runs"] = len(by[n])
         c["ok"] = len(ok)
         c["failed"] = len(by[n]) - len(ok)
@@ -701,10 +722,17 @@ def write_figures(results: dict, names: list[str], meta: dict, out: Path) -> lis
     fig.savefig(out / "ecdf_max_violation.png", dpi=110)
     plt.close(fig)
     figs.append("ecdf_max_violation.png")
+    def diag(r, cat, key):
+        return (r.get("diagnostics") or {}).get(key) if cat == "diagnostics" else _param(r, cat, key)
+
     for cat, key, label, fname in (("disturbance", "torque_nm", "disturbance magnitude [N m]", "violation_vs_disturbance.png"),
-                                   ("friction", "mu", "ground friction [-]", "violation_vs_friction.png")):
-        pts = {n: [(float(_param(r, cat, key)), _metric(r, "max_violation_rad") or 0.0) for r in ok
-                   if r["name"] == n and _param(r, cat, key) is not None] for n in names}
+                                   ("friction", "mu", "ground friction [-]", "violation_vs_friction.png"),
+                                   ("noise", "joint_velocity", "joint-velocity noise std [rad/s]", "violation_vs_joint_velocity_noise.png"),
+                                   ("diagnostics", "support_airborne_pct",
+                                    "estimated support legs with the foot in the air [% of support leg-ticks]",
+                                    "violation_vs_support_airborne.png")):
+        pts = {n: [(float(diag(r, cat, key)), _metric(r, "max_violation_rad") or 0.0) for r in ok
+                   if r["name"] == n and diag(r, cat, key) is not None] for n in names}
         if not any(pts.values()):
             continue
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -756,6 +784,10 @@ def report_md(summary: dict, results: dict, names: list[str], meta: dict, figs: 
     for key, title in (("falls", "falls"), ("qp_failures", "QP failures (ticks)"), ("qp_failure_runs", "runs with a QP failure"),
                        ("failed", "failed runs"), ("ok", "runs ok")):
         L.append(f"| {title} | " + " | ".join(str(summary["controllers"][n][key]) for n in names) + " |")
+    for k in DIAGNOSTICS:
+        L.append(f"| {k} (mean / max) | " + " | ".join(
+            f"{_f(summary['controllers'][n]['diagnostics'][k]['mean'])} / {_f(summary['controllers'][n]['diagnostics'][k]['max'])}"
+            for n in names) + " |")
     L.append(f"| worst violation <= {BARRIER_TARGET_RAD} rad and no fall | "
              + " | ".join("yes" if summary["controllers"][n]["barrier_ok"] else "**no**" for n in names) + " |")
     if summary.get("pairs"):

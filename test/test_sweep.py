@@ -209,3 +209,16 @@ def test_summary_paired_difference_on_known_results():
     assert c["cbf"]["max_violation_rad"]["max"] == pytest.approx(base[:49].max())
     assert s["failed"] == 1 and s["paired_names"] == ["damping", "cbf"]
     assert c["damping"]["worst"][0]["max_violation_rad"] == pytest.approx(base.max() + 0.1)
+
+
+def test_run_diagnostics_on_hand_made_series():
+    t = np.arange(10) * 0.1
+    sup = np.zeros((10, 2), bool)
+    gt = np.zeros((10, 2), bool)
+    td = np.zeros((10, 2), bool)
+    sup[2:8, 0] = True
+    gt[4:10, 0] = True            # leg 0 in support 2 ticks before its foot lands
+    td[2:4, 0] = True             # flagged (one rising edge) while in the air: a false touchdown
+    sup[:, 1] = gt[:, 1] = True   # leg 1 stands
+    d = sw.run_diagnostics({"t": t, "support": sup, "contact_gt": gt, "touchdown": td}, 0.0, 1.0)
+    assert d == {"support_airborne_pct": pytest.approx(100.0 * 2 / 16), "false_touchdowns": 1}
