@@ -200,6 +200,8 @@ def plan_runs(scenario_arg: str, trials: int, variants: list[Variant], seed: int
     from .scenario import load_scenario
 
     sets = list(sets or [])
+    if Path(scenario_arg).suffix:      # a YAML path: absolute, so the reproduce commands work from anywhere
+        scenario_arg = str(Path(scenario_arg).resolve())
     try:
         base = load_scenario(scenario_arg, sets)
     except ConfigError as exc:
