@@ -439,6 +439,7 @@ class LegKinematicsWorkspace:
         self._lwa = pin.LOCAL_WORLD_ALIGNED
         self._get_acc = pin.getFrameClassicalAcceleration
         self.chain = self._chain_constants() if use_chain else None
+        self._work = np.zeros(kernels.LEG_CHAIN_WORK)
 
     _AXES = {"JointModelRX": (1.0, 0.0, 0.0), "JointModelRY": (0.0, 1.0, 0.0), "JointModelRZ": (0.0, 0.0, 1.0)}
 
@@ -480,7 +481,7 @@ class LegKinematicsWorkspace:
         if self.chain is not None:
             axes, Rj, pj, Rf, pf = self.chain
             self._K.leg_chain_kinematics(qj, dqj, self.leg_cols, axes, Rj, pj, Rf, pf, self.P, self.A, self.acc, b.J,
-                                         b.theta, b.theta_dot, b.J_w, b.dJ_p_dq, b.dJ_theta_dq, b.v_p)
+                                         b.theta, b.theta_dot, b.J_w, b.dJ_p_dq, b.dJ_theta_dq, b.v_p, self._work)
             return b
         m, d = self.model, self.data
         pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)

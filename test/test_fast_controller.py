@@ -426,7 +426,7 @@ def test_solve4_and_null_space_compensation():
     for _ in range(20):
         M = rng.normal(size=(4, 4)) + 4 * np.eye(4)
         b = rng.normal(size=4)
-        K.solve4(M, b, x)
+        K.solve4(M, b, x, np.zeros((4, 5)))
         np.testing.assert_allclose(x, np.linalg.solve(M, b), rtol=1e-12, atol=1e-13)
     N = 3
     J = rng.normal(size=(N, 4, 4))
@@ -434,7 +434,7 @@ def test_solve4_and_null_space_compensation():
     tau_ext = rng.normal(size=12) * 100
     out = np.full(12, 9.0)
     sup = np.array([True, False, True])
-    K.null_space_compensation(sup, J, leg_j, tau_ext, 50.0, out)
+    K.null_space_compensation(sup, J, leg_j, tau_ext, 50.0, out, np.zeros(4))
     n = null_vectors(J[:, :3], J[:, 3])
     for i in range(N):
         d = np.clip(n[i] @ tau_ext[leg_j[i]], -50, 50) if sup[i] else 0.0

@@ -463,6 +463,8 @@ class WholeBodyController:
         self._tau_wbc = np.zeros(n)
         self._tau = np.zeros(n)
         self._cbf_act = np.zeros(N, dtype=bool)
+        self._swing_work = np.zeros(K.SWING_WORK)            # kernel scratch (no allocation per tick)
+        self._nvec_work = np.zeros(4)
         self._theta_nom = np.ascontiguousarray(self.theta_nominal, dtype=float)
         # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
         self.stage_us = {k: 0.0 for k in STAGES}
@@ -564,9 +566,10 @@ class WholeBodyController:
         self._start_swings_fast(lb)
         K.swing_torques(support, self._phases, self._progress, sw.planned, sw.start, sw.target, sw.v_start, sw.v_end,
                         sw.duration, self._p_swing[0], lb.p, lb.v_p, lb.J, self._M, self._leg_vcols, self._leg_cols,
-                        g[4], g[5], bool(c.swing_pitch_projection), self._b, self._tau_sw)
+                        g[4], g[5], bool(c.swing_pitch_projection), self._b, self._tau_sw, self._swing_work)
         if c.null_space_compensation and tau_ext is not None:
-            K.null_space_compensation(support, lb.J, self._leg_cols, tau_ext, self._p_misc[0], self._tau_comp)
+            K.null_space_compensation(support, lb.J, self._leg_cols, tau_ext, self._p_misc[0], self._tau_comp,
+                                      self._nvec_work)
         else:
             self._tau_comp[:] = 0.0
         np.add(self._tau_sw, self._tau_comp, out=self._tau_sw_total)

@@ -18,6 +18,8 @@ import numpy as np
 from numba import njit
 
 R2_EPS = 1e-10          # legged_wbc.model.R2_EPS: foot-link x-axis along base z
+LEG_CHAIN_WORK = 75     # scratch sizes (floats) of the kernels that take a ``work`` array
+SWING_WORK = 60
 INF = 1e20              # wbc_controller.qp.INF: loose bound
 SUPPORT = 0             # legged_wbc.gait.SUPPORT
 SWING_UP, SWING_DOWN = 1, 2
@@ -122,7 +124,7 @@ def _foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot,
 
 @njit(cache=True)
 def leg_chain_kinematics(qj, dqj, leg_cols, axes, R_joint, p_joint, R_foot, p_foot, P, A, acc, J, theta, theta_dot,
-                         J_w, dJ_p, dJ_theta, v_p):
+                         J_w, dJ_p, dJ_theta, v_p, work):
     """Leg kinematics of serial 4-joint legs mounted on the base, without Pinocchio: the same
     outputs as :func:`leg_kinematics` plus ``P``, ``A``, ``acc``, from the fixed-base model's
     constants: per leg and joint ``k`` the unit axis ``axes[i, k]`` (joint frame), the joint
@@ -132,15 +134,16 @@ def leg_chain_kinematics(qj, dqj, leg_cols, axes, R_joint, p_joint, R_foot, p_fo
     Joint ``k``: origin ``p_k``, world axis ``z_k``, angular velocity of its parent link ``w_{k-1}``,
     origin velocity ``v_k``. ``J_p`` column ``z_k x (P - p_k)``, ``J_w`` column ``z_k``; classical
     accelerations at zero joint acceleration: ``a_P = sum_k dq_k [(w_{k-1} x z_k) x (P - p_k) +
-    z_k x (v_P - v_k)]``, ``alpha = sum_k dq_k w_{k-1} x z_k``."""
+    z_k x (v_P - v_k)]``, ``alpha = sum_k dq_k w_{k-1} x z_k``. ``work``: scratch of
+    ``LEG_CHAIN_WORK`` floats (no allocation in the kernel)."""
     N = leg_cols.shape[0]
-    R = np.empty((3, 3))
-    Rk = np.empty((3, 3))
-    Rq = np.empty((3, 3))
-    z = np.empty((4, 3))
-    o = np.empty((4, 3))
-    vo = np.empty((4, 3))
-    wp = np.empty((4, 3))
+    R = work[0:9].reshape(3, 3)
+    Rk = work[9:18].reshape(3, 3)
+    Rq = work[18:27].reshape(3, 3)
+    z = work[27:39].reshape(4, 3)
+    o = work[39:51].reshape(4, 3)
+    vo = work[51:63].reshape(4, 3)
+    wp = work[63:75].reshape(4, 3)
     for i in range(N):
         for r in range(3):
             for c in range(3):
@@ -253,13 +256,15 @@ def body_task(ref_p, ref_v, ref_a, q, R, v, kp_pos, kd_pos, kp_rot, kd_rot, acc_
     vb0, vb1, vb2 = v[0], v[1], v[2]
     w0, w1, w2 = v[3], v[4], v[5]
     # v_world = R v_B; a_des = a + Kp (p_d - p) + Kd (v_d - v_world)
-    a_des = np.empty(3)
-    for r in range(3):
-        vw = R[r, 0] * vb0 + R[r, 1] * vb1 + R[r, 2] * vb2
-        a_des[r] = ref_a[r] + kp_pos[r] * (ref_p[r] - q[r]) + kd_pos[r] * (ref_v[r] - vw)
+    vw0 = R[0, 0] * vb0 + R[0, 1] * vb1 + R[0, 2] * vb2
+    vw1 = R[1, 0] * vb0 + R[1, 1] * vb1 + R[1, 2] * vb2
+    vw2 = R[2, 0] * vb0 + R[2, 1] * vb1 + R[2, 2] * vb2
+    a0 = ref_a[0] + kp_pos[0] * (ref_p[0] - q[0]) + kd_pos[0] * (ref_v[0] - vw0)
+    a1 = ref_a[1] + kp_pos[1] * (ref_p[1] - q[1]) + kd_pos[1] * (ref_v[1] - vw1)
+    a2 = ref_a[2] + kp_pos[2] * (ref_p[2] - q[2]) + kd_pos[2] * (ref_v[2] - vw2)
     cx, cy, cz = w1 * vb2 - w2 * vb1, w2 * vb0 - w0 * vb2, w0 * vb1 - w1 * vb0
     for r in range(3):
-        acc_body[r] = R[0, r] * a_des[0] + R[1, r] * a_des[1] + R[2, r] * a_des[2]
+        acc_body[r] = R[0, r] * a0 + R[1, r] * a1 + R[2, r] * a2
     acc_body[0] -= cx
     acc_body[1] -= cy
     acc_body[2] -= cz
@@ -327,9 +332,9 @@ def swing_reference(start, target, v_start, v_end, T, u, lift, P, V, A):
 
 
 @njit(cache=True)
-def solve4(M, b, x):
-    """``x = M^-1 b`` for a 4x4 ``M`` (LU with partial pivoting; ``M``, ``b`` untouched)."""
-    a = np.empty((4, 5))
+def solve4(M, b, x, a):
+    """``x = M^-1 b`` for a 4x4 ``M`` (LU with partial pivoting; ``M``, ``b`` untouched; ``a`` is a
+    4x5 scratch)."""
     for i in range(4):
         for j in range(4):
             a[i, j] = M[i, j]
@@ -395,25 +400,22 @@ def task_targets(support, p, v_p, theta, theta_dot, dJ_p, dJ_theta, acc_body, w_
 
 @njit(cache=True)
 def swing_torques(support, phases, progress, planned, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration,
-                  lift, p, v_p, J, M, leg_v, leg_j, kp, kd, projection, b, tau_sw):
+                  lift, p, v_p, J, M, leg_v, leg_j, kp, kd, projection, b, tau_sw, work):
     """Swing-leg PD torques ``tau_sw`` (n) of the legs outside the support set, and their swing
     feed-forward accelerations added to ``b[:, :3]``.
 
     A leg out of the support set in a nominal swing tracks its planned path (base frame); outside
     a nominal swing it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
     v_p))``; with ``projection`` the part that would accelerate theta is removed with the leg
-    block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``."""
+    block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``.
+    ``work``: scratch of ``SWING_WORK`` floats (no allocation in the kernel)."""
     N = p.shape[0]
     for k in range(tau_sw.shape[0]):
         tau_sw[k] = 0.0
-    Pr = np.empty(3)
-    Vr = np.empty(3)
-    Ar = np.empty(3)
-    f = np.empty(3)
-    t_sw = np.empty(4)
-    Jt = np.empty(4)
-    Mll = np.empty((4, 4))
-    Minv_Jt = np.empty(4)
+    Pr, Vr, Ar, f = work[0:3], work[3:6], work[6:9], work[9:12]
+    t_sw, Jt, Minv_Jt = work[12:16], work[16:20], work[20:24]
+    Mll = work[24:40].reshape(4, 4)
+    lu = work[40:60].reshape(4, 5)
     for i in range(N):
         if support[i]:
             continue
@@ -435,7 +437,7 @@ def swing_torques(support, phases, progress, planned, sw_start, sw_target, sw_v_
                 Jt[r] = J[i, 3, r]
                 for c in range(4):
                     Mll[r, c] = M[leg_v[i, r], leg_v[i, c]]
-            solve4(Mll, Jt, Minv_Jt)
+            solve4(Mll, Jt, Minv_Jt, lu)
             den = Jt[0] * Minv_Jt[0] + Jt[1] * Minv_Jt[1] + Jt[2] * Minv_Jt[2] + Jt[3] * Minv_Jt[3]
             if den > 1e-12:
                 num = Minv_Jt[0] * t_sw[0] + Minv_Jt[1] * t_sw[1] + Minv_Jt[2] * t_sw[2] + Minv_Jt[3] * t_sw[3]
@@ -447,14 +449,13 @@ def swing_torques(support, phases, progress, planned, sw_start, sw_target, sw_v_
 
 
 @njit(cache=True)
-def null_space_compensation(support, J, leg_j, tau_ext, limit, tau_comp):
+def null_space_compensation(support, J, leg_j, tau_ext, limit, tau_comp, nvec):
     """``tau_comp`` (n): minus nothing, plus ``n_i (n_i . tau_ext,i)`` clipped to ``+-limit`` [N m] per
     support leg, ``n_i`` the unit null-space vector of ``J_p,i`` with ``J_theta,i n_i >= 0``
-    (signed 3x3 minors, as :func:`legged_wbc.model.null_vectors`)."""
+    (signed 3x3 minors, as :func:`legged_wbc.model.null_vectors`); ``nvec`` is a scratch of 4."""
     N = J.shape[0]
     for k in range(tau_comp.shape[0]):
         tau_comp[k] = 0.0
-    nvec = np.empty(4)
     for i in range(N):
         if not support[i]:
             continue
@@ -747,6 +748,9 @@ def warmup() -> None:
     th, thd, dJt = f1(N), f1(N), f1(N)
     J_world = np.asfortranarray(np.ones((6, n)))  # Pinocchio's data.J: F order
     leg_kinematics(J_world, leg_cols, P, A3, np.zeros((N, 6)), f1(n), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt, v_p)
+    leg_chain_kinematics(f1(n), f1(n), leg_cols, np.zeros((N, 4, 3)), np.zeros((N, 4, 3, 3)), np.zeros((N, 4, 3)),
+                         np.zeros((N, 3, 3)), P.copy(), P, A3, np.zeros((N, 6)), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt,
+                         v_p, f1(LEG_CHAIN_WORK))
     rp, rv, ra = f1(3), f1(3), f1(3)
     body_reference(1.0, f1(3), 0.0, 2.0, 0.4, 3.0, 6.0, 0.1, rp, rv, ra)
     acc_body = f1(6)
@@ -757,8 +761,8 @@ def warmup() -> None:
                  True, 100.0, 20.0, W, b)
     tau = f1(n)
     swing_torques(~b1, i1 + 1, f1(N) + 0.5, b1.copy(), P, P + 0.1, P, P, f1(N) + 0.4, 0.08, P, v_p, J + np.eye(4),
-                  M, leg_v, leg_cols, f1(3), f1(3), True, b, tau)
-    null_space_compensation(b1, J, leg_cols, f1(n), 200.0, tau)
+                  M, leg_v, leg_cols, f1(3), f1(3), True, b, tau, f1(SWING_WORK))
+    null_space_compensation(b1, J, leg_cols, f1(n), 200.0, tau, f1(4))
     H, g = np.zeros((nx, nx)), f1(nx)
     task_cost(J, W, b, acc_body, 1.0, f1(4 * N), 0, 1e6, 1e-9, leg_v, nv, H, g)
     A_eq, b_eq, C, lo, up = np.zeros((ne, nx)), f1(ne), np.zeros((ni, nx)), f1(ni), f1(ni)
@@ -776,7 +780,7 @@ def warmup() -> None:
                  f1(N), b1.copy())
 
 
-KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, body_reference, body_task, gait_state,
+KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, leg_chain_kinematics, body_reference, body_task, gait_state,
            task_targets, swing_torques, null_space_compensation, task_cost, floating_base_rows,
            normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
            cbf_active, start_swings)
