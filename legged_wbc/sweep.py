@@ -246,15 +246,17 @@ def run_trial(task: dict) -> dict:
     (a dying worker is the scheduler's business)."""
     t0 = time.time()
     out = {"run": task["run"], "pid": os.getpid(), "host": os.uname().nodename, "started_unix": t0}
+    _log_start(task["run"])
     try:
         _limit_threads()
         inject = task.get("inject")
         if inject == "raise":
             raise RuntimeError("injected failure (test)")
-        if inject == "die":
+        if inject == "die":                 # the worker process dies in the middle of the run, once
             marker = Path(task["inject_marker"])
             if not marker.exists():
                 marker.write_text(str(os.getpid()))
+                time.sleep(0.5)
                 os._exit(17)
         from .closed_loop import ClosedLoop
         from .scenario import load_scenario
@@ -367,13 +369,18 @@ class Progress:
 
 
 # ------------------------------------------------------------------------------------ the cluster
-def _scheduler_suspicious(dask_scheduler=None, keys=()):
-    """On the scheduler: how many times each task's worker died under it."""
-    out = {}
-    for k in keys:
-        ts = dask_scheduler.tasks.get(k)
-        out[k] = int(getattr(ts, "suspicious", 0) or 0) if ts is not None else 0
-    return out
+START_TOPIC = "legged-wbc-sweep-start"   # event a run logs on the scheduler when it starts on a worker
+
+
+def _log_start(run: str) -> None:
+    """Tell the scheduler that ``run`` starts here (counted by the client: a run that starts
+    twice was retried once, after its worker died). Silent outside a Dask worker."""
+    try:
+        from distributed import get_worker
+
+        get_worker().log_event(START_TOPIC, {"run": run, "pid": os.getpid()})
+    except Exception:  # noqa: BLE001 - not on a worker (a direct call)
+        pass
 
 
 class _QuietWorkers:
@@ -526,6 +533,16 @@ def run_sweep(scenario: str, trials: int, out: str | Path, *, controllers=("damp
 def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -> None:
     from distributed import as_completed
 
+    starts: dict[str, int] = {}
+
+    def on_start(event):
+        _, msg = event
+        starts[msg["run"]] = starts.get(msg["run"], 0) + 1
+
+    try:
+        client.subscribe_topic(START_TOPIC, on_start)
+    except Exception:  # noqa: BLE001 - retries are then not counted
+        pass
     futs = {}
     for t in todo:
         f = client.submit(run_trial, t, key=f"sweep-{os.getpid()}-{t['run']}", pure=False, retries=0)
@@ -550,10 +567,7 @@ def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -
     try:
         for fut in finished():
             f, task = futs[fut.key]
-            try:
-                retries = client.run_on_scheduler(_scheduler_suspicious, keys=[fut.key]).get(fut.key, 0)
-            except Exception:  # noqa: BLE001
-                retries = 0
+            retries = max(0, starts.get(task["run"], 0) - 1)     # started again after its worker died
             try:
                 res = fut.result()
             except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker: the task killed too many workers
