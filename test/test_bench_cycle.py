@@ -50,3 +50,12 @@ def test_cli_json_reference_impl():
     assert res["impl"] == "reference" and res["ticks"] == 100
     assert res["max_torque_diff_rel"] == 0.0
     assert res["stages"]["estimator"]["p50_us"] > 0
+
+
+@pytest.mark.slow
+def test_startup_measurement_compiles_then_loads_from_cache():
+    """Fresh processes on an empty numba cache: the first compiles (slower), the second loads."""
+    from wbc_controller.bench import measure_startup
+
+    s = measure_startup()
+    assert s["startup_first_s"] > s["startup_s"] > 0 and s["compile_s"] > 0
