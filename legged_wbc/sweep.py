@@ -699,6 +699,7 @@ def summarize(results: dict[str, dict], names: list[str], meta: dict) -> dict:
     return {"engine": "dask", "scenario": meta["scenario"], "seed": meta["seed"], "randomize": meta["randomize"],
             "duration_s": meta["duration"], "trials": trials, "controllers_order": names,
             "runs": sum(len(by[n]) for n in names), "runs_planned": trials * len(names),
+            "trials_complete": sum(1 for k in range(trials) if all(k in by[n] for n in names)),
             "failed": failed, "retried": int(sum(int(r.get("retries") or 0) for r in results.values())),
             "controllers": ctl,
             "paired": pairs.get(f"{main[0]}-{main[1]}") if main else {},

@@ -50,6 +50,7 @@ def test_small_sweep_counts_and_keys(small_sweep):
     s = json.loads((out / "summary.json").read_text())
     assert s["engine"] == "dask" and s["workers"] == 2
     assert s["trials"] == 4 and s["ran"] == 8 and s["runs"] == 8 and s["failed"] == 0 and s["retried"] == 0
+    assert s["trials_complete"] == 4 and s["complete"] is True and s["interrupted"] is False
     assert s["wall_s"] > 0 and s["trials_per_hour"] > 0
     for name in ("damping", "cbf"):
         c = s["controllers"][name]
