@@ -521,7 +521,7 @@ def run_sweep(scenario: str, trials: int, out: str | Path, *, controllers=("damp
                    trials_per_hour=(state["ran"] / len(variants)) / (wall / 3600.0) if wall > 0 and state["ran"] else None,
                    runs_per_hour=state["ran"] / (wall / 3600.0) if wall > 0 and state["ran"] else None,
                    load_avg_start=list(load0), load_avg_end=list(os.getloadavg()), cpus=os.cpu_count(),
-                   interrupted=state["interrupted"], complete=len(results) >= len(tasks))
+                   interrupted=state["interrupted"], complete=summary["runs"] >= summary["runs_planned"])
     _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
     figs = write_figures(results, names, meta, out) if figures else []
     _atomic_write(out / "report.md", report_md(summary, results, names, meta, figs))
@@ -543,9 +543,12 @@ def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -
         client.subscribe_topic(START_TOPIC, on_start)
     except Exception:  # noqa: BLE001 - retries are then not counted
         pass
+    import uuid
+
+    token = uuid.uuid4().hex[:8]            # keys unique on a shared cluster
     futs = {}
     for t in todo:
-        f = client.submit(run_trial, t, key=f"sweep-{os.getpid()}-{t['run']}", pure=False, retries=0)
+        f = client.submit(run_trial, t, key=f"sweep-{token}-{t['run']}", pure=False, retries=0)
         futs[f.key] = (f, t)
     prog.update()
     ac = as_completed([f for f, _ in futs.values()])
