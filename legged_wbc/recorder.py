@@ -139,6 +139,9 @@ def qos_to_rosbags(profile):
     )
 
 
+WRITER_POLL_S = 0.005   # writer thread: how long it sleeps when the queue is empty [s]
+
+
 def default_output() -> str:
     return datetime.now().strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
 
@@ -190,10 +193,10 @@ def _make_node_class():
             self._closing = False
             self._write_errors: set[str] = set()
             if P["writer_thread"]:
-                import queue
+                import collections
                 import threading
 
-                self._queue = queue.SimpleQueue()
+                self._queue = collections.deque()   # append: no wake-up, no GIL hand-over in the caller
                 self._writer_thread = threading.Thread(target=self._writer_loop, name="bag_writer", daemon=True)
                 self._writer_thread.start()
             self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
@@ -290,7 +293,7 @@ def _make_node_class():
                 # the recorded /clock is usually taken before the TimeSource's best-effort copy
                 t = max(t, self._clock_ns)
             if self._queue is not None:
-                self._queue.put((topic, t, data))
+                self._queue.append((topic, t, data))
             else:
                 self._write(topic, t, data)
             self.last_rx = time.monotonic()
@@ -301,19 +304,15 @@ def _make_node_class():
 
         def _writer_loop(self) -> None:
             """The writer thread: everything queued is written, in order, until close() and the
-            queue is empty."""
-            import queue
-
+            queue is empty. It polls (every WRITER_POLL_S) instead of being woken per message."""
             q = self._queue
             while True:
-                try:
-                    item = q.get(timeout=0.05)
-                except queue.Empty:
+                if not q:
                     if self._closing:
                         return
+                    time.sleep(WRITER_POLL_S)
                     continue
-                if item is None:
-                    return
+                item = q.popleft()
                 try:
                     self._write(*item)
                 except Exception as exc:  # keep writing the others; say it once per topic
@@ -326,8 +325,7 @@ def _make_node_class():
                 return
             self.closed = True
             if self._queue is not None:
-                self._closing = True
-                self._queue.put(None)            # after everything already queued
+                self._closing = True             # the writer empties the queue, then returns
                 self._writer_thread.join()
             self.writer.close()
             total = sum(self.counts.values())
