@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from .cli_types import OneLineParser, positive_float, positive_int, nonneg_int
+
 
 def _print_json_or(result: dict, as_json: bool, text: str) -> None:
     print(json.dumps(result, indent=2) if as_json else text)
@@ -63,21 +65,21 @@ def cmd_export_mjcf(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="legged-wbc", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="legged-wbc", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("check-model", help="Pinocchio vs MuJoCo agreement at random states")
     s.add_argument("--robot", default="hexapod", help="robot name or YAML path")
-    s.add_argument("--states", type=int, default=25)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--tol", type=float, default=1e-9)
+    s.add_argument("--states", type=positive_int, default=25)
+    s.add_argument("--seed", type=nonneg_int, default=0)
+    s.add_argument("--tol", type=positive_float, default=1e-9)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_check_model)
 
     s = sub.add_parser("conditioning", help="extended-Jacobian conditioning over relative-pitch targets")
     s.add_argument("--robot", default="hexapod")
-    s.add_argument("--range", type=float, default=0.5, help="theta targets in +-RANGE [rad]")
-    s.add_argument("--samples", type=int, default=41, help="theta samples per leg")
+    s.add_argument("--range", type=positive_float, default=0.5, help="theta targets in +-RANGE [rad]")
+    s.add_argument("--samples", type=positive_int, default=41, help="theta samples per leg")
     s.add_argument("--plot", help="write a PNG figure (paper Fig. 4)")
     s.add_argument("--rows", action="store_true", help="include every sample in the JSON")
     s.add_argument("--json", action="store_true")
@@ -125,12 +127,18 @@ def _extra_commands():
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from .robot import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ConfigError as exc:   # a bad config / scenario / robot file or value: one line, not a traceback
+        print(f"legged-wbc {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

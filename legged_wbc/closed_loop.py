@@ -15,6 +15,7 @@ import gc
 import inspect
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +155,11 @@ class ClosedLoop:
         gc_state = _GcPause.start()
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
-        last_print = -1.0
+        last_print = -1e9
+        # a terminal gets one line rewritten in place (every sim second); a file or pipe gets plain
+        # lines, every 5 sim seconds
+        tty = progress and sys.stdout.isatty()
+        lead, end, progress_every = ("\r", "", 1.0) if tty else ("", "\n", 5.0)
         k = 0
         try:
             for k in range(steps):
@@ -203,17 +208,17 @@ class ClosedLoop:
                     fell, reason = True, f"base tilt {tilt:.1f} deg > {max_tilt} deg at t={t:.3f} s"
                 elif sim.base_contact():
                     fell, reason = True, f"base touched the floor at t={t:.3f} s"
-                if progress and (t - last_print >= 1.0 or fell):
+                if progress and (t - last_print >= progress_every or fell):
                     last_print = t
-                    print(f"\r[{self.mode}] t={t:6.2f}/{duration:.1f} s  x={q_gt[0]:6.3f} m  z={z:.3f} m  "
+                    print(f"{lead}[{self.mode}] t={t:6.2f}/{duration:.1f} s  x={q_gt[0]:6.3f} m  z={z:.3f} m  "
                           f"theta[{', '.join(f'{x:+.2f}' for x in d.theta)}]  qp={d.qp_time_us:5.0f} us  "
-                          f"fail={d.total_failures}", end="", flush=True)
+                          f"fail={d.total_failures}", end=end, flush=True)
                 if fell and stop_on_fall:
                     break
                 gc_state.between_ticks(k)
         finally:
             gc_state.stop()
-        if progress:
+        if progress and tty:
             print()
         used = k + 1
         for key in S:

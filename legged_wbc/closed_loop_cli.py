@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from .cli_types import positive_float
+
 
 def cmd_run(args) -> int:
     from .closed_loop import ClosedLoop, save_run
@@ -29,6 +31,17 @@ def cmd_run(args) -> int:
             viewer.close()
     out = save_run(res, args.out)
     m = res.metrics
+    end = m["sim_time_s"]
+    if m.get("window_s") is None:
+        print(f"legged-wbc run: warning: the run ends at {end:g} s, before the evaluation window "
+              f"({m['window_requested_s'][0]:g} - {m['window_requested_s'][1]:g} s): no Table-3 metrics", file=sys.stderr)
+    elif m["window_s"] != m["window_requested_s"]:
+        print(f"legged-wbc run: warning: metrics over {m['window_s'][0]:g} - {m['window_s'][1]:g} s only (the "
+              f"evaluation window is {m['window_requested_s'][0]:g} - {m['window_requested_s'][1]:g} s)", file=sys.stderr)
+    d = sc.disturbance
+    if d.enabled and not m.get("disturbance_applied"):
+        print(f"legged-wbc run: warning: the disturbance of {sc.name} (from {d.start:g} s) was never applied "
+              f"(run of {end:g} s): disturbance_applied false", file=sys.stderr)
     if args.json:
         print(json.dumps(m, indent=2))
     else:
@@ -48,7 +61,7 @@ def register(sub) -> None:
     s.add_argument("--controller", choices=["none", "damping", "cbf"], default="cbf",
                    help="none = WBC-0, damping = WBC-D, cbf = WBC-CBF")
     s.add_argument("--scenario", default="paper", help="scenario name (config/scenarios) or YAML path")
-    s.add_argument("--duration", type=float, help="simulated seconds (default: the scenario's)")
+    s.add_argument("--duration", type=positive_float, help="simulated seconds (default: the scenario's)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario value (dotted key)")
     s.add_argument("--solver", choices=["daqp", "proxqp", "osqp"], help="QP backend (default: config)")
     s.add_argument("--out", required=True, help="output directory (metrics.json, log.npz)")

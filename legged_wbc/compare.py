@@ -131,10 +131,13 @@ def report_markdown(runs: list[RunData], names: list[str], metrics: list[dict], 
     L += ["## Runs", "", "| run | controller | kind | scenario | mode | simulated (s) | evaluation window (s) | source |",
           "|---|---|---|---|---|---|---|---|"]
     for r, n, m in zip(runs, names, metrics):
-        w = m.get("window_s") or ["?", "?"]
+        w = m.get("window_s")
+        req = m.get("window_requested_s")
+        win = (f"{w[0]:g} - {w[1]:g}" if w else "none (the run ends before it)") + (
+            f" (of {req[0]:g} - {req[1]:g})" if req and w != req else "")
         L.append(f"| {n} | {controller_title(r.controller)} (`{r.controller}`) | {r.kind} | "
                  f"{m.get('scenario') or r.scenario_name or '?'} | {r.mode or '?'} | "
-                 f"{_fmt(r.sim_time_s, '{:.3f}')} | {w[0]:g} - {w[1]:g} | `{r.path}` |")
+                 f"{_fmt(r.sim_time_s, '{:.3f}')} | {win} | `{r.path}` |")
     L.append("")
     if window_override:
         L += [f"Evaluation window given on the command line: {window_override[0]:g} - {window_override[1]:g} s.", ""]

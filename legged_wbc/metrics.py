@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+CONTROL_DT = 0.002  # [s] one control tick (the series' sample period)
+
 
 def violation(theta: np.ndarray, theta_min: float, theta_max: float) -> np.ndarray:
     """Relative-pitch violation ``max(0, theta - theta_max, theta_min - theta)`` [rad]."""
@@ -32,7 +34,11 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
                     fell: bool = False) -> dict:
     """Table-3 metrics over ``[t_start, t_end]`` and the cycles whose QP was accepted.
 
-    Missing series give ``None`` for the metrics that need them (``missing`` lists them)."""
+    ``window_s`` is the window actually evaluated: ``[t_start, min(t_end, end of the run)]``, None
+    when the run ends before ``t_start`` (then ``samples`` is 0 and the metrics are None);
+    ``window_requested_s`` is ``[t_start, t_end]``. ``disturbance_applied`` says whether the
+    ``disturbance`` series (when given) is non-zero anywhere. Missing series give ``None`` for the
+    metrics that need them (``missing`` lists them)."""
     out: dict = {}
     missing = [k for k in ("t", "theta", "support", "rp_err", "tau", "qp_time_us", "qp_accepted", "base_pos")
                if k not in series or series[k] is None or len(series[k]) == 0]
@@ -45,8 +51,10 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
         v = violation(theta[ok], theta_min, theta_max)
         s = sup[ok]
         vs = v[s]
-        out["max_violation_rad"] = float(vs.max()) if vs.size else 0.0
-        out["violation_rate_pct"] = float(100.0 * np.count_nonzero(vs > 0) / vs.size) if vs.size else 0.0
+        evaluated = bool(np.any(ok))      # nothing evaluated: None, not a reassuring 0
+        out["max_violation_rad"] = (float(vs.max()) if vs.size else 0.0) if evaluated else None
+        out["violation_rate_pct"] = (float(100.0 * np.count_nonzero(vs > 0) / vs.size) if vs.size else 0.0) \
+            if evaluated else None
         out["first_violation_time_s"] = first_violation_time(t, theta, sup, theta_min, theta_max)
     else:
         out.update(max_violation_rad=None, violation_rate_pct=None, first_violation_time_s=None)
@@ -75,8 +83,15 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     else:
         out["distance_m"] = None
     out["fell"] = bool(fell)
-    out["window_s"] = [float(t_start), float(t_end)]
+    run_end = round(float(t[-1]) + CONTROL_DT, 9) if t.size else None
+    if run_end is None or run_end <= t_start:
+        out["window_s"] = None
+    else:
+        out["window_s"] = [float(t_start), float(min(t_end, run_end))]
+    out["window_requested_s"] = [float(t_start), float(t_end)]
     out["samples"] = int(np.count_nonzero(ok))
+    dist = series.get("disturbance")
+    out["disturbance_applied"] = bool(np.any(np.asarray(dist) != 0)) if dist is not None and len(dist) else None
     if missing:
         out["missing"] = missing
     return out

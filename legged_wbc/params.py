@@ -118,8 +118,11 @@ def schema(cls) -> list[dict]:
 
 def load_ros_params(path: str | Path, node_name: str) -> dict:
     """The ``ros__parameters`` block of ``node_name`` in a standard ROS 2 parameter YAML."""
-    with open(path) as f:
-        d = yaml.safe_load(f) or {}
+    from .robot import load_yaml_file
+
+    d = load_yaml_file(path) or {}
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: a parameter file must be a mapping of node names")
     for key in (node_name, f"/{node_name}", "/**"):
         if key in d and "ros__parameters" in d[key]:
             return dict(d[key]["ros__parameters"])

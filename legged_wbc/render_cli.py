@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from .cli_types import positive_float, positive_int
+
 
 def cmd_render(args) -> int:
     from .render import RenderError, RenderOptions, parse_size, render_run
@@ -48,13 +50,13 @@ def register(sub) -> None:
     s.add_argument("--compare", metavar="OTHER_RUN", help="second run shown side by side at the same instant")
     s.add_argument("--compare-time", type=float, metavar="T",
                    help="instant of the comparison [s] (default: end of the scenario's push, else mid-run)")
-    s.add_argument("--fps", type=float, default=30.0, help="video frame rate (default 30)")
+    s.add_argument("--fps", type=positive_float, default=30.0, help="video frame rate (default 30)")
     s.add_argument("--size", default="640x480", help="frame size WxH, even numbers (default 640x480)")
     s.add_argument("--start", type=float, help="first instant [s] (default: start of the data)")
     s.add_argument("--end", type=float, help="last instant [s] (default: end of the data)")
     s.add_argument("--camera", default="track",
                    help="track (side view following the robot, default), iso (3/4 view) or a model camera name")
-    s.add_argument("--strip-frames", type=int, default=6, help="frames in the gait-cycle strip (default 6)")
+    s.add_argument("--strip-frames", type=positive_int, default=6, help="frames in the gait-cycle strip (default 6)")
     s.add_argument("--strip-time", type=float, metavar="T",
                    help="start of the strip's cycle [s] (default: middle complete gait cycle in the window)")
     s.add_argument("--no-video", action="store_true", help="snapshots only")

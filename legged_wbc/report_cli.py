@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from .cli_types import nonneg_float, nonneg_int, positive_float
+
 
 def cmd_compare(args) -> int:
     from .bag_metrics import RunInputError
@@ -31,9 +33,10 @@ def cmd_experiment(args) -> int:
     if bad:
         print(f"legged-wbc experiment: unknown controller(s) {bad} (none, damping, cbf)", file=sys.stderr)
         return 2
-    if args.repeat < 0:
-        print("legged-wbc experiment: --repeat must be >= 0", file=sys.stderr)
-        return 2
+    for name, pair in (("--torque-range", args.torque_range), ("--start-range", args.start_range)):
+        if pair and pair[0] > pair[1]:
+            print(f"legged-wbc experiment: argument {name}: {pair[0]:g} {pair[1]:g}: LO must be <= HI", file=sys.stderr)
+            return 2
     try:
         return experiment(args.out, duration=args.duration, sets=args.set, repeat=args.repeat, seed=args.seed,
                           headless=args.headless, storage=args.storage, controllers=controllers, force=args.force,
@@ -52,7 +55,7 @@ def register(sub) -> None:
                                    "and writes OUT/report.md, OUT/metrics.json and PNG figures.")
     s.add_argument("inputs", nargs="+", metavar="RUN", help="bag directory (metadata.yaml) or headless run directory")
     s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--window", nargs=2, type=float, metavar=("T0", "T1"),
+    s.add_argument("--window", nargs=2, type=nonneg_float, metavar=("T0", "T1"),
                    help="evaluation window [s] (default: the scenario's t_s .. t_s + window)")
     s.add_argument("--no-figures", action="store_true", help="report and metrics only")
     s.set_defaults(func=cmd_compare)
@@ -63,14 +66,14 @@ def register(sub) -> None:
                                    "OUT/bags and writes the comparison to OUT/report.")
     s.add_argument("protocol", choices=["paper"], help="experiment protocol")
     s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--duration", type=float, help="simulated seconds per run (default: the scenario's)")
+    s.add_argument("--duration", type=positive_float, help="simulated seconds per run (default: the scenario's)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="scenario override for every run (dotted key)")
-    s.add_argument("--repeat", type=int, default=0, metavar="N",
+    s.add_argument("--repeat", type=nonneg_int, default=0, metavar="N",
                    help="N randomized disturbances (leg, sign, magnitude, start) for WBC-D and WBC-CBF")
-    s.add_argument("--seed", type=int, default=0, help="seed of the randomized disturbances")
-    s.add_argument("--torque-range", nargs=2, type=float, metavar=("LO", "HI"),
+    s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the randomized disturbances")
+    s.add_argument("--torque-range", nargs=2, type=nonneg_float, metavar=("LO", "HI"),
                    help="--repeat: disturbance magnitude range [N m] (default: 0.5x - 1.5x the scenario's)")
-    s.add_argument("--start-range", nargs=2, type=float, metavar=("LO", "HI"),
+    s.add_argument("--start-range", nargs=2, type=nonneg_float, metavar=("LO", "HI"),
                    help="--repeat: disturbance start after t_s [s] (default: 10%%-90%% of what fits in the window)")
     s.add_argument("--controllers", default="none,damping,cbf", help="subset of none,damping,cbf")
     s.add_argument("--headless", action="store_true", help="in-process loop instead of the ROS stack (faster)")

@@ -218,6 +218,23 @@ class RobotConfig:
             raise ConfigError(f"robot config {source or ''}: missing key {exc}") from exc
 
 
+def load_yaml_file(path: str | Path):
+    """``yaml.safe_load`` of a file; an unreadable file or a YAML syntax error is a ConfigError that
+    names the file and the line (not ``<unicode string>``)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{p}:{where}: YAML syntax error: {what}") from None
+
+
 def load_robot_config(path: str | Path | None = None) -> RobotConfig:
     """Load a robot YAML; ``None`` or a bare name (``hexapod``) selects ``config/robot_<name>.yaml``."""
     if path is None:
@@ -227,8 +244,10 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
         p = share_path("config", f"robot_{path}.yaml")
     if not p.exists():
         raise ConfigError(f"robot config not found: {p}")
-    with open(p) as f:
-        return RobotConfig.from_dict(yaml.safe_load(f), source=str(p))
+    d = load_yaml_file(p)
+    if not isinstance(d, dict):
+        raise ConfigError(f"{p}: a robot config must be a mapping, got {type(d).__name__}")
+    return RobotConfig.from_dict(d, source=str(p))
 
 
 # ---------------------------------------------------------------------------------------------

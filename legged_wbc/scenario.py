@@ -140,7 +140,12 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
     if not p.exists():
         avail = sorted(x.stem for x in share_path("config", "scenarios").glob("*.yaml"))
         raise ConfigError(f"scenario {name_or_path!r} not found (available: {avail})")
-    raw = yaml.safe_load(p.read_text())["scenario"]
+    from .robot import load_yaml_file
+
+    doc = load_yaml_file(p)
+    if not isinstance(doc, dict) or "scenario" not in doc:
+        raise ConfigError(f"{p}: not a scenario file (no top-level 'scenario:' mapping)")
+    raw = doc["scenario"]
     raw = with_physics_defaults(raw)
     for k, v in parse_overrides(overrides):
         _set_dotted(raw, k, v)

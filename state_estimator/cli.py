@@ -4,13 +4,15 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from legged_wbc.cli_types import nonneg_float, positive_float
+
     from .evaluate import cmd_eval
 
     s = sub.add_parser("eval-estimator", help="estimator vs ground truth in closed-loop walking (and a foot slip)")
-    s.add_argument("--duration", type=float, default=12.0, help="simulated seconds per run")
+    s.add_argument("--duration", type=positive_float, default=12.0, help="simulated seconds per run")
     s.add_argument("--no-slip", action="store_true", help="skip the slip run")
     s.add_argument("--slip-leg", default="lm")
-    s.add_argument("--slip-force", type=float, default=350.0, help="horizontal push on the foot [N]")
+    s.add_argument("--slip-force", type=nonneg_float, default=350.0, help="horizontal push on the foot [N]")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="scenario override (dotted key)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_eval)

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from legged_wbc.cli_types import positive_float
+
 from .qp import INF, make_backend
 
 BENCH_BACKENDS = ("daqp", "proxqp", "osqp", "qpsolvers-osqp")
@@ -356,7 +358,7 @@ def register(sub) -> None:
     s = sub.add_parser("bench", help="benchmarks that print numbers (bench qp, bench cycle)")
     s.add_argument("what", choices=["qp", "cycle"], help="qp: QP backends on closed-loop walking instances; "
                    "cycle: every control tick of closed-loop walking timed per stage, against the reference path")
-    s.add_argument("--seconds", type=float, default=None,
+    s.add_argument("--seconds", type=positive_float, default=None,
                    help="seconds of walking (qp: to collect QPs from, default 3; cycle: timed, default 4)")
     s.add_argument("--impl", choices=["fast", "reference"], default="fast",
                    help="cycle: implementation of the loop's estimator and controller (the shadow is the reference)")

@@ -1,0 +1,74 @@
+"""Every command answers a bad input with one line that names the option or file, and exit status 2
+(table-driven: a new option gets a row here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from legged_wbc.cli import main
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad_inputs")
+    (d / "syntax.yaml").write_text("scenario:\n  name: x\n  duration: [1, 2\n")
+    (d / "nomapping.yaml").write_text("- just\n- a list\n")
+    (d / "robot_syntax.yaml").write_text("name: r\nlegs: {a: 1\n")
+    (d / "empty_dir").mkdir()
+    return d
+
+
+CASES = [
+    # (argv with {d} for the fixture directory, fragment the one line must contain)
+    (["run", "--duration", "-5", "--out", "{d}/o"], "argument --duration: must be > 0, got -5"),
+    (["run", "--duration", "0", "--out", "{d}/o"], "argument --duration: must be > 0, got 0"),
+    (["run", "--duration", "abc", "--out", "{d}/o"], "argument --duration: expected a number, got 'abc'"),
+    (["run", "--duration", "inf", "--out", "{d}/o"], "argument --duration: must be finite"),
+    (["run", "--controller", "pid", "--out", "{d}/o"], "argument --controller: invalid choice"),
+    (["run", "--scenario", "{d}/syntax.yaml", "--out", "{d}/o"], "syntax.yaml: line 4, column 1: YAML syntax error"),
+    (["run", "--scenario", "{d}/nomapping.yaml", "--out", "{d}/o"], "nomapping.yaml: not a scenario file"),
+    (["run", "--scenario", "nonexistent", "--out", "{d}/o"], "scenario 'nonexistent' not found"),
+    (["run", "--set", "foo", "--out", "{d}/o"], "--set 'foo': expected key=value"),
+    (["run", "--set", "nosuch.key=1", "--out", "{d}/o"], "--set nosuch.key: no such scenario key"),
+    (["check-model", "--states", "0"], "argument --states: must be >= 1, got 0"),
+    (["check-model", "--tol", "-1"], "argument --tol: must be > 0"),
+    (["check-model", "--robot", "{d}/robot_syntax.yaml"], "robot_syntax.yaml: line 3, column 1: YAML syntax error"),
+    (["conditioning", "--samples", "0"], "argument --samples: must be >= 1"),
+    (["conditioning", "--range", "-0.5"], "argument --range: must be > 0"),
+    (["generate-urdf", "nosuchrobot"], "robot config not found"),
+    (["export-mjcf", "--robot", "nosuchrobot"], "robot config not found"),
+    (["bench", "qp", "--seconds", "-1"], "argument --seconds: must be > 0"),
+    (["bench", "cycle", "--seconds", "0"], "argument --seconds: must be > 0"),
+    (["bench", "flops"], "argument what: invalid choice"),
+    (["eval-estimator", "--duration", "-1"], "argument --duration: must be > 0"),
+    (["eval-estimator", "--slip-force", "-3"], "argument --slip-force: must be >= 0"),
+    (["compare", "{d}/missing", "--out", "{d}/c"], "no such file or directory"),
+    (["compare", "{d}/empty_dir", "--out", "{d}/c"], "not a rosbag2 bag"),
+    (["compare", "{d}/empty_dir", "--out", "{d}/c", "--window", "5", "1"], "--window 5 1: T0 must be < T1"),
+    (["experiment", "paper", "--out", "{d}/e", "--duration", "-1", "--headless"], "argument --duration: must be > 0"),
+    (["experiment", "paper", "--out", "{d}/e", "--repeat", "-1"], "argument --repeat: must be >= 0"),
+    (["experiment", "paper", "--out", "{d}/e", "--repeat", "1", "--torque-range", "5", "1", "--headless"],
+     "argument --torque-range: 5 1: LO must be <= HI"),
+    (["experiment", "paper", "--out", "{d}/e", "--controllers", "pid"], "unknown controller(s) ['pid']"),
+    (["experiment", "paper", "--out", "{d}/e", "--headless", "--mode", "realtime"], "needs the ROS stack"),
+    (["render", "{d}/missing", "--out", "{d}/r"], "no such file or directory"),
+    (["render", "{d}/empty_dir", "--out", "{d}/r", "--fps", "0"], "argument --fps: must be > 0"),
+    (["launch", "walking_sim", "layout:=foo"], "layout:='foo' is not one of container, processes"),
+    (["launch", "walking_sim", "foo"], "launch argument 'foo': expected name:=value"),
+    (["launch", "walking_sim", "contoller:=cbf"], "unknown launch argument(s) ['contoller']"),
+    (["launch", "no_such_launch_file"], "no launch file"),
+]
+
+
+@pytest.mark.parametrize("argv, fragment", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_input_is_one_line_and_exit_2(argv, fragment, files, capsys):
+    argv = [a.format(d=files) for a in argv]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:      # argparse
+        rc = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, (argv, err)
+    assert len(err) == 1, err
+    assert fragment in err[0] and err[0].startswith("legged-wbc"), err[0]
+    assert not (files / "o").exists() and not (files / "e" / "report").exists()
