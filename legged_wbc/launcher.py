@@ -422,6 +422,7 @@ class _Proc:
     returncode: int | None = None
     signalled: bool = False   # we asked it to stop
     crashed: bool = False
+    last_line: str = ""       # its last line of output: the "why" of the summary when it dies
 
 
 class Launcher:
@@ -454,6 +455,8 @@ class Launcher:
         try:
             for raw in iter(p.popen.stdout.readline, b""):
                 line = raw.decode(errors="replace").rstrip("\n")
+                if line.strip():
+                    p.last_line = line.strip()
                 if logf is not None:
                     logf.write(line + "\n")
                     logf.flush()
@@ -562,9 +565,14 @@ class Launcher:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-        crashed = [p.action.name for p in self.procs if p.crashed]
+        crashed = [p for p in self.procs if p.crashed]
         if crashed:
-            self.say(f"crashed: {', '.join(crashed)}")
+            for p in self.procs:
+                if p.reader is not None:
+                    p.reader.join(timeout=1.0)       # its last lines are read
+            why = "; ".join(f"{p.action.name} (exit {p.returncode}): {p.last_line}" if p.last_line
+                            else f"{p.action.name} (exit {p.returncode})" for p in crashed)
+            self.say(f"crashed: {why}")
             return 1
         return 130 if self._interrupted else 0
 

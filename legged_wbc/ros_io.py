@@ -478,6 +478,7 @@ def spin_node(make_node, argv=None) -> int:
     ``single``). SIGINT and SIGTERM only set a flag that the spin loop reads at least every
     :data:`SPIN_PERIOD` (nothing is raised inside a callback); then the executor is shut down before
     the node is destroyed (the EventsExecutor holds the subscriptions' middleware callbacks)."""
+    import os
     import signal
     import sys
 
@@ -490,7 +491,16 @@ def spin_node(make_node, argv=None) -> int:
     old = {s: signal.signal(s, lambda signum, frame: stop.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     node = executor = None
     try:
-        node = make_node()
+        try:
+            node = make_node()
+        except Exception as exc:     # a bad parameter / scenario / robot file: one line, exit 2
+            from .robot import ConfigError
+            from .ros_params import ParameterSchemaError
+
+            if not isinstance(exc, (ConfigError, ParameterSchemaError)):
+                raise
+            print(f"{os.path.basename(sys.argv[0])}: {exc}", file=sys.stderr, flush=True)
+            return 2
         executor = make_executor()
         executor.add_node(node)
         spin_until(executor, lambda: bool(stop) or not rclpy.ok())

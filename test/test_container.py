@@ -7,6 +7,8 @@ the full 52 s realtime paper run with its 99 % target is ``-m slow``.
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import sys
 import time
@@ -150,3 +152,31 @@ def test_full_paper_scenario_in_realtime_and_lockstep(tmp_path, ros_env):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("layout", ["container", "processes"])
+def test_a_bad_scenario_is_one_line_per_node_and_ends_the_launch(tmp_path, ros_env, layout):
+    rc, out = _launch(tmp_path, ros_env, f"bad_{layout}", f"layout:={layout}", "scenario:=nonexistent", timeout=120)
+    assert rc == 1, out
+    assert "Traceback" not in out
+    assert re.search(r"\[launch\] crashed: \S+ \(exit 2\): .*scenario 'nonexistent' not found", out), out
+
+
+@pytest.mark.ros
+def test_the_death_of_a_required_node_ends_the_launch(tmp_path, ros_env, procs):
+    """Per-process layout: the controller is SIGKILLed mid-run; the launch does not hang on the bridge's
+    watchdog, it ends with a non-zero exit and says who died."""
+    lp = Proc("launch", [str(BIN / "legged-wbc"), "launch", "walking_sim", "layout:=processes", "scenario:=paper"],
+              ros_env, tmp_path)
+    procs.append(lp)
+    pid = int(lp.wait_for(r"started wbc_controller \[pid (\d+)\]", timeout=60).group(1))
+    lp.wait_for(r"\[mujoco_bridge\].*(t = \d|duration)|\[wbc_controller\].*cbf mode", timeout=120)
+    time.sleep(2.0)
+    os.kill(pid, signal.SIGKILL)
+    rc = lp.wait(60)
+    out = lp.text()
+    assert rc == 1, out[-3000:]
+    assert "process wbc_controller died with exit code -9" in out
+    assert "shutting down: wbc_controller exited and is marked on_exit=shutdown" in out
+    assert re.search(r"crashed: wbc_controller \(exit -9\)", out), out[-2000:]
