@@ -466,7 +466,10 @@ def spin_until(executor, done, period: float = SPIN_PERIOD) -> None:
     ``shutdown(timeout_sec=...)`` never returns) and Python signal handlers never get to run: the
     "lost messages and hung at shutdown" of the EventsExecutor (``test/test_executors.py``). A finite
     timeout blocks normally. ``spin_once`` of either executor runs at most one callback (for the
-    EventsExecutor one subscription's ready messages) and returns at the latest after ``period``."""
+    EventsExecutor one subscription's ready messages) and returns at the latest after ``period``.
+    An exception from a callback propagates; do not keep spinning an EventsExecutor after one: it
+    takes exactly the announced number of messages per event, so the rest of the failed batch stays
+    in the reader behind every later message (the last ones of a run are then never taken)."""
     while not done():
         executor.spin_once(timeout_sec=period)
 

@@ -14,7 +14,8 @@ not shut down, so these tests fail on it.
 
 Run as a script for the helper processes: ``python test_executors.py pub N`` (publish N
 ``/joint_states`` at 1 kHz once a subscriber matched, wait for the acknowledgements) and
-``python test_executors.py sub`` (count ``/joint_states`` with ``ros_io.spin_node``).
+``python test_executors.py sub [K]`` (count ``/joint_states`` with ``ros_io.spin_node``; the K-th
+message's callback raises).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def publisher_main(n: int, rate: float = 1000.0) -> int:
     return 0
 
 
-def subscriber_main() -> int:
+def subscriber_main(fail_at: int = -1) -> int:
     from legged_wbc import ros_io
 
     def make_node():
@@ -79,10 +80,14 @@ def subscriber_main() -> int:
             def __init__(self):
                 super().__init__("executor_test_sub")
                 self.stamps: list[int] = []
-                self.create_subscription(JointState, "/joint_states",
-                                         lambda m: self.stamps.append(ros_io.stamp_ns(m.header.stamp)),
+                self.create_subscription(JointState, "/joint_states", self.on_js,
                                          QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE))
                 print(f"subscriber ready ({ros_io.executor_kind()})", flush=True)
+
+            def on_js(self, m):
+                self.stamps.append(ros_io.stamp_ns(m.header.stamp))
+                if len(self.stamps) == fail_at:
+                    raise RuntimeError(f"callback failure at message {fail_at}")
 
             def destroy_node(self):
                 s = self.stamps
@@ -200,6 +205,30 @@ def test_spin_node_receives_everything_and_stops_on_signal(tmp_path, ros_env, ki
 
 @pytest.mark.ros
 @pytest.mark.parametrize("kind", ["events", "single"])
+def test_spin_node_callback_exception_ends_the_process(tmp_path, ros_env, kind):
+    """A callback that raises ends spin_node with the exception (non-zero exit, traceback): the
+    process does not spin on with the EventsExecutor, which would never take the rest of that
+    batch of messages."""
+    env = dict(ros_env, **{"LEGGED_WBC_EXECUTOR": kind})
+    sub_log, pub_log = tmp_path / "sub.log", tmp_path / "pub.log"
+    sub = _popen([sys.executable, __file__, "sub", "5"], env, sub_log)
+    pub = None
+    try:
+        _wait_for(sub_log, f"subscriber ready ({kind})", sub)
+        pub = _popen([sys.executable, __file__, "pub", "200"], env, pub_log)
+        text = _finish(sub, sub_log, timeout=60)
+    finally:
+        for p in (sub, pub):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert sub.returncode not in (0, None), text
+    assert "RuntimeError: callback failure at message 5" in text, text
+    assert _json_line(text, "received")["received"] == 5, text
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("kind", ["events", "single"])
 def test_threaded_spin_shuts_down(tmp_path, ros_env, kind):
     """The bridge's layout: the executor spins in a thread (ros_io.spin_until) while the main thread
     publishes at 1 kHz; the thread stops and ``shutdown(timeout_sec=1)`` succeeds."""
@@ -281,5 +310,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "pub":
         sys.exit(publisher_main(int(sys.argv[2])))
     if sys.argv[1] == "sub":
-        sys.exit(subscriber_main())
+        sys.exit(subscriber_main(int(sys.argv[2]) if len(sys.argv) > 2 else -1))
     sys.exit(f"unknown helper {sys.argv[1]!r}")
