@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -623,7 +626,21 @@ def compare(inputs: list[str | Path], out: str | Path, window=None, figures: boo
     log = log or sys.stderr
     out = Path(out)
     runs = [load_run(p) for p in inputs]   # raises RunInputError before anything is written
-    out.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # everything is written next to OUT first and moved in at the end: OUT gets a complete report or
+    # nothing (a crash or Ctrl-C half-way leaves no half-written directory)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        res = _write_comparison(runs, stage, window, figures, summary_groups, log)
+        out.mkdir(parents=True, exist_ok=True)
+        for f in sorted(stage.iterdir()):
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return res
+
+
+def _write_comparison(runs, out: Path, window, figures: bool, summary_groups, log) -> dict:
     names = unique_names(runs)
     metrics = [run_metrics(r, window) for r in runs]
     figs, skipped = make_figures(runs, names, metrics, out) if figures else ([], [])

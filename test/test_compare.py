@@ -193,6 +193,24 @@ def test_runs_of_different_lengths(recorded, tmp_path):
     assert "gait_diagram.png" in res["figures"] and (tmp_path / "rep" / "report.md").is_file()
 
 
+@pytest.mark.ros
+def test_report_is_complete_or_absent(recorded, tmp_path, monkeypatch):
+    """A failure half-way (here: a figure raising) leaves no half-written output directory."""
+    from legged_wbc import compare as C
+
+    def boom(*a, **kw):
+        raise RuntimeError("figure failed")
+
+    monkeypatch.setattr(C, "fig_gait", boom)
+    with pytest.raises(RuntimeError, match="figure failed"):
+        C.compare([recorded["bag"]], tmp_path / "rep")
+    assert not (tmp_path / "rep").exists()
+    assert [p.name for p in tmp_path.iterdir()] == []              # no partial directory left behind
+    monkeypatch.undo()
+    C.compare([recorded["bag"]], tmp_path / "rep")
+    assert {"report.md", "metrics.json", "gait_diagram.png"} <= {p.name for p in (tmp_path / "rep").iterdir()}
+
+
 def _copy_bag(src: Path, dst: Path, storage: str, drop=()) -> None:
     """A copy of ``src`` (raw CDR, same definitions and custom_data) without the ``drop`` topics."""
     import yaml
