@@ -180,3 +180,18 @@ def test_the_death_of_a_required_node_ends_the_launch(tmp_path, ros_env, procs):
     assert "process wbc_controller died with exit code -9" in out
     assert "shutting down: wbc_controller exited and is marked on_exit=shutdown" in out
     assert re.search(r"crashed: wbc_controller \(exit -9\)", out), out[-2000:]
+
+
+@pytest.mark.ros
+def test_long_runs_show_progress(tmp_path, ros_env):
+    """The bridge logs sim time, real-time factor, deadline misses and latency every progress_period."""
+    import subprocess
+
+    r = subprocess.run([str(BIN / "walking_container"), "--ros-args", "--params-file",
+                        str(ROOT / "config/mujoco_bridge.yaml"), "-p", "duration:=6.0", "-p", "progress_period:=0.5",
+                        "-p", "scenario:=nominal"], env=ros_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = re.findall(r"t = ([\d.]+) / 6 s sim, ([\d.]+)x real time, (\d+) commands applied, (\d+) deadline misses, "
+                       r"command latency p99 (\d+) us", r.stdout + r.stderr)
+    assert len(lines) >= 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert float(lines[-1][0]) > float(lines[0][0]) and all(float(x[1]) > 0 for x in lines)
