@@ -17,18 +17,20 @@ def cmd_sweep(args) -> int:
 
 
 def register(sub) -> None:
+    from .cli_types import nonneg_int, positive_float, positive_int
+
     s = sub.add_parser("sweep", help="randomized paired trials of the headless loop on a Dask cluster, with statistics")
     s.add_argument("scenario", help="scenario name (config/scenarios) or YAML path")
-    s.add_argument("--trials", type=int, required=True, help="paired trials (each runs every controller)")
+    s.add_argument("--trials", type=positive_int, required=True, help="paired trials (each runs every controller)")
     s.add_argument("--out", required=True, help="output directory (trials/*.json, summary.json, report.md, figures)")
     s.add_argument("--controllers", default="damping,cbf",
                    help="comma-separated: none, damping, cbf, or variants of the ranges YAML (default damping,cbf)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the trials' draws")
+    s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the trials' draws")
     s.add_argument("--randomize", metavar="LIST",
                    help="comma-separated subset of disturbance,friction,noise,mass,push (default all; 'none': nothing)")
-    s.add_argument("--duration", type=float, help="simulated seconds per run (default: the scenario's)")
+    s.add_argument("--duration", type=positive_float, help="simulated seconds per run (default: the scenario's)")
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--workers", type=int, help="LocalCluster worker processes (default: one per core)")
+    g.add_argument("--workers", type=positive_int, help="LocalCluster worker processes (default: one per core)")
     g.add_argument("--scheduler", metavar="ADDRESS", help="run on an existing Dask cluster, e.g. tcp://host:8786")
     s.add_argument("--resume", action="store_true", help="run only the runs of DIR without a result file")
     s.add_argument("--ranges", default="default", help="sweep ranges: config/sweeps/NAME.yaml or a YAML path")
