@@ -68,7 +68,12 @@ TOPIC_DISTURBANCE = "disturbance"
 TOPIC_GT_ODOM = "ground_truth/odom"
 TOPIC_GT_CONTACTS = "ground_truth/contacts"
 TOPIC_BRIDGE_DIAGNOSTICS = "bridge/diagnostics"
-TOPIC_EST_SUPPORT = "estimator/support"   # published by state_estimator (see state_estimator/node.py)
+TOPIC_EST_ODOM = "estimator/odom"         # state_estimator's outputs (see state_estimator/node.py)
+TOPIC_EST_SUPPORT = "estimator/support"
+TOPIC_EST_TAU_EXT = "estimator/tau_ext"
+TOPIC_EST_DIAG = "estimator/diagnostics"
+TOPIC_WBC_PITCH = "wbc/relative_pitch"    # wbc_controller's outputs (see wbc_controller/node.py)
+TOPIC_WBC_DIAG = "wbc/diagnostics"
 TOPIC_COMMAND_LATENCY = "bridge/command_latency"
 COMMAND_LATENCY_LABEL = "tick_and_command_latency_us[pairs]"
 
@@ -344,6 +349,45 @@ def diagnostics_dict(msg) -> dict:
     label = array_label(msg)
     names = label[label.index("[") + 1: label.rindex("]")].split(",") if "[" in label else []
     return dict(zip(names, array_data(msg).tolist()))
+
+
+# ----------------------------------------------------------------------------- tick synchronizer
+class TickSync:
+    """Collects one control tick's inputs from several topics (the estimator and the controller
+    nodes): a tick runs once, when every ``required`` input stamped on it has arrived.
+
+    ``status(tick)`` says what a sample stamped on ``tick`` is before it is parsed: ``NEW``, ``REPEAT``
+    (the tick that ran last: the bridge re-published it because the answer got lost, answer again)
+    or ``STALE`` (older). ``add(tick, key, value)`` stores a new tick's input and returns all of them
+    (a dict) when the tick is complete, else None; older incomplete ticks are dropped then."""
+
+    NEW, REPEAT, STALE = "new", "repeat", "stale"
+
+    def __init__(self, required):
+        self.required = tuple(required)
+        self.last_tick = -1
+        self._buf: dict[int, dict] = {}
+
+    def status(self, tick: int) -> str:
+        if tick < self.last_tick:
+            return self.STALE
+        return self.REPEAT if tick == self.last_tick else self.NEW
+
+    def add(self, tick: int, key: str, value) -> dict | None:
+        if tick <= self.last_tick:
+            return None
+        d = self._buf.setdefault(tick, {})
+        d[key] = value
+        if any(k not in d for k in self.required):
+            return None
+        for k in [k for k in self._buf if k <= tick]:
+            del self._buf[k]
+        self.last_tick = tick
+        return d
+
+    def pending(self) -> int:
+        """Ticks waiting for an input (diagnostics / tests)."""
+        return len(self._buf)
 
 
 # ----------------------------------------------------------------------------- torque command

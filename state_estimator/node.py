@@ -28,12 +28,9 @@ import sys
 import numpy as np
 
 from legged_wbc import ros_io
+from legged_wbc.ros_io import TickSync
 from legged_wbc.ros_params import NodeParameters, ParamSpec
 
-TOPIC_EST_ODOM = "estimator/odom"
-TOPIC_EST_SUPPORT = "estimator/support"
-TOPIC_EST_TAU_EXT = "estimator/tau_ext"
-TOPIC_EST_DIAG = "estimator/diagnostics"
 
 NODE_SCHEMA = [
     ParamSpec("robot", "hexapod", "robot config name or YAML path", read_only=True),
@@ -95,18 +92,17 @@ def _make_node_class():
             self.leg_joint_flat = np.array(self.rm.leg_joints).reshape(-1)
             self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.base_frame = self.rm.cfg.base_link
-            self.buf: dict[int, dict] = {}
-            self.last_tick = -1
+            self.sync = TickSync(("js", "imu"))
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
             ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos)
-            self.pub_odom = ros_io.create_publisher(self, Odometry, TOPIC_EST_ODOM, qos)
-            self.pub_support = ros_io.create_publisher(self, JointState, TOPIC_EST_SUPPORT, qos)
-            self.pub_tau_ext = ros_io.create_publisher(self, JointState, TOPIC_EST_TAU_EXT, qos)
-            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, TOPIC_EST_DIAG, qos)
+            self.pub_odom = ros_io.create_publisher(self, Odometry, ros_io.TOPIC_EST_ODOM, qos)
+            self.pub_support = ros_io.create_publisher(self, JointState, ros_io.TOPIC_EST_SUPPORT, qos)
+            self.pub_tau_ext = ros_io.create_publisher(self, JointState, ros_io.TOPIC_EST_TAU_EXT, qos)
+            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_EST_DIAG, qos)
             legs = ",".join(self.leg_names)
             self.diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),"
                                f"vel_used({legs}),height_raw_m]")
@@ -132,36 +128,31 @@ def _make_node_class():
 
         def _on_js(self, msg) -> None:
             tick = ros_io.tick_from_stamp(msg.header.stamp)
-            if tick is None or tick < self.last_tick:
+            if tick is None:
                 return
-            if tick == self.last_tick:
-                return self._resend()
+            status = self.sync.status(tick)
+            if status != TickSync.NEW:
+                return self._resend() if status == TickSync.REPEAT else None
             try:
                 arrays = self.order.arrays(msg)
             except ValueError as exc:
                 return self._reject("joint state", str(exc))
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("joint state", "NaN/inf or missing fields")
-            self.buf.setdefault(tick, {})["js"] = arrays
-            self._try(tick)
+            self._run_tick(tick, self.sync.add(tick, "js", arrays))
 
         def _on_imu(self, msg) -> None:
             tick = ros_io.tick_from_stamp(msg.header.stamp)
-            if tick is None or tick <= self.last_tick:
+            if tick is None or self.sync.status(tick) != TickSync.NEW:
                 return
             arrays = ros_io.imu_arrays(msg)
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("imu", "NaN/inf")
-            self.buf.setdefault(tick, {})["imu"] = arrays
-            self._try(tick)
+            self._run_tick(tick, self.sync.add(tick, "imu", arrays))
 
-        def _try(self, tick: int) -> None:
-            d = self.buf[tick]
-            if "js" not in d or "imu" not in d:
+        def _run_tick(self, tick: int, d: dict | None) -> None:
+            if d is None:                   # the tick still lacks an input
                 return
-            for k in [k for k in self.buf if k <= tick]:
-                del self.buf[k]
-            self.last_tick = tick
             if self._pending_cfg is not None:
                 self.est.set_config(self._pending_cfg)
                 self._pending_cfg = None

@@ -241,3 +241,20 @@ def test_nodes_use_plain_rclpy_outside_a_container():
     assert ros_io.create_subscription(n, int, "t", print, 10, raw=True) == "S"
     assert calls[1][2] == {"raw": True}
     assert np.array_equal([c[0] for c in calls], ["pub", "sub"])
+
+
+def test_tick_sync_runs_a_tick_once_when_complete():
+    from legged_wbc.ros_io import TickSync
+
+    s = TickSync(("js", "imu"))
+    assert s.status(0) == TickSync.NEW
+    assert s.add(0, "js", 1) is None
+    assert s.add(1, "js", 2) is None                  # a newer tick may start before the older completes
+    assert s.add(0, "imu", 3) == {"js": 1, "imu": 3}
+    assert s.status(0) == TickSync.REPEAT and s.status(-1) == TickSync.STALE and s.status(1) == TickSync.NEW
+    assert s.add(0, "js", 9) is None                  # a repeated tick never runs twice
+    assert s.add(3, "js", 4) is None and s.add(3, "imu", 5) == {"js": 4, "imu": 5}
+    assert s.pending() == 0                           # tick 1 never completed: dropped once 3 ran
+    assert s.status(2) == TickSync.STALE
+    s.required = ("js",)                              # e.g. the controller without tau_ext
+    assert s.add(4, "js", 6) == {"js": 6}

@@ -35,11 +35,6 @@ import numpy as np
 from legged_wbc import ros_io
 from legged_wbc.ros_params import NodeParameters, ParamSpec
 
-TOPIC_EST_ODOM = "estimator/odom"
-TOPIC_EST_SUPPORT = "estimator/support"
-TOPIC_EST_TAU_EXT = "estimator/tau_ext"
-TOPIC_WBC_PITCH = "wbc/relative_pitch"
-TOPIC_WBC_DIAG = "wbc/diagnostics"
 
 DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",
                "eq_residual", "ineq_violation", "consecutive_failures", "total_failures", "safe_stop",
@@ -107,19 +102,18 @@ def _make_node_class():
             self.leg_names = list(self.rm.cfg.leg_names)
             self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.legs_order = ros_io.JointOrder(self.leg_names)
-            self.buf: dict[int, dict] = {}
-            self.last_tick = -1
+            self.sync = ros_io.TickSync(("js", "odom", "support"))
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
-            ros_io.create_subscription(self, Odometry, TOPIC_EST_ODOM, self._on_odom, qos)
-            ros_io.create_subscription(self, JointState, TOPIC_EST_SUPPORT, self._on_support, qos)
-            ros_io.create_subscription(self, JointState, TOPIC_EST_TAU_EXT, self._on_tau_ext, qos)
+            ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos)
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos)
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos)
             self.pub_cmd = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, qos)
-            self.pub_pitch = ros_io.create_publisher(self, JointState, TOPIC_WBC_PITCH, qos)
-            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, TOPIC_WBC_DIAG, qos)
+            self.pub_pitch = ros_io.create_publisher(self, JointState, ros_io.TOPIC_WBC_PITCH, qos)
+            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_WBC_DIAG, qos)
             self.diag_label = "wbc[" + ",".join(DIAG_FIELDS) + "]"
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                    f"scenario {P['scenario']}")
@@ -142,14 +136,17 @@ def _make_node_class():
         # -------------------------------------------------------------- inputs
         def _slot(self, msg, key: str, value) -> None:
             tick = ros_io.tick_from_stamp(msg.header.stamp)
-            if tick is None or tick < self.last_tick:
+            if tick is None:
                 return
-            if tick == self.last_tick:
-                if key == "js":  # the bridge re-published this tick: our answer was lost
+            status = self.sync.status(tick)
+            if status != ros_io.TickSync.NEW:
+                if status == ros_io.TickSync.REPEAT and key == "js":  # re-published: our answer was lost
                     self._resend()
                 return
-            self.buf.setdefault(tick, {})[key] = value
-            self._try(tick)
+            self.sync.required = ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
+            d = self.sync.add(tick, key, value)
+            if d is not None:
+                self._run_tick(tick, d)
 
         def _resend(self) -> None:
             """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
@@ -196,14 +193,7 @@ def _make_node_class():
             self._slot(msg, "tau_ext", eff)
 
         # -------------------------------------------------------------- one control tick
-        def _try(self, tick: int) -> None:
-            d = self.buf[tick]
-            need = ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
-            if not all(k in d for k in need):
-                return
-            for k in [k for k in self.buf if k <= tick]:
-                del self.buf[k]
-            self.last_tick = tick
+        def _run_tick(self, tick: int, d: dict) -> None:
             if self._pending_cfg is not None:
                 self.cfg, self._pending_cfg = self._pending_cfg, None
                 self.ctl.set_config(self.cfg)
