@@ -38,6 +38,12 @@ N_JOINTS = 24
 
 
 # ------------------------------------------------------------------------------------ helper processes
+def _topic() -> str:
+    """The test's topic: a name of its own (another run that picked the same ROS_DOMAIN_ID on this
+    machine must not add its /joint_states to the counts)."""
+    return os.environ.get("EXECUTOR_TEST_TOPIC", "/joint_states")
+
+
 def publisher_main(n: int, rate: float = 1000.0) -> int:
     import rclpy
     from rclpy.duration import Duration
@@ -49,7 +55,7 @@ def publisher_main(n: int, rate: float = 1000.0) -> int:
 
     rclpy.init()
     node = Node("executor_test_pub")
-    pub = node.create_publisher(JointState, "/joint_states", QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE))
+    pub = node.create_publisher(JointState, _topic(), QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE))
     while pub.get_subscription_count() < 1:
         time.sleep(0.01)
     time.sleep(0.3)  # let the subscriber's side of the match settle too
@@ -80,7 +86,7 @@ def subscriber_main(fail_at: int = -1) -> int:
             def __init__(self):
                 super().__init__("executor_test_sub")
                 self.stamps: list[int] = []
-                self.create_subscription(JointState, "/joint_states", self.on_js,
+                self.create_subscription(JointState, _topic(), self.on_js,
                                          QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE))
                 print(f"subscriber ready ({ros_io.executor_kind()})", flush=True)
 
@@ -106,6 +112,7 @@ def ros_env():
     env["ROS_DOMAIN_ID"] = str(random.randint(101, 200))
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["PYTHONUNBUFFERED"] = "1"
+    env["EXECUTOR_TEST_TOPIC"] = f"/executor_test_{os.getpid()}_{random.randrange(10**9)}/joint_states"
     return env
 
 
@@ -233,7 +240,7 @@ def test_threaded_spin_shuts_down(tmp_path, ros_env, kind):
     """The bridge's layout: the executor spins in a thread (ros_io.spin_until) while the main thread
     publishes at 1 kHz; the thread stops and ``shutdown(timeout_sec=1)`` succeeds."""
     code = f'''
-import json, threading, time
+import json, os, threading, time
 import rclpy
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
@@ -243,8 +250,9 @@ rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
 qos = QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE)
 node = rclpy.create_node("threaded_spin")
 got = []
-node.create_subscription(Int64, "/threaded", lambda m: got.append(m.data), qos)
-pub = node.create_publisher(Int64, "/threaded", qos)
+topic = os.environ["EXECUTOR_TEST_TOPIC"] + "_threaded"
+node.create_subscription(Int64, topic, lambda m: got.append(m.data), qos)
+pub = node.create_publisher(Int64, topic, qos)
 ex = ros_io.make_executor({kind!r})
 ex.add_node(node)
 running = threading.Event(); running.set()
@@ -279,8 +287,9 @@ def test_recorder_records_every_message_and_stops_on_sigint(tmp_path, ros_env, k
 
     env = dict(ros_env, **{"LEGGED_WBC_EXECUTOR": kind})
     params = tmp_path / "rec.yaml"
+    topic = env["EXECUTOR_TEST_TOPIC"]
     params.write_text("bag_recorder:\n  ros__parameters:\n"
-                      "    topics: ['/joint_states:sensor_msgs/msg/JointState']\n    record_all: false\n")
+                      f"    topics: ['{topic}:sensor_msgs/msg/JointState']\n    record_all: false\n")
     bag = tmp_path / "bag"
     rec_log, pub_log = tmp_path / "rec.log", tmp_path / "pub.log"
     rec = _popen([str(BIN / "bag_recorder"), "--ros-args", "--params-file", str(params), "-p", f"output:={bag}"],
@@ -296,7 +305,7 @@ def test_recorder_records_every_message_and_stops_on_sigint(tmp_path, ros_env, k
         if rec.poll() is None:
             rec.kill()
     assert rec.returncode == 0, text
-    assert "stopping (signal SIGINT)" in text and f"/joint_states {N_MSGS}" in text, text
+    assert "stopping (signal SIGINT)" in text and f"{topic} {N_MSGS}" in text, text
     assert (bag / "metadata.yaml").exists()
     stamps = []
     with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_KILTED)) as reader:
