@@ -47,7 +47,7 @@ from .bag_metrics import RunData, RunInputError, eval_window, load_run, run_metr
 
 CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}
 
-# The paper's Table 3 (DESIGN.md sec. 7): (WBC-D, WBC-CBF); their robot, one run each.
+# The paper's Table 3 (docs/design.md, *Metrics*): (WBC-D, WBC-CBF); their robot, one run each.
 PAPER = {
     "max_violation_rad": (0.519, 0.005),
     "violation_rate_pct": (0.858, 0.555),

@@ -1,6 +1,6 @@
 """``legged-wbc experiment paper``: the paper's protocol end to end, then the comparison report.
 
-Protocol (DESIGN.md sec. 7): WBC-0 (``controller none``) on the ``nominal`` scenario (no
+Protocol (docs/design.md, *Metrics*): WBC-0 (``controller none``) on the ``nominal`` scenario (no
 disturbance; shown qualitatively: it drifts out of range while standing up / starting to walk),
 WBC-D (``damping``) and WBC-CBF (``cbf``) on the ``paper`` scenario (the null-space disturbance
 from ``t_s + 20 s`` for 3 s). Each run goes through the ROS stack in lockstep, as

@@ -1,4 +1,4 @@
-"""Experiment metrics (DESIGN sec. 7), computed from time series: the same functions serve the
+"""Experiment metrics (docs/design.md, *Metrics*), computed from time series: the same functions serve the
 headless runs (``legged-wbc run``) and the bags (``legged-wbc compare``).
 
 Series (arrays over control ticks, 500 Hz):

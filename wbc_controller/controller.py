@@ -1,4 +1,6 @@
-"""Whole-body controller: floating-base inverse-dynamics QP with relative-pitch CBFs (DESIGN sec. 4).
+"""Whole-body controller: floating-base inverse-dynamics QP with relative-pitch CBFs.
+
+The equations, frames and the choices beyond the paper: ``docs/design.md``, *Whole-body controller*.
 
 Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with cbf_slack)]``,
 ``lambda_i = [f_x, f_y, f_z, m_theta]`` expressed in the **base frame**. Rows (fixed count):
