@@ -58,12 +58,17 @@ def test_container_and_processes_layouts_give_the_same_lockstep_run(tmp_path, ro
     c, p = runs["container"], runs["processes"]
     assert c.custom_data["layout"] == "container" and p.custom_data["layout"] == "processes"
     assert len(c.series["t"]) == len(p.series["t"]) == 800
-    ok = np.ones(800, bool)
     for r in (c, p):
-        if r.complete is not None:
-            ok &= r.complete
         assert r.bridge.get("watchdog_events") == 0, (r.label, r.bridge)
-    assert np.count_nonzero(~ok) <= 20, {r.label: r.gaps for r in (c, p)}
+    # the container's bag misses nothing; the per-process recorder can miss the estimator's first
+    # ticks under load (its subscriptions match the estimator's publishers late: a known start-up
+    # race of that layout), never later ones
+    assert c.complete is None or np.count_nonzero(~c.complete) <= 2, c.gaps
+    ok = np.ones(800, bool) if p.complete is None else p.complete.copy()
+    first_ok = int(np.argmax(ok)) if ok.any() else 800
+    assert first_ok <= 300 and ok[first_ok:].all(), p.gaps
+    if c.complete is not None:
+        ok &= c.complete
     for k in ("theta", "tau", "support", "base_pos", "disturbance", "qp_accepted"):
         assert np.array_equal(np.asarray(c.series[k])[ok], np.asarray(p.series[k])[ok]), k
     assert np.any(c.series["disturbance"] != 0)
