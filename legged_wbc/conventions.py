@@ -112,7 +112,3 @@ class StateConverter:
 
     def ctrl_from_tau(self, tau_pin: np.ndarray) -> np.ndarray:
         return tau_pin[self.pin_to_act]
-
-    def tau_from_mj_joint_force(self, f_mj: np.ndarray) -> np.ndarray:
-        """Joint-space force in MuJoCo's hinge order (``qfrc_*[6:]``) to Pinocchio's joint order."""
-        return f_mj[self.mj_to_pin]

@@ -53,22 +53,6 @@ def cross_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def skew(v: np.ndarray) -> np.ndarray:
-    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
-
-
-def relative_pitch(a: np.ndarray) -> tuple[float, np.ndarray, float]:
-    """Relative pitch of a unit foot-link x-axis ``a`` (base frame): ``(theta, g, r)``.
-
-    ``g = d theta / d a`` on the unit sphere, ``r`` the horizontal projection length."""
-    r = float(np.hypot(a[0], a[1]))
-    theta = float(np.arctan2(-a[2], r))
-    if r * r <= R2_EPS:
-        return theta, np.zeros(3), r
-    g = np.array([a[2] * a[0] / r, a[2] * a[1] / r, -r])
-    return theta, g, r
-
-
 @dataclass
 class LegBatch:
     """Body-relative kinematics of all legs, stacked (leg index first); fields as in :class:`LegState`."""
@@ -210,9 +194,6 @@ class RobotModel:
     def bias(self, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """``h = C(q, v) v + g(q)`` [N, N m] in Pinocchio coordinates."""
         return pin.nonLinearEffects(self.model, self.data, q, v).copy()
-
-    def gravity(self, q: np.ndarray) -> np.ndarray:
-        return pin.computeGeneralizedGravity(self.model, self.data, q).copy()
 
     def com(self, q: np.ndarray) -> np.ndarray:
         return pin.centerOfMass(self.model, self.data, q).copy()

@@ -60,16 +60,6 @@ def _tr(a: tuple) -> tuple:
     return (a[0], a[3], a[6], a[1], a[4], a[7], a[2], a[5], a[8])
 
 
-def inv3(A: np.ndarray) -> np.ndarray:
-    """Inverse of a 3x3 array (cofactors)."""
-    return np.array(_inv3(tuple(A.ravel().tolist()))).reshape(3, 3)
-
-
-def inflation_factor(d2: np.ndarray | float, threshold: float = 7.81, cap: float = 100.0) -> np.ndarray:
-    """Covariance inflation ``clip(d2 / threshold, 1, cap)`` (1 at/below the threshold, continuous)."""
-    return np.clip(np.asarray(d2, dtype=float) / threshold, 1.0, cap)
-
-
 class BaseVelocityFilter:
     """Kalman filter on the base linear velocity in the world frame (see the module docstring)."""
 

@@ -15,7 +15,8 @@ from state_estimator.config import (EstimatorConfig, HeightConfig, TouchdownConf
                                     load_estimator_config, parameter_schema)
 from state_estimator.estimator import StateEstimator
 from state_estimator.touchdown import TouchdownDetector
-from state_estimator.velocity import BaseVelocityFilter, inflation_factor
+from state_estimator import kernels
+from state_estimator.velocity import BaseVelocityFilter
 
 ROOT = Path(__file__).resolve().parent.parent
 DT = 0.002
@@ -193,19 +194,37 @@ def test_touchdown_covariance_stays_spd_long_run():
 
 # ---------------------------------------------------------------------------------- velocity filter
 def test_gating_law():
+    """A foot's covariance inflation as the filter computes it (reference ``correct`` and the compiled
+    ``vel_correct`` of the fast path): 1 up to the gate d2 = 7.81, then d2 / 7.81 (continuous,
+    monotone), capped at 100."""
     thr, cap = 7.81, 100.0
-    assert inflation_factor(0.0) == 1.0
-    assert inflation_factor(thr) == 1.0
-    for d2 in (1.0, 5.0, 7.8):
-        assert inflation_factor(d2) == 1.0
-    eps = 1e-9
-    assert abs(inflation_factor(thr + eps) - 1.0) < 1e-9                          # continuous at the gate
-    np.testing.assert_allclose(inflation_factor([15.62, 78.1, 390.5]), [2.0, 10.0, 50.0])  # d2 / 7.81
-    assert inflation_factor(thr * cap) == cap
-    assert inflation_factor(1e6) == cap and inflation_factor(np.inf) == cap     # capped at 100x
-    d2 = np.linspace(0, 2000, 20001)
-    c = inflation_factor(d2)
-    assert np.all(np.diff(c) >= 0) and np.abs(np.diff(c)).max() < 0.1 / thr + 1e-12  # monotone, no jumps
+    d2 = np.concatenate([[0.0, 1.0, 5.0, 7.8, thr, thr + 1e-9, 15.62, 78.1, 390.5, thr * cap, 1e6],
+                         np.linspace(0, 2000, 2001)])
+    cfg = VelocityConfig()
+    f = BaseVelocityFilter(cfg, n_feet=len(d2), dt=DT)
+    f.reset(np.array([0.1, -0.05, 0.02]))
+    s = f.P[0, 0] + cfg.sigma_meas ** 2                             # P = sigma_init^2 I, so S = s I
+    z = f.v + np.sqrt(d2 * s)[:, None] * np.array([0.6, 0.0, 0.8])   # |z - v|^2 / s = d2
+    none = np.zeros(len(d2), dtype=bool)
+    v0, P0 = f.v.copy(), f.P.copy()
+    f.correct(z, none, ~none)                                       # evaluated, none used
+    np.testing.assert_allclose(f.d2, d2, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(f.inflation, np.clip(d2 / thr, 1.0, cap), rtol=1e-12)
+    c = f.inflation
+    assert np.all(c[:4] == 1.0)                                     # below the gate: untouched
+    assert abs(c[5] - 1.0) < 1e-9                                   # continuous at the gate
+    np.testing.assert_allclose(c[6:9], [2.0, 10.0, 50.0], rtol=1e-12)
+    assert c[9] == pytest.approx(cap) and c[10] == cap              # capped at 100x
+    grid = c[11:]
+    assert np.all(np.diff(grid) >= 0) and np.abs(np.diff(grid)).max() < 1.0 / thr + 1e-9   # monotone, no jumps
+    np.testing.assert_array_equal(f.v, v0)
+    np.testing.assert_array_equal(f.P, P0)
+    # the compiled correction of the fast estimator: the same law
+    d2k, ck, used = np.empty(len(d2)), np.empty(len(d2)), np.empty(len(d2), dtype=bool)
+    assert kernels.vel_correct(v0.copy(), P0.copy(), z, none, ~none, f._r, cfg.gate_d2, cfg.max_inflation, True,
+                               d2k, ck, used) == kernels.OK
+    np.testing.assert_allclose(ck, c, rtol=1e-14)
+    np.testing.assert_allclose(d2k, f.d2, rtol=1e-14, atol=1e-14)
 
 
 def stacked_update(v, P, Z, R_list):

@@ -10,7 +10,7 @@ import pinocchio as pin
 import pytest
 
 from legged_wbc.checks import check_model, conditioning, make_pair
-from legged_wbc.model import RobotModel, joint_permutation, null_vector, relative_pitch
+from legged_wbc.model import RobotModel, joint_permutation, null_vector
 from legged_wbc.robot import ConfigError, RobotConfig, generate_urdf, load_robot_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,14 +146,28 @@ def test_drift_terms_finite_difference(robot):
         assert saw_nonzero_theta_drift
 
 
-def test_relative_pitch_definition():
-    for th in (-0.4, 0.0, 0.3):
-        for az in (0.0, 1.0, -2.0):
-            a = np.array([np.cos(th) * np.cos(az), np.cos(th) * np.sin(az), -np.sin(th)])
-            theta, g, r = relative_pitch(a)
-            assert abs(theta - th) < 1e-12 and abs(r - np.cos(th)) < 1e-12
-    theta, g, r = relative_pitch(np.array([0.0, 0.0, 1.0]))
-    assert np.all(g == 0)
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_relative_pitch_definition(robot):
+    """theta = atan2(-a_z, |a_xy|) of the foot link's x-axis ``a`` in the base frame (Pinocchio's
+    foot-link placement on the fixed-base model), in the reference leg kinematics and in the compiled
+    chain kernel the controller runs, at configurations IK puts at prescribed theta."""
+    rm = RobotModel(robot)
+    ws = rm.leg_workspace()
+    assert ws.chain is not None                      # the compiled chain walk, not the Pinocchio fallback
+    d = rm.fixed.createData()
+    qj0 = rm.stance_joint_positions()
+    zeros = np.zeros(rm.n)
+    for i, (p_nom, _) in enumerate(rm.stance_targets()):
+        for th in (-0.4, 0.0, 0.3):
+            qj, ok = rm.leg_ik(i, p_nom, th, qj0)
+            assert ok, (i, th)
+            pin.framesForwardKinematics(rm.fixed, d, qj)
+            a = d.oMf[rm.foot_link_frames_fixed[i]].rotation[:, 0]
+            assert abs(np.arctan2(-a[2], np.hypot(a[0], a[1])) - th) < 1e-9
+            ref = rm.legs_batch(qj)
+            fast = ws.update(qj, zeros)
+            np.testing.assert_allclose(fast.a[i], a, atol=1e-12)
+            assert abs(ref.theta[i] - th) < 1e-9 and abs(fast.theta[i] - th) < 1e-9
 
 
 def test_null_vector_general():

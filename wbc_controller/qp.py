@@ -13,20 +13,11 @@ problem every call through ``qpsolvers.solve_qp``: the reference path for tests 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 INF = 1e20
-
-
-class NoSolutionFound(RuntimeError):
-    """Raised by :func:`solve_checked` callers that want an exception; carries the problem."""
-
-    def __init__(self, msg: str, problem: "QpProblem"):
-        super().__init__(msg)
-        self.problem = problem
 
 
 class QpProblem:
@@ -82,7 +73,6 @@ class QpResult:
     optimal: bool
     status: str
     iterations: int
-    solve_time_us: float = 0.0
 
 
 class Backend:
@@ -246,9 +236,3 @@ def make_backend(name: str, n: int, n_eq: int, n_in: int, tol: float = 1e-6, max
     except KeyError:
         raise ValueError(f"unknown QP backend {name!r}; choose from {sorted(BACKENDS)}") from None
 
-
-def timed_solve(backend: Backend, p: QpProblem) -> QpResult:
-    t0 = time.perf_counter()
-    res = backend.solve(p)
-    res.solve_time_us = (time.perf_counter() - t0) * 1e6
-    return res
