@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import pinocchio as pin
 
+from legged_wbc.conventions import rotation_from_quat_xyzw
 from legged_wbc.gait import GaitScheduler
 from legged_wbc.model import RobotModel
 
@@ -250,10 +251,9 @@ class StateEstimator:
         return self._update_reference(t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
                                       imu_accel)
 
-    def _update_reference(self, t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-                          imu_accel) -> EstimatedState:
-        """``update`` in plain Python/numpy (``impl="reference"``): the specification of the fast path."""
-        # ---- validate everything before touching any state
+    def _checked_time(self, t) -> float:
+        """The sample time ``t`` [s] as a float, checked as ``update`` requires: after ``reset``,
+        finite, later than the previous sample (``RuntimeError`` / ``ValueError`` otherwise)."""
         if not self._is_reset:
             raise RuntimeError("StateEstimator: call reset() before update()")
         try:
@@ -264,6 +264,13 @@ class StateEstimator:
             raise ValueError(f"t: must be finite, got {t}")
         if self._t is not None and not t > self._t:
             raise ValueError(f"t: samples must be strictly increasing in time, got t={t!r} after {self._t!r}")
+        return t
+
+    def _update_reference(self, t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
+                          imu_accel) -> EstimatedState:
+        """``update`` in plain Python/numpy (``impl="reference"``): the specification of the fast path."""
+        # ---- validate everything before touching any state
+        t = self._checked_time(t)
         n = self.n
         qj = _as_vector("joint_pos", joint_pos, n)
         dqj = _as_vector("joint_vel", joint_vel, n)
@@ -286,10 +293,8 @@ class StateEstimator:
         first = not self._started
         dt = 0.0 if self._t is None else t - self._t
         step = dt if dt > 0 else self.dt                     # integration step of the filters
-        r00, r01, r02 = 1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw)
-        r10, r11, r12 = 2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw)
-        r20, r21, r22 = 2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy)
-        R = np.array(((r00, r01, r02), (r10, r11, r12), (r20, r21, r22)))   # base -> world
+        R = rotation_from_quat_xyzw((qx, qy, qz, qw))                    # base -> world
+        (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = R.tolist()
         wx, wy, wz = gyro.tolist()
         fx, fy, fz = acc.tolist()
         gz = GRAVITY_WORLD[2]
@@ -398,17 +403,8 @@ class StateEstimator:
                      imu_accel) -> EstimatedState:
         """``update`` through the compiled kernels (``impl="fast"``; same math as the reference)."""
         # ---- validate everything before touching any state (the sample buffer is scratch)
-        if not self._is_reset:
-            raise RuntimeError("StateEstimator: call reset() before update()")
-        try:
-            t = float(t)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"t: expected a time in seconds, got {t!r}") from exc
-        if not math.isfinite(t):
-            raise ValueError(f"t: must be finite, got {t}")
+        t = self._checked_time(t)
         t_prev = self._t
-        if t_prev is not None and not t > t_prev:
-            raise ValueError(f"t: samples must be strictly increasing in time, got t={t!r} after {t_prev!r}")
         buf = self._in
         nd = np.ndarray
         bad = kernels.BAD_SHAPE

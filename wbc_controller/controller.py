@@ -398,23 +398,7 @@ class WholeBodyController:
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
                     and bool(np.all(np.isfinite(tau))) and in_bounds)
         qp_us = (time.perf_counter() - t_start) * 1e6
-        status = res.status
-        if not accepted:
-            self.consecutive_failures += 1
-            self.total_failures += 1
-            if res.optimal and (eq_res > cfg.residual_tol or viol > cfg.residual_tol):
-                status += f" (rejected: residual {eq_res:.2e} / violation {viol:.2e})"
-            elif res.optimal:
-                status += " (rejected: torque not finite or out of bounds)"
-            if self.consecutive_failures > cfg.max_failures:
-                self.safe_stop = True
-            out_tau = np.zeros(self.n) if self.safe_stop else self.last_tau.copy()
-        elif self.safe_stop:
-            out_tau = np.zeros(self.n)
-        else:
-            self.consecutive_failures = 0
-            self.last_tau = tau.copy()
-            out_tau = tau
+        out_tau, status = self._accept(res, accepted, eq_res, viol, tau)
         cbf_active = np.zeros(N, dtype=bool)
         if mode == "cbf" and accepted:
             Cx = p.C[rc] @ x
@@ -608,7 +592,7 @@ class WholeBodyController:
                                      self._tmin_f, self._tmax_f, self._tau_tol_f, self._tau_wbc, self._tau)
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
         t_done = clock()
-        out_tau, status = self._accept(res, accepted, eq_res, viol)
+        out_tau, status = self._accept(res, accepted, eq_res, viol, self._tau)
         mode = cfg.relative_pitch_mode
         if mode == "cbf" and accepted:
             K.cbf_active(support, p.C, p.l, p.u, x, self.row_cbf, self._cbf_act)
@@ -635,9 +619,10 @@ class WholeBodyController:
         st["check_torque"] = (t_end - t_check) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
 
-    def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float) -> tuple[np.ndarray, str]:
-        """Failure bookkeeping of the fast cycle (as in :meth:`_update_reference`): the command
-        torque (this cycle's, the last accepted one, or zero in the safe stop) and the status."""
+    def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float,
+                tau: np.ndarray) -> tuple[np.ndarray, str]:
+        """Failure bookkeeping of both cycles: the command torque (a copy of this cycle's ``tau``,
+        the last accepted one, or zero in the safe stop) and the status."""
         cfg = self.cfg
         status = res.status
         if not accepted:
@@ -654,7 +639,7 @@ class WholeBodyController:
             out_tau = np.zeros(self.n)
         else:
             self.consecutive_failures = 0
-            out_tau = self._tau.copy()
+            out_tau = tau.copy()
             self.last_tau = out_tau.copy()
         return out_tau, status
 
