@@ -4,14 +4,10 @@ One short lockstep run of the ROS stack is recorded (WBC-D on a compressed ``pap
 stand-up, gait start, a gait boundary and the null-space disturbance within 2.4 s of sim time,
 ~30 s wall on 2 cores) and compared with the in-process headless loop of the same scenario.
 
-Equality is exact, with one documented adjustment of the headless loop: ``ClosedLoop.run`` takes
-the time of tick ``k`` from MuJoCo's accumulated ``d.time`` (``0.001`` added per step: 2.9999999999998
-instead of 3.0 after 3000 steps), the ROS nodes from the integer tick (``k * 2_000_000 ns * 1e-9``).
-The estimator's ``dt`` then differs in the last bits (it recomputes its filter gain when ``dt != 0.002``)
-and, from 1.1 s on, every gait boundary, the disturbance start and the evaluation-window start fall
-one tick later in the headless loop. With the headless loop on the tick clock (``MujocoSim.time``
-patched below) the ROS run and the headless loop are bit-identical; ``test_headless_loop_as_is``
-(xfail) records the difference of the unpatched loop.
+Equality is exact: the headless loop runs on the ROS nodes' tick clock (tick ``k`` at
+``k * 2_000_000 ns``, not MuJoCo's accumulated ``d.time``, which drifts in the last bits and used to
+shift gait boundaries, the disturbance start and the window start by one tick), so the headless
+runs compared here are the loop exactly as ``legged-wbc run`` runs it.
 """
 
 from __future__ import annotations
@@ -49,23 +45,11 @@ def ros_env() -> dict:
     return env
 
 
-def tick_clock_time(self) -> float:
-    """``MujocoSim.time`` on the ROS nodes' clock: integer nanoseconds of the step count, as seconds."""
-    return int(round(self.d.time * 1000)) * 1_000_000 * 1e-9
-
-
-def headless(scenario: str, controller: str, out: Path, tick_clock: bool) -> Path:
+def headless(scenario: str, controller: str, out: Path) -> Path:
     from legged_wbc.closed_loop import ClosedLoop, save_run
     from legged_wbc.scenario import load_scenario
-    from mujoco_bridge.sim import MujocoSim
 
-    saved = MujocoSim.time
-    if tick_clock:
-        MujocoSim.time = property(tick_clock_time)
-    try:
-        res = ClosedLoop(load_scenario(scenario), controller).run(DURATION)
-    finally:
-        MujocoSim.time = saved
+    res = ClosedLoop(load_scenario(scenario), controller).run(DURATION)
     return save_run(res, out)
 
 
@@ -86,8 +70,8 @@ def recorded(tmp_path_factory):
                          env=ros_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert (bag / "metadata.yaml").is_file(), run.stdout[-4000:]
-    head = headless(str(sc_path), "damping", d / "wbcd_headless", tick_clock=True)
-    wbc0 = headless(str(nominal_path), "none", d / "wbc0_headless", tick_clock=True)
+    head = headless(str(sc_path), "damping", d / "wbcd_headless")
+    wbc0 = headless(str(nominal_path), "none", d / "wbc0_headless")
     res = compare([bag, head, wbc0], d / "report")
     return {"dir": d, "bag": bag, "headless": head, "wbc0": wbc0, "scenario": sc_path, "res": res,
             "report": d / "report"}
@@ -138,19 +122,6 @@ def test_bag_series_bit_identical_to_headless(recorded):
     # the disturbance was applied (on the scenario's leg, only while it was in the estimated support)
     assert np.any(b.series["disturbance"] != 0)
     assert load_run(recorded["bag"]).disturbed_leg == b.leg_names.index("lh")
-
-
-@pytest.mark.ros
-@pytest.mark.xfail(strict=False, reason="closed_loop.py times tick k with MuJoCo's accumulated d.time, the ROS nodes "
-                   "with the integer tick: gait boundaries, the disturbance start and the window start fall one tick "
-                   "apart from 1.1 s on (see the module docstring)")
-def test_headless_loop_as_is(recorded, tmp_path):
-    from legged_wbc.bag_metrics import load_run, run_metrics
-
-    h = headless(str(recorded["scenario"]), "damping", tmp_path / "asis", tick_clock=False)
-    mb = recorded["res"]["metrics"]["wbcd_bag"]
-    mh = run_metrics(load_run(h))
-    assert [mh[k] for k in SAME] == [mb[k] for k in SAME]
 
 
 # ------------------------------------------------------------------------------------ report and figures

@@ -338,11 +338,17 @@ def test_attach_viewer_feeds_the_view_off_the_physics_path(monkeypatch):
     time.sleep(0.1)
     assert np.allclose(h.synced[-1], sim.d.qpos, atol=1e-12), "shows the latest simulation state"
     assert not np.allclose(h.synced[-1][:3], qpos_sim_before[:3]), "the robot moved in the view"
-    # update() is cheap for the caller
+    # update() is cheap for the caller: it copies the state at most once per display period, however
+    # often it is called (the cost per call is printed, not asserted: the machine is shared)
+    copies, last = 0, v._last_copy
     t0 = time.perf_counter()
     for _ in range(20000):
         v.update(sim.d.qpos)
-    assert (time.perf_counter() - t0) / 20000 < 20e-6
+        if v._last_copy != last:
+            copies, last = copies + 1, v._last_copy
+    elapsed = time.perf_counter() - t0
+    assert copies <= elapsed / v.period + 1, (copies, elapsed)
+    print(f"viewer update: {elapsed / 20000 * 1e6:.2f} us per call, {copies} copies in {elapsed * 1e3:.1f} ms")
     v.close()
     assert "step" not in sim.__dict__ and not h.running
 
