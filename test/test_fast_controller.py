@@ -463,3 +463,201 @@ def test_start_swings_plans_only_new_swings():
     np.testing.assert_array_equal(vs[1], [-0.5, -0.5, 0.0])
     np.testing.assert_array_equal(ve[1], [-0.1, -0.2, 0.0])
     assert dur[1] == 0.4 and dur[0] == 0.0 and np.all(target[[0, 2]] == 0.0)
+
+
+# ------------------------------------------------------------------ what each option changes
+# One recorded walking state (support and swing legs, the null-space push on a support leg), one
+# cycle of a fresh controller with the default configuration and one with the option switched;
+# the QP blocks and torques the option must change, changed as its definition says, the rest equal.
+
+def option_state(walk):
+    """A recorded input with legs in nominal swing and in support, the push on (3.6 s on)."""
+    loop, inputs = walk
+    return next(inp for inp in inputs if inp.t >= 3.75 and (~inp.support).sum() >= 2 and inp.support.sum() >= 3)
+
+
+def one_cycle(loop, inp, **over):
+    ctl = WholeBodyController(loop.rm, dataclasses.replace(loop.wcfg, **over), loop.gait_cfg)
+    ctl.reset(loop.q0)
+    return ctl, ctl.update(inp)
+
+
+def assert_same_blocks(a, b, but=()):
+    for k in ("H", "g", "A_eq", "b_eq", "C", "l", "u"):
+        if k not in but:
+            np.testing.assert_array_equal(getattr(a.problem, k), getattr(b.problem, k), err_msg=k)
+
+
+def test_option_jdot_fd_changes_only_the_pitch_drift(walk):
+    """``jdot_mode: fd``: J_theta_dot q_dot by the central difference, close to the exact one; it
+    moves the CBF bounds and the pitch-row targets by exactly that difference, nothing else."""
+    loop, _ = walk
+    inp = option_state(walk)
+    ex, _ = one_cycle(loop, inp)
+    fd, _ = one_cycle(loop, inp, jdot_mode="fd")
+    le, lf = ex.last_legs, fd.last_legs
+    for k in ("p", "J", "theta", "theta_dot", "dJ_p_dq", "v_p"):
+        np.testing.assert_array_equal(getattr(lf, k), getattr(le, k), err_msg=k)
+    diff = lf.dJ_theta_dq - le.dJ_theta_dq
+    assert np.abs(diff).max() > 0                                        # a different computation
+    np.testing.assert_allclose(lf.dJ_theta_dq, le.dJ_theta_dq, rtol=1e-5, atol=1e-6)
+    rc, N = slice(ex.row_cbf, ex.row_cbf + ex.N), ex.N
+    sup = inp.support
+    np.testing.assert_allclose((fd.problem.u[rc] - ex.problem.u[rc])[sup], -diff[sup], rtol=0, atol=1e-9)
+    np.testing.assert_allclose((fd.problem.l[rc] - ex.problem.l[rc])[sup], -diff[sup], rtol=0, atol=1e-9)
+    dg = fd.problem.g - ex.problem.g
+    for i in range(N):                                  # g_i = -J_i^T W_i b_i, b_i[3] = ... - dJ_theta
+        np.testing.assert_allclose(dg[ex.leg_v[i]], le.J[i, 3] * ex.cfg.w_pitch * diff[i], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(np.delete(dg, ex._legv.reshape(-1)), 0.0)
+    assert_same_blocks(ex, fd, but=("g", "l", "u"))
+    rows = np.r_[0:ex.row_cbf]
+    np.testing.assert_array_equal(fd.problem.l[rows], ex.problem.l[rows])
+    np.testing.assert_array_equal(fd.problem.u[rows], ex.problem.u[rows])
+    # a leg at rest has no drift in the paper's difference (|q_dot_i| <= 1e-6)
+    v = inp.v.copy()
+    v[ex.leg_v[0]] = 0.0
+    fd.update(ControllerInput(t=inp.t + 0.002, q=inp.q, v=v, support=inp.support, tau_ext=inp.tau_ext))
+    assert fd.last_legs.dJ_theta_dq[0] == 0.0
+
+
+def test_option_cbf_slack_adds_one_penalized_slack_per_barrier_row(walk):
+    """``cbf_slack``: N more variables, each in its CBF row only (coefficient 1), weighted
+    ``cbf_slack_weight`` in the cost; every other row and bound as without it."""
+    loop, _ = walk
+    inp = option_state(walk)
+    base, ob = one_cycle(loop, inp)
+    sl, osl = one_cycle(loop, inp, cbf_slack=True)
+    n0, N, pb, ps = base.nx, base.N, base.problem, sl.problem
+    assert sl.nx == n0 + N and ps.C.shape == (pb.C.shape[0], n0 + N)
+    expect = np.zeros((pb.C.shape[0], N))
+    expect[base.row_cbf:base.row_cbf + N] = np.eye(N)
+    np.testing.assert_array_equal(ps.C[:, n0:], expect)
+    np.testing.assert_array_equal(ps.A_eq[:, n0:], 0.0)
+    np.testing.assert_array_equal(ps.C[:, :n0], pb.C)
+    np.testing.assert_array_equal(ps.A_eq[:, :n0], pb.A_eq)
+    for k in ("l", "u", "b_eq"):
+        np.testing.assert_array_equal(getattr(ps, k), getattr(pb, k), err_msg=k)
+    reg_b = pb.H[0, 0] - base.cfg.w_body                 # hessian_reg * max diag, on every diagonal entry
+    reg_s = ps.H[0, 0] - sl.cfg.w_body
+    np.testing.assert_allclose(np.diag(ps.H)[n0:], sl.cfg.cbf_slack_weight + reg_s, rtol=1e-15)
+    np.testing.assert_array_equal(ps.H[n0:, :n0], 0.0)
+    np.testing.assert_allclose(ps.H[:n0, :n0] - np.eye(n0) * reg_s, pb.H - np.eye(n0) * reg_b, rtol=1e-15, atol=1e-12)
+    np.testing.assert_array_equal(ps.g[n0:], 0.0)
+    assert ob.diag.qp_accepted and osl.diag.qp_accepted
+    s = sl.last_x[n0:]
+    assert np.abs(s).max() < 1e-3                        # feasible barrier: the slack stays ~0
+
+
+def test_option_null_space_compensation_cancels_tau_ext_along_support_null_spaces(walk):
+    """``null_space_compensation``: per support leg ``n_i clip(n_i . tau_ext_i)`` added to the
+    command and taken out of the torque-row bounds; swing legs and the rest of the QP unchanged."""
+    loop, _ = walk
+    inp = option_state(walk)
+    off, o0 = one_cycle(loop, inp)
+    on, o1 = one_cycle(loop, inp, null_space_compensation=True)
+    np.testing.assert_array_equal(o0.diag.tau_comp, 0.0)
+    lb, lim = on.last_legs, on.cfg.compensation_limit
+    n = null_vectors(lb.J[:, :3], lb.J[:, 3])
+    expect = np.zeros(on.n)
+    for i in range(on.N):
+        cols = on.leg_j[i]
+        if inp.support[i]:
+            expect[cols] = n[i] * np.clip(n[i] @ inp.tau_ext[cols], -lim, lim)
+    assert np.abs(expect).max() > 1.0                    # the push is on a support leg
+    np.testing.assert_allclose(o1.diag.tau_comp, expect, rtol=1e-12, atol=1e-12)
+    rt = slice(on.row_tau, on.row_tau + on.n)
+    np.testing.assert_allclose(on.problem.u[rt], off.problem.u[rt] - expect, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(on.problem.l[rt], off.problem.l[rt] - expect, rtol=0, atol=1e-9)
+    assert_same_blocks(on, off, but=("l", "u"))
+    assert o1.diag.qp_accepted
+    np.testing.assert_allclose(o1.tau, o1.diag.tau_wbc + o1.diag.tau_sw + o1.diag.tau_comp, rtol=0, atol=1e-9)
+
+
+def test_option_consistent_support_foot_acceleration(walk):
+    """``support_foot_acceleration: consistent``: the support-foot rows target the body-relative
+    acceleration of a world-fixed foot, ``-(v_dot_B + w_dot_B x p) - w_B x v_p``; swing legs and
+    everything but the cost's linear term unchanged."""
+    loop, _ = walk
+    inp = option_state(walk)
+    zero, _ = one_cycle(loop, inp)
+    cons, _ = one_cycle(loop, inp, support_foot_acceleration="consistent")
+    lb, acc, w = cons.last_legs, cons._acc_body, inp.v[3:6]
+    dg = cons.problem.g - zero.problem.g
+    for i in range(cons.N):
+        if inp.support[i]:
+            a_rel = -(acc[:3] + np.cross(acc[3:], lb.p[i])) - np.cross(w, lb.v_p[i])
+            np.testing.assert_allclose(dg[cons.leg_v[i]], -lb.J[i, :3].T @ (cons.cfg.w_support * a_rel),
+                                       rtol=1e-9, atol=1e-9)
+            assert np.abs(a_rel).max() > 1e-3
+        else:
+            np.testing.assert_array_equal(dg[cons.leg_v[i]], 0.0)
+    np.testing.assert_array_equal(dg[:6], 0.0)
+    assert_same_blocks(cons, zero, but=("g",))
+
+
+def test_option_realistic_torque_limits(walk):
+    """``torque_limit_mode: realistic``: the torque rows are bounded by the URDF effort limits
+    instead of +-tau_limit_paper, and the accepted command respects them."""
+    loop, _ = walk
+    inp = option_state(walk)
+    paper, _ = one_cycle(loop, inp)
+    real, out = one_cycle(loop, inp, torque_limit_mode="realistic")
+    eff = loop.rm.effort
+    assert np.all(eff > 0) and np.all(eff < paper.cfg.tau_limit_paper)
+    lo, hi = real.tau_bounds()
+    np.testing.assert_array_equal(hi, eff)
+    np.testing.assert_array_equal(lo, -eff)
+    rt = slice(real.row_tau, real.row_tau + real.n)
+    shift = real._h[6:] + real._tau_sw_total
+    np.testing.assert_allclose(real.problem.u[rt], eff - shift, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(real.problem.l[rt], -eff - shift, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(paper.problem.u[rt], paper.cfg.tau_limit_paper - shift, rtol=0, atol=1e-9)
+    assert_same_blocks(real, paper, but=("l", "u"))
+    assert out.diag.qp_accepted and np.all(np.abs(out.tau) <= eff * (1 + 1e-6) + 1e-6)
+
+
+def test_option_swing_pitch_recenter_off(walk):
+    """``swing_pitch_recenter: false``: swing legs' pitch rows target zero pitch acceleration
+    instead of the PD back to the nominal pitch; support legs unchanged."""
+    loop, _ = walk
+    inp = option_state(walk)
+    rec, _ = one_cycle(loop, inp)
+    off, _ = one_cycle(loop, inp, swing_pitch_recenter=False)
+    lb, c = rec.last_legs, rec.cfg
+    dg = off.problem.g - rec.problem.g
+    for i in range(rec.N):
+        if inp.support[i]:
+            np.testing.assert_array_equal(dg[rec.leg_v[i]], 0.0)
+        else:                                   # g_i = -J_i^T W_i b_i: b_i[3] loses the PD
+            pd = c.kp_swing_pitch * (rec.theta_nominal[i] - lb.theta[i]) - c.kd_swing_pitch * lb.theta_dot[i]
+            assert abs(pd) > 1e-3
+            np.testing.assert_allclose(dg[rec.leg_v[i]], lb.J[i, 3] * c.w_pitch * pd, rtol=1e-9, atol=1e-9)
+    assert_same_blocks(off, rec, but=("g",))
+
+
+def test_option_swing_pitch_projection_off(walk):
+    """``swing_pitch_projection: false``: the swing PD torque is ``J_p^T F`` as it is; with the
+    projection (default) it differs by a multiple of ``J_theta`` and no longer accelerates theta
+    through the leg's inertia block (``J_theta M_ll^-1 tau_sw = 0``)."""
+    loop, _ = walk
+    inp = option_state(walk)
+    proj, op = one_cycle(loop, inp)
+    raw, orw = one_cycle(loop, inp, swing_pitch_projection=False)
+    lb, M = proj.last_legs, proj._M
+    for i in range(proj.N):
+        cols, vcols = proj.leg_j[i], proj.leg_v[i]
+        tp, tr = op.diag.tau_sw[cols], orw.diag.tau_sw[cols]
+        if inp.support[i]:
+            np.testing.assert_array_equal(tp, 0.0)
+            np.testing.assert_array_equal(tr, 0.0)
+            continue
+        Jt = lb.J[i, 3]
+        Minv_Jt = np.linalg.solve(M[np.ix_(vcols, vcols)], Jt)
+        assert abs(Minv_Jt @ tr) > 1e-6 * np.abs(Minv_Jt).max() * np.abs(tr).max()   # raw torque moves theta
+        assert abs(Minv_Jt @ tp) <= 1e-9 * np.abs(Minv_Jt).max() * np.abs(tr).max()  # projected: does not
+        coef = (Minv_Jt @ tr) / (Jt @ Minv_Jt)
+        np.testing.assert_allclose(tp, tr - coef * Jt, rtol=1e-9, atol=1e-9)
+    rt = slice(proj.row_tau, proj.row_tau + proj.n)
+    np.testing.assert_allclose(raw.problem.u[rt] - proj.problem.u[rt], op.diag.tau_sw - orw.diag.tau_sw,
+                               rtol=0, atol=1e-9)
+    assert_same_blocks(raw, proj, but=("l", "u"))
