@@ -200,3 +200,31 @@ def test_long_runs_show_progress(tmp_path, ros_env):
                        r"command latency p99 (\d+) us", r.stdout + r.stderr)
     assert len(lines) >= 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert float(lines[-1][0]) > float(lines[0][0]) and all(float(x[1]) > 0 for x in lines)
+
+
+@pytest.mark.ros
+def test_forward_command_for_ros2_control(tmp_path, ros_env):
+    """forward_command_topic: the efforts alone, in the order of a ros2_control controller's `joints`,
+    equal to the torque command of the same tick."""
+    import subprocess
+
+    from legged_wbc.model import RobotModel
+
+    names = list(reversed(RobotModel("hexapod").joint_names))[:12]       # a subset, another order
+    bag = tmp_path / "fwd_bag"
+    r = subprocess.run([str(BIN / "walking_container"), "--ros-args",
+                        "--params-file", str(ROOT / "config/mujoco_bridge.yaml"),
+                        "--params-file", str(ROOT / "config/wbc_controller.yaml"),
+                        "--params-file", str(ROOT / "config/recorder.yaml"),
+                        "-p", "duration:=0.5", "-p", "scenario:=nominal", "-p", f"record:={bag}",
+                        "-p", "forward_command_topic:=/effort_controller/commands",
+                        "-p", f"forward_command_joints:=[{','.join(names)}]"],
+                       env=ros_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    topics = read_bag(bag)
+    fwd, cmd = topics["/effort_controller/commands"], topics["/joint_torque_cmd"]
+    assert len(fwd) == len(cmd) == 251
+    js_names = list(topics["/joint_states"][0][1].name)
+    idx = [js_names.index(n) for n in names]
+    for (_, f), (_, c) in zip(fwd, cmd):
+        assert len(f.data) == 12 and np.array_equal(np.asarray(f.data), np.asarray(c.data)[:-1][idx])

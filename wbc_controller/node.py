@@ -45,6 +45,11 @@ NODE_SCHEMA = [
     ParamSpec("scenario", "nominal", "scenario whose references (stand-up, speed, gait start) are used",
               read_only=True),
     ParamSpec("qos_depth", 200, "history depth of the reliable topics [messages]", min=1, max=100000, read_only=True),
+    ParamSpec("forward_command_topic", "", "also publish the efforts as a ros2_control forward_command_controller "
+              "command (std_msgs/Float64MultiArray, efforts only) on this topic, e.g. "
+              "/effort_controller/commands; empty = off", read_only=True),
+    ParamSpec("forward_command_joints", [], "joint order of forward_command_topic (the controller's `joints` "
+              "parameter); empty = joint_states order", type="str_array", read_only=True),
 ]
 
 
@@ -115,6 +120,20 @@ def _make_node_class():
             self.pub_pitch = ros_io.create_publisher(self, JointState, ros_io.TOPIC_WBC_PITCH, qos)
             self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_WBC_DIAG, qos)
             self.diag_label = "wbc[" + ",".join(DIAG_FIELDS) + "]"
+            self.pub_forward, self._forward_idx = None, None
+            if P["forward_command_topic"]:
+                # ros2_control's forward_command_controller (e.g. effort_controllers/JointGroupEffortController)
+                # takes exactly the efforts, in the order of its `joints` parameter
+                joints = list(P["forward_command_joints"]) or self.joint_names
+                from legged_wbc.model import joint_permutation
+
+                try:
+                    self._forward_idx = joint_permutation(self.joint_names, joints)
+                except ValueError as exc:
+                    from legged_wbc.robot import ConfigError
+
+                    raise ConfigError(f"forward_command_joints: {exc}") from None
+                self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P["forward_command_topic"], qos)
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                    f"scenario {P['scenario']}")
 
@@ -219,6 +238,8 @@ def _make_node_class():
                 (self.pub_diag, ros_io.float64_array_msg([float(x) for x in vals], self.diag_label)),
                 (self.pub_cmd, ros_io.torque_command_msg(out.tau, tick)),
             ]
+            if self.pub_forward is not None:
+                self._last_out.append((self.pub_forward, Float64MultiArray(data=ros_io.dvec(out.tau[self._forward_idx]))))
             if tick == 0:
                 # the first command must reach every subscriber (bridge, recorder) that is in the graph
                 ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
