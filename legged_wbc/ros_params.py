@@ -215,10 +215,15 @@ class NodeParameters:
         for spec in self.specs.values():
             try:
                 if spec.type.endswith("_array") and not spec.default:
-                    # rclpy would infer BYTE_ARRAY from an empty list: declare the type explicitly
+                    # rclpy infers BYTE_ARRAY from an empty list, and a parameter declared by type only
+                    # stays uninitialized (get_parameter raises): declare it with a one-element value
+                    # of the right type, then empty it unless a file / the command line gave one
                     ptype = Parameter.Type(spec.descriptor().type)
-                    p = node.declare_parameter(spec.name, ptype, spec.descriptor())
-                    if p.value is None:
+                    placeholder = {"str_array": [""], "float_array": [0.0], "int_array": [0],
+                                   "bool_array": [False]}[spec.type]
+                    overridden = spec.name in getattr(node, "_parameter_overrides", {})
+                    p = node.declare_parameter(spec.name, placeholder, spec.descriptor())
+                    if not overridden:
                         node.set_parameters([Parameter(spec.name, ptype, [])])
                         p = node.get_parameter(spec.name)
                 else:

@@ -484,3 +484,28 @@ def test_joint_order_rejects_duplicates_and_implausible_states():
     # without bounds (the leg-name messages), only duplicates are refused
     legs = ros_io.JointOrder(["a", "b"])
     assert legs.arrays(ros_io.joint_state_msg(0, ["b", "a"], [1e6, 2.0], [0, 0], [0, 0]))[0].tolist() == [2.0, 1e6]
+
+
+@pytest.mark.ros
+def test_empty_array_parameters_without_a_file():
+    """An empty-list default (the recorder's `topics`) is a usable, typed parameter without any file."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+
+    from legged_wbc.ros_params import NodeParameters, ParamSpec
+
+    ctx = Context()
+    rclpy.init(context=ctx)
+    try:
+        n = rclpy.create_node("empty_arrays", context=ctx)
+        P = NodeParameters(n, [ParamSpec("topics", [], "t", type="str_array"), ParamSpec("w", [], "w", type="float_array")])
+        assert P["topics"] == [] and P["w"] == [] and list(n.get_parameter("topics").value) == []
+        assert n.get_parameter("topics").type_ == Parameter.Type.STRING_ARRAY
+        n2 = rclpy.create_node("given_arrays", context=ctx,
+                               parameter_overrides=[Parameter("topics", value=["/a", "/b"])])
+        assert NodeParameters(n2, [ParamSpec("topics", [], "t", type="str_array")])["topics"] == ["/a", "/b"]
+        n.destroy_node()
+        n2.destroy_node()
+    finally:
+        rclpy.shutdown(context=ctx)
