@@ -106,6 +106,7 @@ class ClosedLoop:
         noise = SensorNoise(**{k: scenario.noise[k] for k in ("joint_velocity", "gyro", "accel", "seed")
                                if k in scenario.noise})
         self.sim = MujocoSim(rm, noise=noise)
+        self.sim.set_physics(**scenario.physics())  # ground friction, payload, push (evaluation scenarios)
         over = scenario.controller_overrides(mode)
         if solver:
             over["solver"] = solver

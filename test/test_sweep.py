@@ -77,13 +77,8 @@ def test_small_sweep_counts_and_keys(small_sweep):
 
 
 def test_reproduce_command_gives_the_same_metrics(small_sweep, tmp_path):
-    import inspect
-
     from legged_wbc.cli import main
-    from legged_wbc.closed_loop import ClosedLoop
 
-    if "set_physics" not in inspect.getsource(ClosedLoop.__init__):   # TODO(sweep): remove once it does
-        pytest.xfail("ClosedLoop does not apply ground.friction / payload / push yet")
     _, out = small_sweep
     rec = json.loads((out / "trials" / "t0001-cbf.json").read_text())
     argv = shlex.split(rec["command"])
