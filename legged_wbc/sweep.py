@@ -484,6 +484,7 @@ def run_sweep(scenario: str, trials: int, out: str | Path, *, controllers=("damp
     state = {"ran": 0, "retried_now": 0, "workers": 0, "dashboard": None, "interrupted": False,
              "engine": "dask", "scheduler": scheduler or "LocalCluster"}
     client = cluster = None
+    old_term = _term_as_interrupt()
     prog = Progress(len(tasks), len(tasks) - len(todo), stream, min_interval=0.2 if getattr(stream, "isatty", lambda: False)() else 0.0)
     try:
         if todo:
@@ -502,6 +503,7 @@ def run_sweep(scenario: str, trials: int, out: str | Path, *, controllers=("damp
         prog.note(f"interrupted: {prog.already + prog.done} of {len(tasks)} runs on disk in {out / 'trials'}; "
                   "--resume runs the rest")
     finally:
+        _restore_term(old_term)
         if client is not None:
             try:
                 client.close(timeout=10)
@@ -528,6 +530,28 @@ def run_sweep(scenario: str, trials: int, out: str | Path, *, controllers=("damp
     print_summary(summary, names, stream)
     print(f"wrote {out / 'summary.json'} and {out / 'report.md'}", file=stream)
     return 130 if state["interrupted"] else 0
+
+
+def _term_as_interrupt():
+    """SIGTERM (a batch system, ``kill``) ends the sweep like Ctrl-C: finished runs stay on disk
+    and are summarized. Returns the previous handler (None if not in the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _restore_term(old) -> None:
+    import signal
+
+    if old is not None:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -> None:
