@@ -28,7 +28,7 @@ def cluster():
     """A LocalCluster shared by the tests that pass ``--scheduler`` (the same sweep, unchanged)."""
     distributed = pytest.importorskip("distributed")
     c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                 dashboard_address=None, env=dict(sw.BLAS_ENV), silence_logs=40)
+                                 dashboard_address="127.0.0.1:0", env=dict(sw.BLAS_ENV), silence_logs=40)
     yield c.scheduler_address
     c.close()
 
