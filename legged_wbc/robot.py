@@ -218,6 +218,18 @@ class RobotConfig:
             raise ConfigError(f"robot config {source or ''}: missing key {exc}") from exc
 
 
+def find_config(subdir: str, name_or_path: str, what: str) -> Path:
+    """``config/<subdir>/<name>.yaml`` for a bare name, else the path given; a ConfigError listing
+    the available names when it does not exist (scenarios, sweep ranges)."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = share_path("config", subdir, f"{name_or_path}.yaml")
+    if not p.is_file():
+        avail = sorted(x.stem for x in share_path("config", subdir).glob("*.yaml"))
+        raise ConfigError(f"{what} {name_or_path!r} not found (available: {avail})")
+    return p
+
+
 def load_yaml_file(path: str | Path):
     """``yaml.safe_load`` of a file; an unreadable file or a YAML syntax error is a ConfigError that
     names the file and the line (not ``<unicode string>``)."""

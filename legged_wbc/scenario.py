@@ -134,13 +134,9 @@ def parse_overrides(items: list[str] | None) -> list[tuple[str, object]]:
 
 
 def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scenario:
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = share_path("config", "scenarios", f"{name_or_path}.yaml")
-    if not p.exists():
-        avail = sorted(x.stem for x in share_path("config", "scenarios").glob("*.yaml"))
-        raise ConfigError(f"scenario {name_or_path!r} not found (available: {avail})")
-    from .robot import load_yaml_file
+    from .robot import find_config, load_yaml_file
+
+    p = find_config("scenarios", name_or_path, "scenario")
 
     doc = load_yaml_file(p)
     if not isinstance(doc, dict) or "scenario" not in doc:

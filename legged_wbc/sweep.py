@@ -51,15 +51,13 @@ class SweepError(RuntimeError):
 # ------------------------------------------------------------------------------------ ranges
 def load_ranges(name_or_path: str = "default") -> dict:
     """The ``sweep:`` block of ``config/sweeps/NAME.yaml`` (or a YAML path)."""
-    from .robot import share_path
+    from .robot import ConfigError, find_config, load_yaml_file
 
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = share_path("config", "sweeps", f"{name_or_path}.yaml")
-    if not p.is_file():
-        avail = sorted(x.stem for x in share_path("config", "sweeps").glob("*.yaml"))
-        raise SweepError(f"sweep ranges {name_or_path!r} not found (available: {avail})")
-    doc = yaml.safe_load(p.read_text()) or {}
+    try:
+        p = find_config("sweeps", name_or_path, "sweep ranges")
+        doc = load_yaml_file(p) or {}
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
     if "sweep" not in doc or not isinstance(doc["sweep"], dict):
         raise SweepError(f"{p}: no 'sweep:' mapping")
     rng = doc["sweep"]

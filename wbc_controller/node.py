@@ -107,7 +107,7 @@ def _make_node_class():
             self.leg_names = list(self.rm.cfg.leg_names)
             self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.legs_order = ros_io.JointOrder(self.leg_names)
-            self.sync = ros_io.TickSync(("js", "odom", "support"))
+            self.sync = ros_io.TickSync(self._required_inputs())
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
@@ -162,7 +162,6 @@ def _make_node_class():
                 if status == ros_io.TickSync.REPEAT and key == "js":  # re-published: our answer was lost
                     self._resend()
                 return
-            self.sync.required = ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
             d = self.sync.add(tick, key, value)
             if d is not None:
                 self._run_tick(tick, d)
@@ -212,10 +211,15 @@ def _make_node_class():
             self._slot(msg, "tau_ext", eff)
 
         # -------------------------------------------------------------- one control tick
+        def _required_inputs(self) -> tuple:
+            """The topics a tick waits for (tau_ext only with null-space compensation)."""
+            return ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
+
         def _run_tick(self, tick: int, d: dict) -> None:
             if self._pending_cfg is not None:
                 self.cfg, self._pending_cfg = self._pending_cfg, None
                 self.ctl.set_config(self.cfg)
+                self.sync.required = self._required_inputs()   # from the next tick on
             pos, vel = d["js"]
             qb, vb = d["odom"]
             q = np.concatenate([qb, pos])
