@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push")   # index = the category's seed stream
 METRICS = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm",
