@@ -20,7 +20,8 @@ def data_tree(src: str) -> list[tuple[str, list[str]]]:
 setup(
     name=PACKAGE,
     version="0.1.0",
-    packages=["legged_wbc", "wbc_controller", "state_estimator", "mujoco_bridge"],
+    packages=["legged_wbc", "legged_wbc.cli", "legged_wbc.ros", "legged_wbc.tools",
+              "wbc_controller", "state_estimator", "mujoco_bridge"],
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -40,8 +41,8 @@ setup(
             "mujoco_bridge = mujoco_bridge.node:main",
             "state_estimator = state_estimator.node:main",
             "wbc_controller = wbc_controller.node:main",
-            "bag_recorder = legged_wbc.recorder:main",
-            "walking_container = legged_wbc.container:main",
+            "bag_recorder = legged_wbc.ros.recorder:main",
+            "walking_container = legged_wbc.ros.container:main",
         ],
     },
 )

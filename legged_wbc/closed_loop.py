@@ -28,10 +28,10 @@ from state_estimator.estimator import StateEstimator
 from wbc_controller.config import load_wbc_config
 from wbc_controller.controller import ControllerInput, WholeBodyController
 
-from .gait import GaitConfig, GaitScheduler
-from .metrics import compute_metrics, roll_pitch_from_quat_xyzw
-from .model import RobotModel
-from .scenario import DisturbanceModel, Scenario
+from legged_wbc.gait import GaitConfig, GaitScheduler
+from legged_wbc.metrics import compute_metrics, roll_pitch_from_quat_xyzw
+from legged_wbc.model import RobotModel
+from legged_wbc.scenario import DisturbanceModel, Scenario
 
 CONTROL_DT = 0.002
 CONTROL_PERIOD_NS = 2_000_000

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .robot import ConfigError
+from legged_wbc.robot import ConfigError
 
 SUPPORT, SWING_UP, SWING_DOWN = 0, 1, 2
 PHASE_NAMES = ("support", "swing_up", "swing_down")

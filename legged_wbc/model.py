@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy as np
 import pinocchio as pin
 
-from .robot import ConfigError, RobotConfig, foot_geometry, load_robot_config
+from legged_wbc.robot import ConfigError, RobotConfig, foot_geometry, load_robot_config
 
 R2_EPS = 1e-10
 

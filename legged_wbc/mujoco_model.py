@@ -12,7 +12,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from .robot import RobotConfig, load_robot_config
+from legged_wbc.robot import RobotConfig, load_robot_config
 
 TIMESTEP = 0.001  # [s] physics step (1 kHz)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .robot import ConfigError
+from legged_wbc.robot import ConfigError
 
 
 def param(default, lo: float | None = None, hi: float | None = None, desc: str = "", choices=None):
@@ -118,7 +118,7 @@ def schema(cls) -> list[dict]:
 
 def load_ros_params(path: str | Path, node_name: str) -> dict:
     """The ``ros__parameters`` block of ``node_name`` in a standard ROS 2 parameter YAML."""
-    from .robot import load_yaml_file
+    from legged_wbc.robot import load_yaml_file
 
     d = load_yaml_file(path) or {}
     if not isinstance(d, dict):

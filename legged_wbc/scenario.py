@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
-from .robot import ConfigError, share_path
+from legged_wbc.robot import ConfigError
 
 
 @dataclass(frozen=True)
@@ -134,7 +133,7 @@ def parse_overrides(items: list[str] | None) -> list[tuple[str, object]]:
 
 
 def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scenario:
-    from .robot import find_config, load_yaml_file
+    from legged_wbc.robot import find_config, load_yaml_file
 
     p = find_config("scenarios", name_or_path, "scenario")
 
@@ -222,7 +221,7 @@ class DisturbanceModel:
     def torque(self, t: float, joint_pos, leg_in_support: bool):
         import numpy as np
 
-        from .model import null_vector
+        from legged_wbc.model import null_vector
 
         tau = np.zeros(self.robot.n)
         if self.dist.active_window(t) and leg_in_support:

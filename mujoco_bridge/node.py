@@ -1,6 +1,6 @@
 """``mujoco_bridge``: the MuJoCo simulation as a ROS 2 node (physics at 1 kHz, control ticks at 500 Hz).
 
-Publishes (conventions and array layouts: :mod:`legged_wbc.ros_io`):
+Publishes (conventions and array layouts: :mod:`legged_wbc.ros.io`):
 
 * ``/joint_states`` (sensor_msgs/JointState, every physics step): ``name`` = ``RobotModel.joint_names``,
   position [rad], velocity [rad/s], effort = motor torque applied during the step that ended at
@@ -106,8 +106,8 @@ import time
 
 import numpy as np
 
-from legged_wbc import ros_io
-from legged_wbc.ros_params import NodeParameters, ParamSpec
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.params import NodeParameters, ParamSpec
 from mujoco_bridge.timing import CommandQueue, CommandTiming
 
 SCHEMA = [
@@ -329,7 +329,7 @@ def _make_node_class():
         def _open_viewer(self):
             """Live view with its own MjData, synced by its own thread (off the physics path);
             without a display it says so and the node runs on headless."""
-            from legged_wbc.viewer import open_viewer
+            from legged_wbc.tools.viewer import open_viewer
 
             v = open_viewer(self.sim.m)
             if not v.active:
@@ -730,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _stop)
         rc = node.run()
     except Exception as exc:
-        from legged_wbc.ros_params import ParameterSchemaError
+        from legged_wbc.ros.params import ParameterSchemaError
         from legged_wbc.robot import ConfigError
 
         if isinstance(exc, (ParameterSchemaError, ConfigError)):

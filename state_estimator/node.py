@@ -27,9 +27,9 @@ import sys
 
 import numpy as np
 
-from legged_wbc import ros_io
-from legged_wbc.ros_io import TickSync
-from legged_wbc.ros_params import NodeParameters, ParamSpec
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.io import TickSync
+from legged_wbc.ros.params import NodeParameters, ParamSpec
 
 
 NODE_SCHEMA = [

@@ -31,7 +31,7 @@ def _launch(tmp_path, env, name, *args, timeout=300):
 
 
 def _metrics(bag: Path, out: Path) -> dict:
-    from legged_wbc.compare import compare
+    from legged_wbc.tools.compare import compare
 
     res = compare([bag], out)
     return next(iter(res["metrics"].values()))
@@ -40,7 +40,7 @@ def _metrics(bag: Path, out: Path) -> dict:
 @pytest.mark.ros
 def test_container_and_processes_layouts_give_the_same_lockstep_run(tmp_path, ros_env):
     """Lockstep through in-process handoff and through DDS between processes: the same bits."""
-    from legged_wbc.bag_metrics import load_run
+    from legged_wbc.tools.bag_metrics import load_run
     from legged_wbc.scenario import dump_scenario, load_scenario
 
     sc = tmp_path / "short.yaml"

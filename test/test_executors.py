@@ -51,7 +51,7 @@ def publisher_main(n: int, rate: float = 1000.0) -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from legged_wbc import ros_io
+    from legged_wbc.ros import io as ros_io
 
     rclpy.init()
     node = Node("executor_test_pub")
@@ -75,7 +75,7 @@ def publisher_main(n: int, rate: float = 1000.0) -> int:
 
 
 def subscriber_main(fail_at: int = -1) -> int:
-    from legged_wbc import ros_io
+    from legged_wbc.ros import io as ros_io
 
     def make_node():
         from rclpy.node import Node
@@ -163,7 +163,7 @@ class _FakeExecutor:
 def test_spin_until_never_spins_without_a_timeout():
     ex = _FakeExecutor()
     n = iter(range(5))
-    from legged_wbc import ros_io
+    from legged_wbc.ros import io as ros_io
 
     ros_io.spin_until(ex, lambda: next(n) >= 3)
     assert len(ex.timeouts) == 3
@@ -171,7 +171,7 @@ def test_spin_until_never_spins_without_a_timeout():
 
 
 def test_executor_kind_from_the_environment(monkeypatch):
-    from legged_wbc import ros_io
+    from legged_wbc.ros import io as ros_io
 
     monkeypatch.delenv(ros_io.EXECUTOR_ENV, raising=False)
     assert ros_io.executor_kind() == "events"
@@ -245,7 +245,7 @@ import rclpy
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Int64
-from legged_wbc import ros_io
+from legged_wbc.ros import io as ros_io
 rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
 qos = QoSProfile(depth=2000, reliability=ReliabilityPolicy.RELIABLE)
 node = rclpy.create_node("threaded_spin")

@@ -1,4 +1,4 @@
-"""Intra-process handoff (legged_wbc.intra_process) with real rclpy nodes, and the bridge's command timing.
+"""Intra-process handoff (legged_wbc.ros.intra_process) with real rclpy nodes, and the bridge's command timing.
 
 The bus tests run real nodes in this process (their own ROS context on a test domain); "outside the
 process" is a second rclpy context, which DDS treats as another participant exactly like another
@@ -81,7 +81,7 @@ def ros_contexts():
 
 
 def _js(k: int):
-    from legged_wbc import ros_io
+    from legged_wbc.ros import io as ros_io
 
     return ros_io.joint_state_msg(k * 2_000_000, ["a", "b"], [k, 1.0], [0.0, 0.0], [0.0, 0.0])
 
@@ -101,8 +101,8 @@ def test_bus_hands_messages_over_in_process_and_on_dds_only_when_asked(ros_conte
     from sensor_msgs.msg import JointState
     from std_msgs.msg import String
 
-    from legged_wbc import ros_io
-    from legged_wbc.intra_process import IntraProcessBus
+    from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.intra_process import IntraProcessBus
 
     inside, outside = ros_contexts
     bus = IntraProcessBus()
@@ -164,8 +164,8 @@ def test_bus_survives_a_failing_callback(ros_contexts):
     from rclpy.node import Node
     from sensor_msgs.msg import JointState
 
-    from legged_wbc import ros_io
-    from legged_wbc.intra_process import IntraProcessBus
+    from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.intra_process import IntraProcessBus
 
     inside, _ = ros_contexts
     bus = IntraProcessBus()
@@ -198,8 +198,8 @@ def test_deferred_raw_deliveries_wait_for_flush(ros_contexts):
     from rclpy.serialization import deserialize_message
     from sensor_msgs.msg import JointState
 
-    from legged_wbc import ros_io
-    from legged_wbc.intra_process import IntraProcessBus
+    from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.intra_process import IntraProcessBus
 
     inside, _ = ros_contexts
     bus = IntraProcessBus(defer_raw=True)
@@ -234,7 +234,7 @@ def test_nodes_use_plain_rclpy_outside_a_container():
             calls.append(("sub", a, kw))
             return "S"
 
-    from legged_wbc import ros_io
+    from legged_wbc.ros import io as ros_io
 
     n = FakeNode()
     assert ros_io.create_publisher(n, int, "t", 10) == "P"
@@ -244,7 +244,7 @@ def test_nodes_use_plain_rclpy_outside_a_container():
 
 
 def test_tick_sync_runs_a_tick_once_when_complete():
-    from legged_wbc.ros_io import TickSync
+    from legged_wbc.ros.io import TickSync
 
     s = TickSync(("js", "imu"))
     assert s.status(0) == TickSync.NEW

@@ -9,7 +9,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from legged_wbc.checks import check_model, conditioning, make_pair
+from legged_wbc.tools.checks import check_model, conditioning, make_pair
 from legged_wbc.model import RobotModel, joint_permutation, null_vector
 from legged_wbc.robot import ConfigError, RobotConfig, generate_urdf, load_robot_config
 
@@ -226,19 +226,62 @@ def test_bad_input_is_named():
         rm.check_state(q)
 
 
+# Where rclpy may be imported: the ROS plumbing package and the three node modules. Everything else
+# (the core, the tools, the CLI, the math of the node packages) must import without it.
+ROS_MODULES = ("legged_wbc.ros", "mujoco_bridge.node", "state_estimator.node", "wbc_controller.node")
+
+
+def _python_modules():
+    for pkg in ("legged_wbc", "wbc_controller", "state_estimator", "mujoco_bridge"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            rel = f.relative_to(ROOT).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            yield ".".join(parts), f
+
+
+def _is_ros_module(mod: str) -> bool:
+    return any(mod == r or mod.startswith(r + ".") for r in ROS_MODULES)
+
+
+def _imports(f):
+    import ast
+
+    for node in ast.walk(ast.parse(f.read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((a.name, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            yield node.module or "", node.lineno
+
+
+def test_rclpy_only_in_ros_modules_by_structure():
+    """rclpy is imported (at the top or inside a function) only by legged_wbc.ros and the node modules;
+    the core (legged_wbc's top-level modules, the node packages' math) imports neither the ROS package
+    nor the tools or the CLI (layering: core <- tools, ros <- cli)."""
+    offenders = []
+    for mod, f in _python_modules():
+        core = mod.count(".") <= 1 and not mod.startswith(("legged_wbc.ros", "legged_wbc.tools", "legged_wbc.cli")) \
+            and not _is_ros_module(mod) and not mod.endswith(".bench")
+        for name, line in _imports(f):
+            if name.split(".")[0] == "rclpy" and not _is_ros_module(mod):
+                offenders.append(f"{mod}:{line} imports {name}")
+            if core and name.startswith(("legged_wbc.ros", "legged_wbc.tools", "legged_wbc.cli")):
+                offenders.append(f"{mod}:{line} (core) imports {name}")
+    assert offenders == [], offenders
+
+
 def test_core_imports_without_rclpy():
+    mods = [m for m, _ in _python_modules() if not _is_ros_module(m) and not m.endswith(".__main__")]
+    assert "legged_wbc.robot" in mods and "legged_wbc.cli" in mods and "wbc_controller.controller" in mods
     code = (
-        "import sys\n"
+        "import sys, importlib\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'rclpy' or name.startswith('rclpy.'): raise ImportError('rclpy blocked')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import pkgutil, importlib\n"
-        "import legged_wbc, wbc_controller, state_estimator, mujoco_bridge\n"
-        "for pkg in (legged_wbc, wbc_controller, state_estimator, mujoco_bridge):\n"
-        "    for m in pkgutil.iter_modules(pkg.__path__):\n"
-        "        if m.name in ('node', 'nodes', 'ros_io', 'recorder', 'launcher', 'param_cli'): continue\n"
-        "        importlib.import_module(pkg.__name__ + '.' + m.name)\n"
+        f"for m in {mods!r}:\n"
+        "    importlib.import_module(m)\n"
+        "from legged_wbc.cli import build_parser\n"
+        "build_parser()\n"
         "assert 'rclpy' not in sys.modules\n"
         "print('ok')\n"
     )

@@ -28,7 +28,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def scene():
-    from legged_wbc.render import SceneRenderer
+    from legged_wbc.tools.render import SceneRenderer
 
     sr = SceneRenderer("hexapod", W, H)
     yield sr
@@ -78,7 +78,7 @@ def test_render_cli_video_and_strip(run_dir, tmp_path, scene, capsys):
 
 
 def test_frame_overlay_draws_support_dots(scene):
-    from legged_wbc.render import SUPPORT_RGB, SWING_RGB, draw_overlay, leg_layout
+    from legged_wbc.tools.render import SUPPORT_RGB, SWING_RGB, draw_overlay, leg_layout
 
     frame = np.full((240, 320, 3), 90, np.uint8)
     sup = np.array([1, 0, 1, 0, 1, 0], bool)
@@ -90,7 +90,7 @@ def test_frame_overlay_draws_support_dots(scene):
 
 
 def test_strip_covers_one_gait_cycle(run_dir):
-    from legged_wbc.render import Recording, Series, load_recording, strip_times
+    from legged_wbc.tools.render import Recording, Series, load_recording, strip_times
 
     rec = load_recording(run_dir)
     # a synthetic 6-s recording: the strip takes the middle complete cycle after the gait start
@@ -109,7 +109,7 @@ def test_strip_covers_one_gait_cycle(run_dir):
 def test_compare_side_by_side(run_dir, tmp_path):
     from PIL import Image
 
-    from legged_wbc.render import RenderOptions, render_run
+    from legged_wbc.tools.render import RenderOptions, render_run
 
     # a second "run": the same log relabelled as WBC-0
     S, meta = load_log(run_dir)
@@ -179,7 +179,7 @@ def _write_bag(path: Path, S: dict, joint_names, leg_names, storage="mcap", topi
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
 def test_bag_replays_like_the_log(run_dir, tmp_path, scene, storage):
-    from legged_wbc.render import load_recording
+    from legged_wbc.tools.render import load_recording
 
     S, _ = load_log(run_dir)
     bag = _write_bag(tmp_path / "bag", S, scene.rm.joint_names, scene.rm.cfg.leg_names, storage)
@@ -240,7 +240,7 @@ def test_not_a_run_and_bad_options(tmp_path, run_dir, capsys):
 
 # ------------------------------------------------------------------------------------------ viewer
 def test_viewer_without_display_is_a_noop_with_one_message(monkeypatch, capsys):
-    from legged_wbc import viewer
+    from legged_wbc.tools import viewer
     from legged_wbc.mujoco_model import build_model
 
     monkeypatch.delenv("DISPLAY", raising=False)
@@ -258,7 +258,7 @@ def test_viewer_without_display_is_a_noop_with_one_message(monkeypatch, capsys):
 
 
 def test_viewer_launch_failure_falls_back(monkeypatch, capsys):
-    from legged_wbc import viewer
+    from legged_wbc.tools import viewer
     from legged_wbc.mujoco_model import build_model
 
     monkeypatch.setattr(viewer, "_warned", set())
@@ -278,7 +278,7 @@ def test_viewer_with_unreachable_display_does_not_end_the_process(tmp_path):
     import sys
 
     code = ("from legged_wbc.mujoco_model import build_model\n"
-            "from legged_wbc.viewer import open_viewer\n"
+            "from legged_wbc.tools.viewer import open_viewer\n"
             "v = open_viewer(build_model())\n"
             "v.update([0.0] * 31)\n"
             "print('still running', v.active)\n")
@@ -313,7 +313,7 @@ class FakeHandle:
 
 
 def test_attach_viewer_feeds_the_view_off_the_physics_path(monkeypatch):
-    from legged_wbc import viewer
+    from legged_wbc.tools import viewer
 
     loop = ClosedLoop(load_scenario("nominal", QUICK), "cbf")
     handles = []
@@ -354,7 +354,7 @@ def test_attach_viewer_feeds_the_view_off_the_physics_path(monkeypatch):
 
 
 def test_viewer_data_provider(monkeypatch):
-    from legged_wbc import viewer
+    from legged_wbc.tools import viewer
     from legged_wbc.mujoco_model import build_model
 
     m = build_model()

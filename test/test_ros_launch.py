@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from legged_wbc import launcher as L
-from legged_wbc import ros_io
+from legged_wbc.ros import launcher as L
+from legged_wbc.ros import io as ros_io
 
 
 # ------------------------------------------------------------------------------------ launch file
@@ -352,7 +352,7 @@ def test_ros_io_conversions():
 
 # ------------------------------------------------------------------------------------ ros_params
 def test_param_spec_validation():
-    from legged_wbc.ros_params import ParameterSchemaError, ParamSpec, normalize_schema
+    from legged_wbc.ros.params import ParameterSchemaError, ParamSpec, normalize_schema
 
     s = ParamSpec("gain", 1.0, "a gain [N m/rad]", min=0.0, max=10.0)
     assert s.type == "float" and s.check(s.coerce(5)) is None and s.coerce(5) == 5.0
@@ -379,7 +379,7 @@ def test_node_parameters_live_updates():
     import rclpy
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros_params import NodeParameters, ParameterSchemaError, ParamSpec
+    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError, ParamSpec
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=random.randint(101, 200),
@@ -412,7 +412,7 @@ def test_recorder_loads_message_definitions_from_installed_msg_files():
     """Types missing from rosbags' store are read from the installed .msg files, with the same hash."""
     from rosbags.typesys import Stores, get_typestore
 
-    from legged_wbc.recorder import ensure_type
+    from legged_wbc.ros.recorder import ensure_type
 
     empty, kilted = get_typestore(Stores.EMPTY), get_typestore(Stores.ROS2_KILTED)
     for t in ("sensor_msgs/msg/JointState", "nav_msgs/msg/Odometry", "std_msgs/msg/Float64MultiArray"):
@@ -493,7 +493,7 @@ def test_empty_array_parameters_without_a_file():
     from rclpy.context import Context
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros_params import NodeParameters, ParamSpec
+    from legged_wbc.ros.params import NodeParameters, ParamSpec
 
     ctx = Context()
     rclpy.init(context=ctx)

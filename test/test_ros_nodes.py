@@ -39,7 +39,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 from sensor_msgs.msg import JointState, Imu
 from std_msgs.msg import Float64MultiArray
-from legged_wbc import ros_io
+from legged_wbc.ros import io as ros_io
 from legged_wbc.model import RobotModel
 rclpy.init()
 n = Node("feeder")

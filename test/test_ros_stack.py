@@ -53,7 +53,7 @@ def controller_main(argv: list[str]) -> int:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
-    from legged_wbc import ros_io
+    from legged_wbc.ros import io as ros_io
 
     rclpy.init(args=[sys.argv[0], *argv])
     node = Node("pd_test_controller")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from legged_wbc import sweep as sw
+from legged_wbc.tools import sweep as sw
 
 # the paper scenario compressed so that 2-3 s runs walk and have an evaluation window (t >= t_s)
 SHORT = ["walk.gait_start=0.8", "walk.t_s=1.2", "stand_up.start=0.1", "stand_up.duration=0.6"]

@@ -23,8 +23,6 @@ import time
 
 import numpy as np
 
-from legged_wbc.cli_types import positive_float
-
 from .qp import INF, make_backend
 
 BENCH_BACKENDS = ("daqp", "proxqp", "osqp", "qpsolvers-osqp")
@@ -294,76 +292,3 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
     else:
         out.update({"compile_s": None, "startup_first_s": None, "startup_s": None})
     return out
-
-
-def print_cycle(res: dict) -> None:
-    print(f"bench cycle: impl={res['impl']} scenario={res['scenario']} ticks={res['ticks']} "
-          f"(t = {res['window_s'][0]:.1f}-{res['window_s'][1]:.1f} s, disturbance inside), "
-          f"load {res['loadavg']['before'][0]:.2f} -> {res['loadavg']['after'][0]:.2f} on {res['cpu_count']} cores")
-    print(f"{'stage':24s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}")
-    rows = [(f"stage {k}", v) for k, v in res["stages"].items()]
-    rows += [("controller", res["controller"]), ("total (est + ctl)", res["total"]),
-             ("controller, CPU time", res["cpu"]["controller"]), ("total, CPU time", res["cpu"]["total"]),
-             ("reference model", res["reference"]["stages"]["model"]),
-             ("reference build + check", res["reference"]["stages"]["qp_build_check"]),
-             ("reference qp_solve", res["reference"]["stages"]["qp_solve"]),
-             ("reference estimator", res["reference"]["estimator"]),
-             ("reference controller", res["reference"]["controller"]),
-             ("reference total", res["reference"]["total"])]
-    for name, st in rows:
-        if st["p50_us"] is None:
-            continue
-        print(f"{name:24s} {st['p50_us']:8.0f} {st['p99_us']:8.0f} {st['max_us']:8.0f}")
-    print(f"speed-up of the total (p50): {res['speedup_total_p50']:.2f}x; max |tau - tau_ref| / max(1, |tau_ref|): "
-          f"{res['max_torque_diff_rel']:.2e}")
-    if res.get("compile_s") is not None:
-        print(f"start-up: {res['startup_first_s']:.2f} s with an empty numba cache (compile {res['compile_s']:.2f} s), "
-              f"{res['startup_s']:.2f} s cached")
-
-
-def cmd_bench(args) -> int:
-    if args.what not in ("qp", "cycle"):
-        print(f"unknown benchmark {args.what!r}")
-        return 2
-    import warnings
-
-    warnings.filterwarnings("ignore")  # solver deprecation / sparse-conversion chatter
-    if args.what == "cycle":
-        res = bench_cycle(seconds=4.0 if args.seconds is None else args.seconds, impl=args.impl,
-                          scenario=args.scenario, startup=not args.no_startup)
-        if args.json:
-            print(json.dumps(res, indent=2))
-        else:
-            print_cycle(res)
-        return 0
-    res = bench_qp(seconds=3.0 if args.seconds is None else args.seconds, backends=args.backends or BENCH_BACKENDS,
-                   scenario=args.scenario)
-    if args.json:
-        print(json.dumps(res, indent=2))
-        return 0
-    print(f"{res['instances']} QPs ({res['variables']} variables, {res['equalities']} equalities, "
-          f"{res['inequalities']} inequalities; {res['active_cbf_instances']} with a binding CBF row) from closed-loop "
-          f"walking; reference {res['reference']} at 1e-10")
-    print(f"{'backend':16s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s} {'fail':>5s} {'max resid':>10s} {'max dtau':>10s}")
-    for name, b in res["backends"].items():
-        mark = " <- selected" if name == res["selected"] else ""
-        print(f"{name:16s} {b['p50_us']:8.0f} {b['p99_us']:8.0f} {b['max_us']:8.0f} {b['failures']:5d} "
-              f"{b['max_residual']:10.2e} {b['max_torque_diff']:10.2e}{mark}")
-    print(f"whole controller cycle: p50 {res['cycle']['p50_us']:.0f} us, p99 {res['cycle']['p99_us']:.0f} us; "
-          f"speed-up of {res['selected']} vs naive qpsolvers-osqp (p50): {res['speedup_vs_naive_p50']:.1f}x")
-    return 0
-
-
-def register(sub) -> None:
-    s = sub.add_parser("bench", help="benchmarks that print numbers (bench qp, bench cycle)")
-    s.add_argument("what", choices=["qp", "cycle"], help="qp: QP backends on closed-loop walking instances; "
-                   "cycle: every control tick of closed-loop walking timed per stage, against the reference path")
-    s.add_argument("--seconds", type=positive_float, default=None,
-                   help="seconds of walking (qp: to collect QPs from, default 3; cycle: timed, default 4)")
-    s.add_argument("--impl", choices=["fast", "reference"], default="fast",
-                   help="cycle: implementation of the loop's estimator and controller (the shadow is the reference)")
-    s.add_argument("--no-startup", action="store_true", help="cycle: skip the start-up / numba compile measurement")
-    s.add_argument("--scenario", default="paper")
-    s.add_argument("--backends", nargs="*", help=f"default: {' '.join(BENCH_BACKENDS)}")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_bench)

@@ -17,7 +17,7 @@ then computes the torque and publishes, in this order,
   ``velocity`` = theta_dot [rad/s], ``effort`` = 1 where a CBF bound is binding;
 * ``/wbc/diagnostics`` (Float64MultiArray, label ``wbc[<fields>]``, fields :data:`DIAG_FIELDS`);
 * ``/joint_torque_cmd`` (Float64MultiArray ``[tau (joint_states order), tick]``, see
-  :mod:`legged_wbc.ros_io`).
+  :mod:`legged_wbc.ros.io`).
 
 A sample with NaN or the wrong length is rejected (logged, counted in the diagnostics) and that tick
 gets no command: the bridge's watchdog takes over, a NaN never reaches the torque output.
@@ -32,8 +32,8 @@ import sys
 
 import numpy as np
 
-from legged_wbc import ros_io
-from legged_wbc.ros_params import NodeParameters, ParamSpec
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.params import NodeParameters, ParamSpec
 
 
 DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from legged_wbc.cli_types import nonneg_float, positive_float
+    from .argtypes import nonneg_float, positive_float
 
-    from .evaluate import cmd_eval
+    from state_estimator.evaluate import cmd_eval
 
     s = sub.add_parser("eval-estimator", help="estimator vs ground truth in closed-loop walking (and a foot slip)")
     s.add_argument("--duration", type=positive_float, default=12.0, help="simulated seconds per run")

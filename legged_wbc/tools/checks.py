@@ -17,9 +17,9 @@ import mujoco
 import numpy as np
 import pinocchio as pin
 
-from .conventions import StateConverter
-from .model import RobotModel
-from .mujoco_model import actuator_joint_names, build_model, hinge_joint_names
+from legged_wbc.conventions import StateConverter
+from legged_wbc.model import RobotModel
+from legged_wbc.mujoco_model import actuator_joint_names, build_model, hinge_joint_names
 
 
 def make_pair(robot: str | None = None):

@@ -50,7 +50,7 @@ class SweepError(RuntimeError):
 # ------------------------------------------------------------------------------------ ranges
 def load_ranges(name_or_path: str = "default") -> dict:
     """The ``sweep:`` block of ``config/sweeps/NAME.yaml`` (or a YAML path)."""
-    from .robot import ConfigError, find_config, load_yaml_file
+    from legged_wbc.robot import ConfigError, find_config, load_yaml_file
 
     try:
         p = find_config("sweeps", name_or_path, "sweep ranges")
@@ -99,7 +99,7 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
     """Trial ``k``'s parameters: ``{"params": {category: {...}}, "sets": [key=value, ...]}``.
 
     Each category has its own generator ``default_rng([seed, k, index in RANDOMIZE])``."""
-    from .robot import load_robot_config
+    from legged_wbc.robot import load_robot_config
 
     params: dict = {}
     sets: list[str] = []
@@ -193,8 +193,8 @@ def reproduce_command(scenario_arg: str, controller: str, duration: float, sets:
 def plan_runs(scenario_arg: str, trials: int, variants: list[Variant], seed: int, randomize, ranges: dict,
               duration: float | None, sets: list[str] | None) -> tuple[dict, list[dict]]:
     """``(meta, tasks)``: the sweep's description and one task per (trial, variant)."""
-    from .robot import ConfigError
-    from .scenario import load_scenario
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.scenario import load_scenario
 
     sets = list(sets or [])
     if Path(scenario_arg).suffix:      # a YAML path: absolute, so the reproduce commands work from anywhere
@@ -255,8 +255,8 @@ def run_trial(task: dict) -> dict:
                 marker.write_text(str(os.getpid()))
                 time.sleep(0.5)
                 os._exit(17)
-        from .closed_loop import ClosedLoop
-        from .scenario import load_scenario
+        from legged_wbc.closed_loop import ClosedLoop
+        from legged_wbc.scenario import load_scenario
 
         sc = load_scenario(task["scenario"], task["sets"])
         loop = ClosedLoop(sc, task["controller"])

@@ -5,9 +5,9 @@ disturbance; shown qualitatively: it drifts out of range while standing up / sta
 WBC-D (``damping``) and WBC-CBF (``cbf``) on the ``paper`` scenario (the null-space disturbance
 from ``t_s + 20 s`` for 3 s). Each run goes through the ROS stack in lockstep, as
 ``legged-wbc launch walking_sim controller:=C scenario:=S mode:=lockstep record:=DIR/bags/NAME
-duration:=D`` (the launch file run by :mod:`legged_wbc.launcher`, each run on its own random
+duration:=D`` (the launch file run by :mod:`legged_wbc.ros.launcher`, each run on its own random
 ``ROS_DOMAIN_ID`` in 101-230 with ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``), then
-:func:`legged_wbc.compare.compare` writes ``DIR/report/`` (report.md, metrics.json, figures).
+:func:`legged_wbc.tools.compare.compare` writes ``DIR/report/`` (report.md, metrics.json, figures).
 
 Layout of ``DIR``::
 
@@ -48,7 +48,6 @@ import os
 import random
 import shutil
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,8 +88,8 @@ def plan(out: Path, sets: list[str] | None, duration: float | None, repeat: int 
          controllers=("none", "damping", "cbf"), headless: bool = False, torque_range=None,
          start_range=None) -> list[Job]:
     """The runs of the protocol, with their effective scenarios written to ``out/scenarios``."""
-    from .robot import ConfigError, load_robot_config
-    from .scenario import dump_scenario, load_scenario
+    from legged_wbc.robot import ConfigError, load_robot_config
+    from legged_wbc.scenario import dump_scenario, load_scenario
 
     sets = list(sets or [])
     if not headless:
@@ -142,74 +141,6 @@ def plan(out: Path, sets: list[str] | None, duration: float | None, repeat: int 
     return jobs
 
 
-# ------------------------------------------------------------------------------------ progress
-class BridgeProgress:
-    """Prints the simulation's progress from ``/bridge/diagnostics`` (10 Hz sim time), read by a
-    small node in its own rclpy context on the run's domain. Optional: without rclpy, silent."""
-
-    def __init__(self, domain_id: int, label: str, total: float, stream=None):
-        self.label, self.total, self.stream = label, total, stream or sys.stdout
-        self.t0 = time.monotonic()
-        self.last_print = -1e9
-        self.last = None
-        self.ctx = self.node = self.executor = self.thread = None
-        try:
-            import rclpy
-            from rclpy.executors import SingleThreadedExecutor
-            from rclpy.qos import QoSProfile, ReliabilityPolicy
-            from std_msgs.msg import Float64MultiArray
-
-            from . import ros_io
-
-            self.ctx = rclpy.Context()
-            rclpy.init(context=self.ctx, domain_id=domain_id,
-                       signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
-            self.node = rclpy.create_node("experiment_progress", context=self.ctx)
-            self._diag = ros_io.diagnostics_dict
-            self.node.create_subscription(Float64MultiArray, "/bridge/diagnostics", self._on_diag,
-                                          QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
-            self.executor = SingleThreadedExecutor(context=self.ctx)
-            self.executor.add_node(self.node)
-            self.thread = threading.Thread(target=self._spin, daemon=True)
-            self.thread.start()
-        except Exception as exc:  # noqa: BLE001 - progress is cosmetic
-            print(f"[{label}] (no progress display: {exc})", file=self.stream, flush=True)
-            self.close()
-
-    def _spin(self):
-        try:
-            self.executor.spin()
-        except Exception:  # noqa: BLE001 - context shut down
-            pass
-
-    def _on_diag(self, msg) -> None:
-        d = self._diag(msg)
-        st = float(d.get("sim_time", 0.0))
-        self.last = d
-        wall = time.monotonic() - self.t0
-        if wall - self.last_print < 10.0 and st < self.total - 1e-9:
-            return
-        self.last_print = wall
-        rate = st / wall if wall > 0 else 0.0
-        eta = (self.total - st) / rate if rate > 0 else float("nan")
-        print(f"[{self.label}] sim {st:6.1f} / {self.total:g} s  ({rate:.3f}x real time, "
-              f"{wall:5.0f} s elapsed, ~{eta:4.0f} s left)  misses {int(d.get('deadline_misses', 0))}  "
-              f"watchdog {int(d.get('watchdog_events', 0))}", file=self.stream, flush=True)
-
-    def close(self) -> None:
-        try:
-            if self.executor is not None:
-                self.executor.shutdown(timeout_sec=1.0)
-            if self.node is not None:
-                self.node.destroy_node()
-            if self.ctx is not None and self.ctx.ok():
-                self.ctx.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-        if self.thread is not None:
-            self.thread.join(timeout=2.0)
-
-
 # ------------------------------------------------------------------------------------ running
 def _bag_complete(p: Path) -> bool:
     return (p / "metadata.yaml").is_file()
@@ -233,7 +164,7 @@ def run_ros(job: Job, out: Path, storage: str = "mcap", progress: bool = True, s
             mode: str = "lockstep", layout: str | None = None) -> int:
     """One run through the launch file (``mode`` lockstep or realtime; ``layout`` container or
     processes, None = the launch file's default), recording ``job.output``."""
-    from .launcher import Launcher, load_launch, resolve_launch_file
+    from legged_wbc.ros.launcher import Launcher, load_launch, resolve_launch_file
 
     stream = stream or sys.stdout
     job.domain_id = random.randint(*DOMAIN_RANGE)
@@ -250,6 +181,8 @@ def run_ros(job: Job, out: Path, storage: str = "mcap", progress: bool = True, s
     logs.mkdir(parents=True, exist_ok=True)
     cmdline = "legged-wbc launch walking_sim " + " ".join(f"{k}:={v}" for k, v in args.items())
     print(f"[{job.name}] ROS_DOMAIN_ID={job.domain_id} {cmdline}", file=stream, flush=True)
+    from legged_wbc.ros.progress import BridgeProgress
+
     prog = BridgeProgress(job.domain_id, job.name, job.duration, stream) if progress else None
     t0 = time.monotonic()
     try:
@@ -268,8 +201,8 @@ def run_ros(job: Job, out: Path, storage: str = "mcap", progress: bool = True, s
 
 
 def run_headless(job: Job, progress: bool = True) -> int:
-    from .closed_loop import ClosedLoop, save_run
-    from .scenario import load_scenario
+    from legged_wbc.closed_loop import ClosedLoop, save_run
+    from legged_wbc.scenario import load_scenario
 
     sc = load_scenario(job.scenario_arg)
     t0 = time.monotonic()
@@ -328,7 +261,7 @@ def experiment(out: str | Path, *, duration: float | None = None, sets: list[str
     if not done:
         print("no run completed: no report", file=stream, flush=True)
         return 1
-    from .compare import compare
+    from legged_wbc.tools.compare import compare
 
     groups = None
     if repeat > 0:

@@ -171,7 +171,7 @@ def infer_type(default) -> str:
 def normalize_schema(schema) -> list[ParamSpec]:
     """A list of :class:`ParamSpec` from dicts, ParamSpecs or a parameter dataclass class."""
     if isinstance(schema, type) and dataclasses.is_dataclass(schema):
-        from .params import schema as dataclass_schema
+        from legged_wbc.params import schema as dataclass_schema
 
         schema = dataclass_schema(schema)
     out: list[ParamSpec] = []

@@ -1,16 +1,16 @@
 """``legged-wbc compare`` and ``legged-wbc experiment``: Table 3 and figures from bags / runs, and the
-paper's protocol end to end (see :mod:`legged_wbc.compare` and :mod:`legged_wbc.experiment`)."""
+paper's protocol end to end (see :mod:`legged_wbc.tools.compare` and :mod:`legged_wbc.tools.experiment`)."""
 
 from __future__ import annotations
 
 import sys
 
-from .cli_types import nonneg_float, nonneg_int, positive_float
+from legged_wbc.cli.argtypes import nonneg_float, nonneg_int, positive_float
 
 
 def cmd_compare(args) -> int:
-    from .bag_metrics import RunInputError
-    from .compare import compare
+    from legged_wbc.tools.bag_metrics import RunInputError
+    from legged_wbc.tools.compare import compare
 
     window = tuple(args.window) if args.window else None
     if window and not window[0] < window[1]:
@@ -26,7 +26,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from .experiment import ExperimentError, experiment
+    from legged_wbc.tools.experiment import ExperimentError, experiment
 
     controllers = tuple(c.strip() for c in args.controllers.split(",") if c.strip())
     bad = [c for c in controllers if c not in ("none", "damping", "cbf")]

@@ -40,8 +40,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from legged_wbc import ros_io
-from legged_wbc.ros_params import NodeParameters, ParameterSchemaError, ParamSpec
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.params import NodeParameters, ParameterSchemaError, ParamSpec
 
 SCHEMA = [
     ParamSpec("output", "", "bag directory to create (must not exist); empty = ./rosbag2_<date>-<time>",

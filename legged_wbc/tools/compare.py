@@ -1,8 +1,8 @@
 """``legged-wbc compare``: the paper's Table 3 and figures from bags and headless runs, side by side.
 
-:func:`compare` loads each input with :func:`legged_wbc.bag_metrics.load_run` (rosbag2 directory,
+:func:`compare` loads each input with :func:`legged_wbc.tools.bag_metrics.load_run` (rosbag2 directory,
 MCAP or sqlite3, or a headless run directory with ``log.npz``), computes its metrics with
-:func:`legged_wbc.metrics.compute_metrics` (through :func:`~legged_wbc.bag_metrics.run_metrics`)
+:func:`legged_wbc.metrics.compute_metrics` (through :func:`~legged_wbc.tools.bag_metrics.run_metrics`)
 and writes into the output directory:
 
 * ``report.md``: the runs (source, controller, scenario, window), the Table-3 rows side by side with
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bag_metrics import RunData, RunInputError, eval_window, load_run, run_metrics
+from legged_wbc.tools.bag_metrics import RunData, RunInputError, eval_window, load_run, run_metrics
 
 CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
-from .cli_types import positive_float
+from legged_wbc.cli.argtypes import positive_float
 
 
 def cmd_run(args) -> int:
-    from .closed_loop import ClosedLoop, save_run
-    from .robot import ConfigError
-    from .scenario import load_scenario
+    from legged_wbc.closed_loop import ClosedLoop, save_run
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.scenario import load_scenario
 
     try:
         sc = load_scenario(args.scenario, args.set)
@@ -21,7 +21,7 @@ def cmd_run(args) -> int:
         return 2
     viewer = None
     if args.viewer:
-        from .viewer import attach_viewer
+        from legged_wbc.tools.viewer import attach_viewer
 
         viewer = attach_viewer(loop)  # no display: says so once and returns a no-op viewer
     try:

@@ -4,7 +4,7 @@ What rclcpp users do when a 500 Hz pipeline must not pay DDS per message: the Mu
 state estimator, the whole-body controller and (with ``record``) the bag recorder run as separate
 ROS 2 nodes (own names, parameters, topics, all visible to the graph: ``legged-wbc param set
 wbc_controller ...`` works as with one process per node) in one process, and every message between
-them is a function call (:mod:`legged_wbc.intra_process`). Messages go on DDS only for subscribers
+them is a function call (:mod:`legged_wbc.ros.intra_process`). Messages go on DDS only for subscribers
 outside the process. One control tick is then one call chain in the bridge's thread: sample ->
 estimator -> controller -> command, with no wake-up or copy in between.
 
@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy.parameter import Parameter
     from rclpy.signals import SignalHandlerOptions
 
-    from legged_wbc.intra_process import IntraProcessBus
+    from legged_wbc.ros.intra_process import IntraProcessBus
     from legged_wbc.robot import ConfigError
-    from legged_wbc.ros_params import NodeParameters, ParameterSchemaError, ParamSpec
+    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError, ParamSpec
 
     rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         record = P["record"]
         log = container.get_logger()
 
-        from legged_wbc.recorder import _make_node_class as recorder_class
+        from legged_wbc.ros.recorder import _make_node_class as recorder_class
         from mujoco_bridge.node import _make_node_class as bridge_class
         from state_estimator.node import _make_node_class as estimator_class
         from wbc_controller.node import _make_node_class as controller_class

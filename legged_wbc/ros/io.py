@@ -430,9 +430,9 @@ def parse_torque_command(msg_or_data, n: int) -> TorqueCommand:
 # ----------------------------------------------------------------------------- publishers / subscriptions
 def create_publisher(node, msg_type, topic: str, qos, **kw):
     """``node.create_publisher``, or, when the node is being composed into a container, an
-    :class:`legged_wbc.intra_process.IntraPublisher` that hands messages to co-located
+    :class:`legged_wbc.ros.intra_process.IntraPublisher` that hands messages to co-located
     subscriptions directly. Every node of the stack creates its publishers through this."""
-    from .intra_process import active_bus
+    from legged_wbc.ros.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
     if bus is None:
@@ -444,7 +444,7 @@ def create_publisher(node, msg_type, topic: str, qos, **kw):
 def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, **kw):
     """``node.create_subscription``, or the in-process subscription of a composed node (see
     :func:`create_publisher`)."""
-    from .intra_process import active_bus
+    from legged_wbc.ros.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
     if bus is None:
@@ -542,8 +542,8 @@ def spin_node(make_node, argv=None) -> int:
         try:
             node = make_node()
         except Exception as exc:     # a bad parameter / scenario / robot file: one line, exit 2
-            from .robot import ConfigError
-            from .ros_params import ParameterSchemaError
+            from legged_wbc.robot import ConfigError
+            from legged_wbc.ros.params import ParameterSchemaError
 
             if not isinstance(exc, (ConfigError, ParameterSchemaError)):
                 raise

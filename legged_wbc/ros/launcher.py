@@ -56,7 +56,7 @@ class LaunchError(RuntimeError):
 # ------------------------------------------------------------------------------------ substitutions
 def _find_pkg_share(pkg: str) -> str:
     if pkg == "legged_wbc":
-        from .robot import share_path
+        from legged_wbc.robot import share_path
 
         return str(share_path("package.xml").parent)
     try:
@@ -584,7 +584,7 @@ def resolve_launch_file(name: str) -> Path:
         if not p.exists():
             raise LaunchError(f"launch file {p} not found")
         return p
-    from .robot import share_path
+    from legged_wbc.robot import share_path
 
     for cand in (share_path("launch", f"{name}.launch.xml"), share_path("launch", f"{name}.xml")):
         if cand.exists():

@@ -1,16 +1,11 @@
-"""``legged-wbc``: the command-line entry point of the stack.
-
-Each subcommand lives next to the code it runs; this module only parses arguments and dispatches.
-"""
+"""``legged-wbc check-model | conditioning | generate-urdf | export-mjcf``: the robot model's commands."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-from .cli_types import OneLineParser, positive_float, positive_int, nonneg_int
+from .argtypes import nonneg_int, positive_float, positive_int
 
 
 def _print_json_or(result: dict, as_json: bool, text: str) -> None:
@@ -18,7 +13,7 @@ def _print_json_or(result: dict, as_json: bool, text: str) -> None:
 
 
 def cmd_check_model(args) -> int:
-    from .checks import check_model
+    from legged_wbc.tools.checks import check_model
 
     res = check_model(args.robot, states=args.states, seed=args.seed)
     lines = [f"{res['robot']}: Pinocchio vs MuJoCo at {res['states']} random states (max abs error)"]
@@ -30,7 +25,7 @@ def cmd_check_model(args) -> int:
 
 
 def cmd_conditioning(args) -> int:
-    from .checks import conditioning, plot_conditioning
+    from legged_wbc.tools.checks import conditioning, plot_conditioning
 
     res = conditioning(args.robot, theta_max=args.range, samples=args.samples)
     if args.plot:
@@ -44,7 +39,7 @@ def cmd_conditioning(args) -> int:
 
 
 def cmd_generate_urdf(args) -> int:
-    from .robot import generate_urdf, load_robot_config
+    from legged_wbc.robot import generate_urdf, load_robot_config
 
     cfg = load_robot_config(args.config)
     text = generate_urdf(cfg)
@@ -55,7 +50,7 @@ def cmd_generate_urdf(args) -> int:
 
 
 def cmd_export_mjcf(args) -> int:
-    from .mujoco_model import build_spec
+    from legged_wbc.mujoco_model import build_spec
 
     spec = build_spec(args.robot)
     spec.compile()
@@ -64,9 +59,7 @@ def cmd_export_mjcf(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="legged-wbc", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+def register(sub) -> None:
 
     s = sub.add_parser("check-model", help="Pinocchio vs MuJoCo agreement at random states")
     s.add_argument("--robot", default="hexapod", help="robot name or YAML path")
@@ -94,52 +87,3 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--robot", default="hexapod")
     s.add_argument("--out", default="hexapod_scene.xml")
     s.set_defaults(func=cmd_export_mjcf)
-
-    for register in _extra_commands():
-        register(sub)
-    return p
-
-
-# Modules that add subcommands with ``register(subparsers)``; a module that does not exist yet is skipped.
-EXTRA_COMMAND_MODULES = (
-    ("legged_wbc.closed_loop_cli", "register"),   # run
-    ("wbc_controller.bench", "register"),         # bench qp
-    ("state_estimator.cli", "register"),          # eval-estimator
-    ("legged_wbc.ros_cli", "register"),           # launch, param
-    ("legged_wbc.report_cli", "register"),        # compare, experiment
-    ("legged_wbc.render_cli", "register"),        # render
-    ("legged_wbc.sweep_cli", "register"),         # sweep
-)
-
-
-def _extra_commands():
-    """Subcommands defined by the other packages (imported lazily so each stays optional)."""
-    out = []
-    for mod, fn in EXTRA_COMMAND_MODULES:
-        try:
-            module = __import__(mod, fromlist=[fn])
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith(mod.split(".")[0]) and exc.name == mod:
-                continue
-            raise
-        out.append(getattr(module, fn))
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .robot import ConfigError
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except ConfigError as exc:   # a bad config / scenario / robot file or value: one line, not a traceback
-        print(f"legged-wbc {args.command}: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -144,13 +144,13 @@ class Recording:
 
 
 def _robot_model(robot: str):
-    from .model import RobotModel
+    from legged_wbc.model import RobotModel
 
     return RobotModel(robot)
 
 
 def _scenario_from_raw(raw) -> object | None:
-    from .scenario import scenario_from_dict
+    from legged_wbc.scenario import scenario_from_dict
 
     if not isinstance(raw, dict):
         return None
@@ -161,7 +161,7 @@ def _scenario_from_raw(raw) -> object | None:
 
 
 def _scenario_by_name(name: str | None) -> object | None:
-    from .scenario import load_scenario
+    from legged_wbc.scenario import load_scenario
 
     if not name:
         return None
@@ -289,7 +289,7 @@ def _load_bag(d: Path, robot: str | None) -> Recording:
         custom = _bag_custom_data(d)
         robot = robot or custom.get("robot") or "hexapod"
         rm = _robot_model(robot)
-        from .ros_io import JointOrder
+        from legged_wbc.ros.io import JointOrder
 
         jorder, lorder = JointOrder(rm.joint_names), JointOrder(rm.cfg.leg_names)
         wanted = [tp for tp in (TOPIC_ODOM, TOPIC_JOINTS, TOPIC_SUPPORT, TOPIC_THETA, TOPIC_DISTURBANCE) if tp in topics]
@@ -446,7 +446,7 @@ def build_render_model(cfg, width: int, height: int, shadows: bool = True):
     offscreen buffer of at least ``width x height``, a smaller shadow map (software GL)."""
     import mujoco
 
-    from .mujoco_model import build_spec
+    from legged_wbc.mujoco_model import build_spec
 
     spec = build_spec(cfg)
     spec.add_texture(name="lwbc_grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
@@ -482,8 +482,8 @@ class SceneRenderer:
                  shadows: bool = True):
         mujoco = _import_mujoco()
 
-        from .conventions import StateConverter
-        from .mujoco_model import actuator_joint_names, hinge_joint_names
+        from legged_wbc.conventions import StateConverter
+        from legged_wbc.mujoco_model import actuator_joint_names, hinge_joint_names
 
         self.rm = _robot_model(robot)
         self.width, self.height = int(width), int(height)
@@ -696,7 +696,7 @@ def frame_times(start: float, end: float, fps: float) -> np.ndarray:
 
 def gait_info(rec: Recording) -> tuple[float, float]:
     """``(period, start_time)`` of the gait: robot YAML ``gait.period`` (default 1 s), scenario gait start."""
-    from .robot import load_robot_config
+    from legged_wbc.robot import load_robot_config
 
     g = load_robot_config(rec.robot).gait or {}
     period = float(g.get("period", 1.0))

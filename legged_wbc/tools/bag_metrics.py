@@ -64,7 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .metrics import compute_metrics, roll_pitch_from_quat_xyzw
+from legged_wbc.metrics import compute_metrics, roll_pitch_from_quat_xyzw
 
 CONTROL_PERIOD_NS = 2_000_000
 CONTROL_DT = CONTROL_PERIOD_NS * 1e-9
@@ -188,8 +188,8 @@ def parse_custom_data(meta: dict) -> dict:
 
 def _load_scenario_and_bounds(run: RunData) -> None:
     """Scenario (for window, fall limits, disturbance) and the controller's relative-pitch bounds."""
-    from .robot import ConfigError
-    from .scenario import load_scenario
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.scenario import load_scenario
 
     name = run.scenario_name
     if name and name != "none":
@@ -223,8 +223,8 @@ def _set_bounds(run: RunData) -> None:
 
 # ------------------------------------------------------------------------------------ headless
 def load_headless(path: Path, label: str | None = None) -> RunData:
-    from .closed_loop import load_log
-    from .scenario import scenario_from_dict
+    from legged_wbc.closed_loop import load_log
+    from legged_wbc.scenario import scenario_from_dict
 
     try:
         series, meta = load_log(path)
@@ -347,13 +347,13 @@ def _robot_names(run: RunData, robot: str, need_joint_names: bool) -> None:
     """Leg names (if unknown), joint names (headless logs have none: Pinocchio order) and each leg's
     joint columns, by name, from the robot config."""
     try:
-        from .robot import load_robot_config
+        from legged_wbc.robot import load_robot_config
 
         cfg = load_robot_config(robot)
         if not run.leg_names:
             run.leg_names = list(cfg.leg_names)
         if need_joint_names:
-            from .model import RobotModel
+            from legged_wbc.model import RobotModel
 
             run.joint_names = list(RobotModel(robot).joint_names)
         pos = {n: i for i, n in enumerate(run.joint_names)}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from .cli_types import positive_float, positive_int
+from legged_wbc.cli.argtypes import positive_float, positive_int
 
 
 def cmd_render(args) -> int:
-    from .render import RenderError, RenderOptions, parse_size, render_run
+    from legged_wbc.tools.render import RenderError, RenderOptions, parse_size, render_run
 
     try:
         w, h = parse_size(args.size)

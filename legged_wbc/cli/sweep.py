@@ -1,11 +1,11 @@
 """``legged-wbc sweep``: randomized paired trials of the headless loop on a Dask cluster
-(:mod:`legged_wbc.sweep`, ``docs/sweeps.md``)."""
+(:mod:`legged_wbc.tools.sweep`, ``docs/sweeps.md``)."""
 
 from __future__ import annotations
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import RANDOMIZE, run_sweep
+    from legged_wbc.tools.sweep import RANDOMIZE, run_sweep
 
     randomize = RANDOMIZE if args.randomize is None else tuple(x.strip() for x in args.randomize.split(",") if x.strip())
     if args.randomize is not None and args.randomize.strip().lower() == "none":
@@ -17,7 +17,7 @@ def cmd_sweep(args) -> int:
 
 
 def register(sub) -> None:
-    from .cli_types import nonneg_int, positive_float, positive_int
+    from legged_wbc.cli.argtypes import nonneg_int, positive_float, positive_int
 
     s = sub.add_parser("sweep", help="randomized paired trials of the headless loop on a Dask cluster, with statistics")
     s.add_argument("scenario", help="scenario name (config/scenarios) or YAML path")

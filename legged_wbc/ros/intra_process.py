@@ -4,8 +4,8 @@ rclcpp's composition hands a message to the subscriptions of the same process as
 always goes through DDS, which on our two-core machines costs 100-500 us of CPU per message and
 wake-up (publisher and subscriber side), more than the whole 2 ms control period at ~20 messages per
 tick. :class:`IntraProcessBus` restores the rclcpp behaviour for nodes that create their
-publishers and subscriptions through :func:`legged_wbc.ros_io.create_publisher` /
-:func:`legged_wbc.ros_io.create_subscription` while the bus is :meth:`IntraProcessBus.active`:
+publishers and subscriptions through :func:`legged_wbc.ros.io.create_publisher` /
+:func:`legged_wbc.ros.io.create_subscription` while the bus is :meth:`IntraProcessBus.active`:
 
 * every publisher is still a real rclpy publisher (the node and its topics are in the ROS graph,
   ``ros2 topic echo`` from another process works): :meth:`IntraPublisher.publish` calls the

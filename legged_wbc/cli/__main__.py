@@ -1,0 +1,5 @@
+import sys
+
+from legged_wbc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,123 @@
+"""``legged-wbc launch`` and ``legged-wbc param``: the ROS 2 command-line pieces we cannot pip-install.
+
+* ``legged-wbc launch walking_sim [name:=value ...] [--dry-run] [--show-args]`` runs
+  ``launch/walking_sim.launch.xml`` (or any launch file path) with :mod:`legged_wbc.ros.launcher`.
+* ``legged-wbc param get NODE NAME`` / ``param set NODE NAME VALUE`` / ``param list NODE`` /
+  ``param describe NODE NAME`` talk to a running node through the standard ``rcl_interfaces``
+  parameter services (what ``ros2 param`` does). ``VALUE`` is parsed as YAML and converted to the
+  parameter's declared type (``100`` sets a double parameter to 100.0). A rejected ``set`` prints
+  the node's reason and exits 1; an unreachable node exits 2.
+
+Both use the environment's ``ROS_DOMAIN_ID``; ``ROS_AUTOMATIC_DISCOVERY_RANGE`` defaults to
+``LOCALHOST``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+# ------------------------------------------------------------------------------------ launch
+def cmd_launch(args) -> int:
+    from legged_wbc.ros.launcher import LaunchError, describe_arguments, launch, load_launch, resolve_launch_file
+
+    # the flags may also come after the launch arguments (argparse.REMAINDER keeps them there)
+    rest = []
+    for a in args.args:
+        if a == "--dry-run":
+            args.dry_run = True
+        elif a == "--show-args":
+            args.show_args = True
+        elif a.startswith("-"):
+            print(f"legged-wbc launch: unknown option {a}", file=sys.stderr)
+            return 2
+        else:
+            rest.append(a)
+    args.args = rest
+    try:
+        if args.show_args:
+            plan = load_launch(resolve_launch_file(args.launch_file), {}, strict=False)
+            print(describe_arguments(plan))
+            return 0
+        return launch(args.launch_file, args.args, dry_run=args.dry_run)
+    except LaunchError as exc:
+        print(f"legged-wbc launch: {exc}", file=sys.stderr)
+        return 2
+
+
+# ------------------------------------------------------------------------------------ param
+def cmd_param(args) -> int:
+    from legged_wbc.ros.param_client import ParamClient, describe_text, parameter_value_to_python
+
+    try:
+        with ParamClient(args.node, timeout=args.timeout) as pc:
+            if args.action == "get":
+                pv = pc.get(args.name)
+                if pv.type == 0:
+                    print(f"parameter {args.name} is not set on {pc.target}", file=sys.stderr)
+                    return 1
+                v = parameter_value_to_python(pv)
+                print(f"{args.name}: {v!r}" if not args.value_only else v)
+                return 0
+            if args.action == "set":
+                if args.value is None:
+                    print("legged-wbc param set: VALUE missing", file=sys.stderr)
+                    return 2
+                try:
+                    ok, reason, value = pc.set(args.name, args.value)
+                except ValueError as exc:
+                    print(f"Setting parameter failed: {args.name}: {exc}", file=sys.stderr)
+                    return 1
+                if ok:
+                    print(f"Set parameter successful: {args.name} = {value!r}")
+                    return 0
+                print(f"Setting parameter failed: {reason}", file=sys.stderr)
+                try:
+                    print(describe_text(args.name, pc.describe(args.name)), file=sys.stderr)
+                except TimeoutError:
+                    pass
+                return 1
+            if args.action == "list":
+                names = sorted(pc.call("list", prefixes=[], depth=0).result.names)
+                for n in names:
+                    print(n)
+                return 0
+            if args.action == "describe":
+                print(describe_text(args.name, pc.describe(args.name)))
+                return 0
+    except TimeoutError as exc:
+        print(f"legged-wbc param: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+# ------------------------------------------------------------------------------------ registration
+def register(sub) -> None:
+    s = sub.add_parser("launch", help="run a ROS 2 XML launch file (e.g. walking_sim) with name:=value arguments",
+                       description="Run launch/NAME.launch.xml (or a launch file path) like `ros2 launch`: "
+                                   "each node in its own process, output prefixed [node], Ctrl-C stops all.")
+    s.add_argument("launch_file", help="walking_sim, or a path to a .launch.xml file")
+    s.add_argument("args", nargs=argparse.REMAINDER, metavar="name:=value",
+                   help="launch arguments, e.g. controller:=cbf record:=bags/run1 duration:=10 "
+                        "(see --show-args)")
+    s.add_argument("--dry-run", action="store_true", help="print the node command lines and exit")
+    s.add_argument("--show-args", action="store_true", help="list the launch file's arguments and exit")
+    s.set_defaults(func=cmd_launch)
+
+    s = sub.add_parser("param", help="get/set/list/describe parameters of a running node (live tuning)",
+                       description="Live parameter access through the rcl_interfaces services, like `ros2 param`.")
+    s.add_argument("action", choices=("get", "set", "list", "describe"))
+    s.add_argument("node", help="node name, e.g. wbc_controller or /mujoco_bridge")
+    s.add_argument("name", nargs="?", help="parameter name")
+    s.add_argument("value", nargs="?", help="new value (set), parsed as YAML and converted to the declared type")
+    s.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the node [s]")
+    s.add_argument("--value-only", action="store_true", help="get: print only the value")
+
+    def _run(args):
+        if args.action in ("get", "set", "describe") and not args.name:
+            print(f"legged-wbc param {args.action}: NAME missing", file=sys.stderr)
+            return 2
+        return cmd_param(args)
+
+    s.set_defaults(func=_run)
