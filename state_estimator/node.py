@@ -17,8 +17,11 @@ updates, and publishes with the same stamp:
 
 Bad samples (NaN, wrong length, unknown joint names, time not increasing) are rejected and logged;
 the filter state is untouched and that tick gets no output (the controller then sends no command
-and the bridge's watchdog acts). Parameters: the estimator schema (live-updatable, validated) plus
-``robot`` and ``scenario`` (gait start time) read-only.
+and the bridge's watchdog acts). Parameters: the fields of
+:class:`state_estimator.config.EstimatorNodeConfig` (``touchdown.*``, ``velocity.*``, ``height.*``:
+validated, the live ones reach the filters at the next tick; ``robot``, ``scenario``, ``qos_depth``
+and the initial standard deviations read-only). The scenario's estimator block is applied on top of
+``config/estimator.yaml``.
 """
 
 from __future__ import annotations
@@ -29,22 +32,7 @@ import numpy as np
 
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.io import TickSync
-from legged_wbc.ros.params import NodeParameters, ParamSpec
-
-
-NODE_SCHEMA = [
-    ParamSpec("robot", "hexapod", "robot config name or YAML path", read_only=True),
-    ParamSpec("scenario", "nominal", "scenario (gait start time, initial pose)", read_only=True),
-    ParamSpec("qos_depth", 200, "history depth of the reliable topics [messages]", min=1, max=100000, read_only=True),
-]
-
-
-def _schema():
-    from .config import parameter_schema
-
-    types = {bool: "bool", int: "int", float: "float", str: "str"}
-    return NODE_SCHEMA + [ParamSpec(p.name, p.default, p.description, type=types[p.type], min=p.min, max=p.max)
-                          for p in parameter_schema()]
+from legged_wbc.ros.params import NodeParameters
 
 
 def _make_node_class():
@@ -58,33 +46,24 @@ def _make_node_class():
     from legged_wbc.model import RobotModel
     from legged_wbc.scenario import load_scenario
 
-    from .config import EstimatorConfig, GROUPS
+    from .config import EstimatorNodeConfig
     from .estimator import StateEstimator
 
-    def est_cfg(values: dict) -> EstimatorConfig:
-        return EstimatorConfig.from_flat({k: v for k, v in values.items() if k.split(".")[0] in GROUPS})
+    def scenario_overrides(cfg: EstimatorNodeConfig) -> dict:
+        """The scenario's estimator block, on top of the parameter file (as in the headless loop)."""
+        sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
+        return dict(sc.estimator) if sc is not None and sc.estimator else {}
 
     class EstimatorNode(Node):
         def __init__(self, **kw):
             super().__init__("state_estimator", **kw)
-            self.params = NodeParameters(self, _schema(), on_change=self._on_params, validate=self._validate)
-            P = self.params
-            self.rm = RobotModel(P["robot"])
-            sc = load_scenario(P["scenario"]) if P["scenario"] not in ("", "none") else None
+            self.params = NodeParameters(self, EstimatorNodeConfig, on_change=self._on_config,
+                                         startup=scenario_overrides)
+            cfg = self.params.config
+            self.rm = RobotModel(cfg.robot)
+            sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
             gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
-            cfg = est_cfg(P.as_dict())
-            if sc is not None and sc.estimator:
-                # the scenario's estimator block on top of the parameter file, as in the headless loop
-                from rclpy.parameter import Parameter
-
-                from .config import _flatten
-
-                over = _flatten(sc.estimator)
-                flat = cfg.replace(**over).to_flat()
-                self.set_parameters([Parameter(k, value=self.params.specs[k].coerce(flat[k]))
-                                     for k in over if k in self.params.specs])
-                cfg = est_cfg(self.params.as_dict())
-            self.est = StateEstimator(self.rm, GaitScheduler(gait, self.rm.cfg.leg_names), cfg)
+            self.est = StateEstimator(self.rm, GaitScheduler(gait, self.rm.cfg.leg_names), cfg.estimator)
             self.est.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
             self._pending_cfg = None
             self.joint_names = list(self.rm.joint_names)
@@ -95,7 +74,7 @@ def _make_node_class():
             self.sync = TickSync(("js", "imu"))
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
             self.rejected = 0
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
             ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos)
@@ -107,15 +86,8 @@ def _make_node_class():
             self.diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),"
                                f"vel_used({legs}),height_raw_m]")
 
-        def _validate(self, candidate: dict) -> str | None:
-            try:
-                est_cfg(candidate)
-            except ValueError as exc:
-                return str(exc)
-            return None
-
-        def _on_params(self, changed: dict) -> None:
-            self._pending_cfg = est_cfg(self.params.as_dict())
+        def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:
+            self._pending_cfg = cfg.estimator   # applied at the next tick (StateEstimator.set_config)
 
         def _resend(self) -> None:
             """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""

@@ -42,8 +42,8 @@ def test_schema_yaml_and_defaults_agree():
     assert set(defaults) == set(names)
     for p in schema:
         assert defaults[p.name] == p.default, p.name
-        assert "[" in p.description or p.type is bool, f"{p.name}: units missing from the description"
-        if p.type is not bool:
+        assert (p.unit and f"[{p.unit}]" in p.description) or p.type == "bool", f"{p.name}: unit missing"
+        if p.type != "bool":
             assert p.min <= p.default <= p.max, p.name
     doc = yaml.safe_load((ROOT / "config" / "estimator.yaml").read_text())
     params = doc["state_estimator"]["ros__parameters"]
@@ -54,11 +54,11 @@ def test_schema_yaml_and_defaults_agree():
 
 def test_config_out_of_range_names_the_parameter(tmp_path):
     for p in parameter_schema():
-        if p.type is bool:
+        if p.type == "bool":
             with pytest.raises(ConfigError, match=p.name.replace(".", r"\.")):
                 EstimatorConfig.from_flat({p.name: 1.5})
             continue
-        bad = p.min - (1 if p.type is int else abs(p.min) * 0.5 + 1e-3)
+        bad = p.min - (1 if p.type == "int" else abs(p.min) * 0.5 + 1e-3)
         with pytest.raises(ConfigError, match=p.name.replace(".", r"\.")):
             load_estimator_config(overrides={p.name: bad})
         with pytest.raises(ConfigError, match=p.name.replace(".", r"\.")):

@@ -1,7 +1,13 @@
 """Whole-body-controller parameters (paper Table 1 defaults), validated on construction.
 
-Loaded from ``config/wbc_controller.yaml`` (``wbc_controller: ros__parameters:``); every field is
-also a ROS parameter of the ``wbc_controller`` node, declared from :func:`legged_wbc.params.schema`.
+:class:`WbcConfig` is what :class:`wbc_controller.controller.WholeBodyController` takes (and the
+headless loop builds); :class:`WbcNodeConfig` adds the ``wbc_controller`` node's own read-only
+parameters (robot, scenario, QoS, the ros2_control forward command). Both are loaded from
+``config/wbc_controller.yaml`` (``wbc_controller: ros__parameters:``, flat names) with
+:func:`legged_wbc.params.load_node_config`; the node declares every field as a ROS parameter
+(:class:`legged_wbc.ros.params.NodeParameters`). Fields declared ``live`` take effect at the next
+tick (``WholeBodyController.set_config``); the solver backend, its settings and the CBF slack
+(which change the QP size) are read-only.
 """
 
 from __future__ import annotations
@@ -11,78 +17,83 @@ from dataclasses import dataclass
 import numpy as np
 from pathlib import Path
 
-from legged_wbc.params import from_flat, load_ros_params, param, validate
-from legged_wbc.robot import share_path
+from legged_wbc.params import load_node_config, param, subset, validate
+from legged_wbc.robot import ConfigError, share_path
 
 MODES = ("none", "damping", "cbf")
+NODE_NAME = "wbc_controller"
 
 
 @dataclass(frozen=True)
 class WbcConfig:
     # --- relative-pitch handling (WBC-0 / WBC-D / WBC-CBF)
     relative_pitch_mode: str = param("cbf", desc="none = WBC-0, damping = WBC-D, cbf = WBC-CBF", choices=MODES)
-    kp_b: float = param(3000.0, 0.0, 1e6, "CBF position gain k_p,b [1/s^2]")
-    kd_b: float = param(110.0, 0.0, 1e4, "CBF velocity gain k_d,b [1/s]")
-    k_dtheta: float = param(10.0, 0.0, 1e3, "relative-pitch rate damping k_dtheta [1/s]")
-    theta_ddot_max: float = param(10.0, 0.0, 1e4, "saturation of the nominal pitch acceleration [rad/s^2]")
-    theta_min: float = param(-0.3, -1.5, 0.0, "relative-pitch lower bound [rad]")
-    theta_max: float = param(0.3, 0.0, 1.5, "relative-pitch upper bound [rad]")
-    cbf_margin: float = param(0.0, 0.0, 0.2, "back-off of the CBF bounds inside [theta_min, theta_max] [rad] (paper: 0)")
-    cbf_slack: bool = param(False, desc="soften the CBF rows with a slack (heavily weighted); paper: off")
-    cbf_slack_weight: float = param(1e6, 1.0, 1e12, "weight of the CBF slack in the cost [-]")
+    kp_b: float = param(3000.0, 0.0, 1e6, "CBF position gain k_p,b", unit="1/s^2")
+    kd_b: float = param(110.0, 0.0, 1e4, "CBF velocity gain k_d,b", unit="1/s")
+    k_dtheta: float = param(10.0, 0.0, 1e3, "relative-pitch rate damping k_dtheta", unit="1/s")
+    theta_ddot_max: float = param(10.0, 0.0, 1e4, "saturation of the nominal pitch acceleration", unit="rad/s^2")
+    theta_min: float = param(-0.3, -1.5, 0.0, "relative-pitch lower bound", unit="rad")
+    theta_max: float = param(0.3, 0.0, 1.5, "relative-pitch upper bound", unit="rad")
+    cbf_margin: float = param(0.0, 0.0, 0.2, "back-off of the CBF bounds inside [theta_min, theta_max] (paper: 0)", unit="rad")
+    cbf_slack: bool = param(False, desc="soften the CBF rows with a slack (heavily weighted); paper: off "
+                            "(read-only: changes the QP size, i.e. rebuilds the solver workspace)", live=False)
+    cbf_slack_weight: float = param(1e6, 1.0, 1e12, "weight of the CBF slack in the cost", unit="-")
     jdot_mode: str = param("exact", desc="J_theta_dot q_dot: exact (Pinocchio + analytic) or fd (paper's central difference)",
                            choices=("exact", "fd"))
     null_space_compensation: bool = param(False, desc="cancel the estimated external torque (touchdown Kalman "
                                           "filter) along each support leg's J_p null space; paper: off")
-    compensation_limit: float = param(200.0, 0.0, 1e4, "bound on the compensated null-space torque per leg [N m]")
+    compensation_limit: float = param(200.0, 0.0, 1e4, "bound on the compensated null-space torque per leg", unit="N m")
     # --- contact
-    mu: float = param(0.6, 0.05, 2.0, "friction coefficient of the pyramid [-]")
-    fz_max: float = param(5000.0, 1.0, 1e5, "normal-force upper bound of a support foot [N]")
+    mu: float = param(0.6, 0.05, 2.0, "friction coefficient of the pyramid", unit="-")
+    fz_max: float = param(5000.0, 1.0, 1e5, "normal-force upper bound of a support foot", unit="N")
     # --- cost weights
-    w_body: float = param(1.0, 0.0, 1e6, "weight of the 6 body task rows [-]")
-    w_support: float = param(1.0, 0.0, 1e6, "weight of support-foot position rows [-]")
-    w_swing: float = param(0.05, 0.0, 1e6, "weight of swing-foot position rows [-]")
-    w_pitch: float = param(1.0, 0.0, 1e6, "weight of relative-pitch rows (damping / cbf modes) [-]")
-    w_pitch_none: float = param(1e-3, 0.0, 1.0, "weight of relative-pitch rows in WBC-0 [-]")
-    w_lambda_t: float = param(1e-5, 0.0, 1.0, "contact-force regularization, tangential [-]")
-    w_lambda_n: float = param(1e-6, 0.0, 1.0, "contact-force regularization, normal [-]")
-    hessian_reg: float = param(1e-9, 0.0, 1e-3, "Hessian regularization relative to its max diagonal [-]")
+    w_body: float = param(1.0, 0.0, 1e6, "weight of the 6 body task rows", unit="-")
+    w_support: float = param(1.0, 0.0, 1e6, "weight of support-foot position rows", unit="-")
+    w_swing: float = param(0.05, 0.0, 1e6, "weight of swing-foot position rows", unit="-")
+    w_pitch: float = param(1.0, 0.0, 1e6, "weight of relative-pitch rows (damping / cbf modes)", unit="-")
+    w_pitch_none: float = param(1e-3, 0.0, 1.0, "weight of relative-pitch rows in WBC-0", unit="-")
+    w_lambda_t: float = param(1e-5, 0.0, 1.0, "contact-force regularization, tangential", unit="-")
+    w_lambda_n: float = param(1e-6, 0.0, 1.0, "contact-force regularization, normal", unit="-")
+    hessian_reg: float = param(1e-9, 0.0, 1e-3, "Hessian regularization relative to its max diagonal", unit="-")
     # --- torque limits
     torque_limit_mode: str = param("paper", desc="paper = +-tau_limit_paper on all joints; realistic = URDF effort limits",
                                    choices=("paper", "realistic"))
-    tau_limit_paper: float = param(10000.0, 1.0, 1e6, "torque bound in paper mode [N m]")
+    tau_limit_paper: float = param(10000.0, 1.0, 1e6, "torque bound in paper mode", unit="N m")
     # --- solver and failure handling
-    solver: str = param("daqp", desc="QP backend", choices=("daqp", "proxqp", "osqp"))
-    solver_tol: float = param(1e-6, 1e-10, 1e-2, "solver primal/dual tolerance [-]")
-    solver_max_iter: int = param(200, 5, 100000, "solver iteration limit [-]")
-    residual_tol: float = param(5e-3, 1e-9, 1.0, "accepted normalized equality residual / inequality violation [-]")
-    max_failures: int = param(10, 0, 10000, "consecutive rejected QPs held before the safe stop [-]")
+    solver: str = param("daqp", desc="QP backend (read-only: swapping it rebuilds the solver workspace inside a tick)",
+                       choices=("daqp", "proxqp", "osqp"), live=False)
+    solver_tol: float = param(1e-6, 1e-10, 1e-2, "solver primal/dual tolerance (read-only: the backend is set up with it)",
+                               unit="-", live=False)
+    solver_max_iter: int = param(200, 5, 100000, "solver iteration limit (read-only: the backend is set up with it)", unit="-",
+                                 live=False)
+    residual_tol: float = param(5e-3, 1e-9, 1.0, "accepted normalized equality residual / inequality violation", unit="-")
+    max_failures: int = param(10, 0, 10000, "consecutive rejected QPs held before the safe stop", unit="-")
     # --- body task gains
-    kp_pos: tuple = param([400.0, 400.0, 900.0], 0.0, 1e5, "body position gains x,y,z [1/s^2]")
-    kd_pos: tuple = param([40.0, 40.0, 60.0], 0.0, 1e4, "body velocity gains x,y,z [1/s]")
-    kp_rot: tuple = param([900.0, 900.0, 400.0], 0.0, 1e5, "body attitude gains K_R roll,pitch,yaw [1/s^2]")
-    kd_rot: tuple = param([60.0, 60.0, 40.0], 0.0, 1e4, "body angular-rate gains K_w [1/s]")
+    kp_pos: tuple = param([400.0, 400.0, 900.0], 0.0, 1e5, "body position gains x,y,z", unit="1/s^2")
+    kd_pos: tuple = param([40.0, 40.0, 60.0], 0.0, 1e4, "body velocity gains x,y,z", unit="1/s")
+    kp_rot: tuple = param([900.0, 900.0, 400.0], 0.0, 1e5, "body attitude gains K_R roll,pitch,yaw", unit="1/s^2")
+    kd_rot: tuple = param([60.0, 60.0, 40.0], 0.0, 1e4, "body angular-rate gains K_w", unit="1/s")
     # --- swing leg
-    kp_swing: tuple = param([1500.0, 1500.0, 1500.0], 0.0, 1e6, "swing task-space PD stiffness x,y,z (base frame) [N/m]")
-    kd_swing: tuple = param([60.0, 60.0, 60.0], 0.0, 1e5, "swing task-space PD damping [N s/m]")
+    kp_swing: tuple = param([1500.0, 1500.0, 1500.0], 0.0, 1e6, "swing task-space PD stiffness x,y,z (base frame)", unit="N/m")
+    kd_swing: tuple = param([60.0, 60.0, 60.0], 0.0, 1e5, "swing task-space PD damping", unit="N s/m")
     support_foot_acceleration: str = param("zero", desc="nominal body-relative acceleration of support feet: zero "
                                            "(paper) or consistent (that of a world-fixed foot under the desired base motion)",
                                            choices=("zero", "consistent"))
     swing_pitch_recenter: bool = param(True, desc="swing legs track the nominal relative pitch (PD below) instead of "
                                        "zero pitch acceleration; support legs unaffected; paper: off")
-    kp_swing_pitch: float = param(100.0, 0.0, 1e5, "swing relative-pitch re-centering stiffness [1/s^2]")
-    kd_swing_pitch: float = param(20.0, 0.0, 1e4, "swing relative-pitch re-centering damping [1/s]")
+    kp_swing_pitch: float = param(100.0, 0.0, 1e5, "swing relative-pitch re-centering stiffness", unit="1/s^2")
+    kd_swing_pitch: float = param(20.0, 0.0, 1e4, "swing relative-pitch re-centering damping", unit="1/s")
     swing_pitch_projection: bool = param(True, desc="project the swing PD torque so it does not accelerate the "
                                          "relative pitch (dynamically consistent, leg block); paper: off")
-    lift_height: float = param(0.08, 0.0, 0.4, "swing apex above the stance height [m]")
-    touchdown_depth: float = param(0.01, 0.0, 0.1, "swing target below the nominal ground height [m]")
-    raibert_gain: float = param(0.5, 0.0, 2.0, "touchdown offset = gain * v_ref * support duration [-]")
+    lift_height: float = param(0.08, 0.0, 0.4, "swing apex above the stance height", unit="m")
+    touchdown_depth: float = param(0.01, 0.0, 0.1, "swing target below the nominal ground height", unit="m")
+    raibert_gain: float = param(0.5, 0.0, 2.0, "touchdown offset = gain * v_ref * support duration", unit="-")
     # --- body references
-    stand_height: float = param(0.42, 0.1, 1.5, "standing / walking base height [m]")
-    stand_up_start: float = param(0.0, 0.0, 1000.0, "start of the stand-up ramp [s]")
-    stand_up_duration: float = param(2.0, 0.01, 100.0, "duration of the stand-up ramp [s]")
-    forward_velocity: float = param(0.1, -1.0, 1.0, "forward walking speed (world x) [m/s]")
-    velocity_ramp_end: float = param(6.0, 0.0, 1000.0, "time at which the forward speed is reached [s]")
+    stand_height: float = param(0.42, 0.1, 1.5, "standing / walking base height", unit="m")
+    stand_up_start: float = param(0.0, 0.0, 1000.0, "start of the stand-up ramp", unit="s")
+    stand_up_duration: float = param(2.0, 0.01, 100.0, "duration of the stand-up ramp", unit="s")
+    forward_velocity: float = param(0.1, -1.0, 1.0, "forward walking speed (world x)", unit="m/s")
+    velocity_ramp_end: float = param(6.0, 0.0, 1000.0, "time at which the forward speed is reached", unit="s")
 
     def __post_init__(self):
         validate(self)
@@ -90,11 +101,40 @@ class WbcConfig:
         for name in ("kp_pos", "kd_pos", "kp_rot", "kd_rot"):
             object.__setattr__(self, f"_{name}", np.asarray(getattr(self, name), dtype=float))
         if self.theta_min + self.cbf_margin >= self.theta_max - self.cbf_margin:
-            raise ValueError("cbf_margin: leaves an empty relative-pitch range")
+            raise ConfigError("cbf_margin: leaves an empty relative-pitch range")
+
+
+@dataclass(frozen=True)
+class WbcNodeConfig(WbcConfig):
+    """The ``wbc_controller`` node's parameters: every :class:`WbcConfig` field plus its own read-only ones."""
+
+    robot: str = param("hexapod", desc="robot config name or YAML path", live=False)
+    scenario: str = param("nominal", desc="scenario whose references (stand-up, speed, gait start) are used",
+                          live=False)
+    qos_depth: int = param(200, 1, 100000, "history depth of the reliable topics", unit="messages", live=False)
+    forward_command_topic: str = param("", desc="also publish the efforts as a ros2_control "
+                                       "forward_command_controller command (std_msgs/Float64MultiArray, efforts "
+                                       "only) on this topic, e.g. /effort_controller/commands; empty = off",
+                                       live=False)
+    forward_command_joints: tuple = param((), desc="joint order of forward_command_topic (the controller's "
+                                          "`joints` parameter); empty = joint_states order", type="str_array",
+                                          live=False)
+
+    @property
+    def wbc(self) -> WbcConfig:
+        """The controller's part (a plain :class:`WbcConfig`)."""
+        return subset(self, WbcConfig)
+
+
+def default_config_path() -> Path:
+    return share_path("config", "wbc_controller.yaml")
+
+
+def load_wbc_node_config(path: str | Path | None = None, overrides: dict | None = None) -> WbcNodeConfig:
+    p = Path(path) if path else default_config_path()
+    return load_node_config(WbcNodeConfig, p, NODE_NAME, overrides)
 
 
 def load_wbc_config(path: str | Path | None = None, overrides: dict | None = None) -> WbcConfig:
-    p = Path(path) if path else share_path("config", "wbc_controller.yaml")
-    flat = {k: v for k, v in load_ros_params(p, "wbc_controller").items() if k in WbcConfig.__dataclass_fields__}
-    flat.update(overrides or {})
-    return from_flat(WbcConfig, flat)
+    """:class:`WbcConfig` from the parameter file (default ``config/wbc_controller.yaml``) plus ``overrides``."""
+    return load_wbc_node_config(path, overrides).wbc

@@ -34,6 +34,9 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import dataclass
+
+from legged_wbc.params import param, validate
 
 CONTAINER_NODE = "walking_container"
 SWITCH_INTERVAL_S = 0.0005
@@ -55,6 +58,19 @@ def _set_realtime_scheduling(priority: int, cpu: int, log) -> None:
             log.warning(f"no realtime scheduling ({exc}); running with normal priority")
 
 
+@dataclass(frozen=True)
+class ContainerConfig:
+    """Parameters of the container node itself (all read-only: they shape the process at start-up)."""
+
+    record: str = param("", desc="bag directory to record to; empty = no recorder", live=False)
+    sched_priority: int = param(10, 0, 99, "realtime mode: SCHED_FIFO priority of the control thread; 0 = off",
+                                live=False)
+    cpu: int = param(-1, -1, 1023, "realtime mode: CPU the control thread is pinned to; -1 = none", live=False)
+
+    def __post_init__(self):
+        validate(self)
+
+
 def main(argv: list[str] | None = None) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -63,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from legged_wbc.ros.intra_process import IntraProcessBus
     from legged_wbc.robot import ConfigError
-    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError, ParamSpec
+    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
     rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
@@ -72,14 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         container = rclpy.create_node(CONTAINER_NODE)
         nodes.append(container)
-        P = NodeParameters(container, [
-            ParamSpec("record", "", "bag directory to record to; empty = no recorder", read_only=True),
-            ParamSpec("sched_priority", 10, "realtime mode: SCHED_FIFO priority of the control thread; 0 = off",
-                      min=0, max=99, read_only=True),
-            ParamSpec("cpu", -1, "realtime mode: CPU the control thread is pinned to; -1 = none", min=-1, max=1023,
-                      read_only=True),
-        ])
-        record = P["record"]
+        P = NodeParameters(container, ContainerConfig).config
+        record = P.record
         log = container.get_logger()
 
         from legged_wbc.ros.recorder import _make_node_class as recorder_class
@@ -105,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         external = bus.finalize()
         if recorder is not None:
             recorder.subscribe_topics(bus.published_topics())
-            recorder.create_timer(float(recorder.params["discovery_period"]), recorder.discover)
+            recorder.start_discovery_timer()
         local = bus.local_topics()
         log.info(f"composed {', '.join(n.get_name() for n in nodes[1:])}; in-process topics: "
                  + ", ".join(f"{t} -> {'/'.join(s)}" for t, s in sorted(local.items()))
@@ -123,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGTERM, _stop)
         if not bridge.lockstep:
-            _set_realtime_scheduling(int(P["sched_priority"]), int(P["cpu"]), log)
+            _set_realtime_scheduling(P.sched_priority, P.cpu, log)
         gc.collect()
         gc.freeze()
         # the GIL passes between threads (the bag writer, the executor) every 0.5 ms instead of 5 ms:

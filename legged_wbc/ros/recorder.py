@@ -26,7 +26,7 @@ writes them unchanged (CDR) with ``rosbags.rosbag2.Writer`` (rosbag2 format vers
   writes ``metadata.yaml``: the bag is complete and readable. Exit status 0; 2 for a bad
   parameter or an existing output directory.
 
-Parameters: see ``SCHEMA`` and ``config/recorder.yaml``.
+Parameters: see :class:`RecorderConfig` and ``config/recorder.yaml``.
 """
 
 from __future__ import annotations
@@ -41,32 +41,44 @@ from datetime import datetime
 from pathlib import Path
 
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.params import NodeParameters, ParameterSchemaError, ParamSpec
+from dataclasses import dataclass
 
-SCHEMA = [
-    ParamSpec("output", "", "bag directory to create (must not exist); empty = ./rosbag2_<date>-<time>",
-              read_only=True),
-    ParamSpec("storage", "mcap", "rosbag2 storage plugin", choices=("mcap", "sqlite3"), read_only=True),
-    ParamSpec("topics", [], "topics to record as /name or /name:pkg/msg/Type; empty = all discovered topics",
-              type="str_array", read_only=True),
-    ParamSpec("record_all", True, "also record every other topic that appears in the graph", read_only=True),
-    ParamSpec("exclude", ["/rosout", "/parameter_events"], "topics never recorded", type="str_array",
-              read_only=True),
-    ParamSpec("qos_depth", 2000, "subscription history depth [messages]", min=1, max=1_000_000, read_only=True),
-    ParamSpec("discovery_period", 0.2, "graph polling period for new topics and peers [s wall]", min=0.01, max=60.0),
-    ParamSpec("stop_when_gone", [], "close the bag when one of these nodes (seen once) leaves the graph",
-              type="str_array"),
-    ParamSpec("drain_time", 0.3, "on stop, keep taking messages until none arrived for this long [s wall]",
-              min=0.0, max=10.0),
-    ParamSpec("custom_data", "", "key=value pairs separated by ';' stored in metadata.yaml custom_data",
-              read_only=True),
-    ParamSpec("writer_thread", False, "write the bag from a thread of its own (the callback only queues the "
-              "bytes): closing a 1 MiB MCAP chunk takes ~10 ms, which must not stall a control loop sharing the "
-              "process (the container sets it)", read_only=True),
-    ParamSpec("stamp_source", "node_clock", "message time stamps: node_clock = receive time on the node's clock "
-              "(sim time with use_sim_time), clock_topic = the newest recorded /clock (sim time without a "
-              "TimeSource; what the container uses)", choices=("node_clock", "clock_topic"), read_only=True),
-]
+from legged_wbc.params import param, validate
+from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
+
+
+@dataclass(frozen=True)
+class RecorderConfig:
+    """The ``bag_recorder`` node's parameters. Live: ``discovery_period`` (the next poll),
+    ``stop_when_gone`` (the next peer check), ``drain_time`` (the stop); the rest shape the bag and
+    its subscriptions at start-up and are read-only."""
+
+    output: str = param("", desc="bag directory to create (must not exist); empty = ./rosbag2_<date>-<time>",
+                        live=False)
+    storage: str = param("mcap", desc="rosbag2 storage plugin", choices=("mcap", "sqlite3"), live=False)
+    topics: tuple = param((), desc="topics to record as /name or /name:pkg/msg/Type; empty = all discovered topics",
+                          type="str_array", live=False)
+    record_all: bool = param(True, desc="also record every other topic that appears in the graph", live=False)
+    exclude: tuple = param(("/rosout", "/parameter_events"), desc="topics never recorded", variable_length=True,
+                           live=False)
+    qos_depth: int = param(2000, 1, 1_000_000, "subscription history depth", unit="messages", live=False)
+    discovery_period: float = param(0.2, 0.01, 60.0, "graph polling period for new topics and peers", unit="s wall")
+    stop_when_gone: tuple = param((), desc="close the bag when one of these nodes (seen once) leaves the graph",
+                                  type="str_array")
+    drain_time: float = param(0.3, 0.0, 10.0, "on stop, keep taking messages until none arrived for this long",
+                              unit="s wall")
+    custom_data: str = param("", desc="key=value pairs separated by ';' stored in metadata.yaml custom_data",
+                             live=False)
+    writer_thread: bool = param(False, desc="write the bag from a thread of its own (the callback only queues the "
+                                "bytes): closing a 1 MiB MCAP chunk takes ~10 ms, which must not stall a control "
+                                "loop sharing the process (the container sets it)", live=False)
+    stamp_source: str = param("node_clock", desc="message time stamps: node_clock = receive time on the node's "
+                              "clock (sim time with use_sim_time), clock_topic = the newest recorded /clock (sim "
+                              "time without a TimeSource; what the container uses)",
+                              choices=("node_clock", "clock_topic"), live=False)
+
+    def __post_init__(self):
+        validate(self)
 
 
 # ------------------------------------------------------------------------------------ type support
@@ -156,8 +168,9 @@ def _make_node_class():
 
         def __init__(self, **kwargs):
             super().__init__("bag_recorder", **kwargs)
-            self.params = NodeParameters(self, SCHEMA)
+            self.params = NodeParameters(self, RecorderConfig, on_change=self._on_config)
             P = self.params
+            self.discovery_timer = None   # start_discovery_timer(): discovery + peer checks on a timer
             from rosbags.rosbag2 import StoragePlugin, Writer
             from rosbags.typesys import Stores, get_typestore
 
@@ -208,6 +221,32 @@ def _make_node_class():
                                    f"{' + all discovered' if self.wanted and P['record_all'] else ''}, "
                                    f"stamps: {'sim time' if self._sim_time else 'wall time'}")
 
+        # ---------------------------------------------------------------- parameters
+        @property
+        def config(self) -> RecorderConfig:
+            return self.params.config
+
+        def _on_config(self, cfg: RecorderConfig, changed: list) -> None:
+            if "discovery_period" in changed and self.discovery_timer is not None:
+                self.discovery_timer.timer_period_ns = int(round(cfg.discovery_period * 1e9))
+
+        def start_discovery_timer(self):
+            """Poll the graph (new topics, peers) every ``discovery_period`` from the executor."""
+            def poll():
+                self.discover()
+                self.check_peers()
+
+            self.discovery_timer = self.create_timer(self.config.discovery_period, poll)
+            return self.discovery_timer
+
+        def drain(self, spin_once, limit: float = 10.0) -> None:
+            """Take everything already delivered (until ``drain_time`` passes without a message)."""
+            drain = self.config.drain_time
+            t_end = time.monotonic() + limit
+            self.last_rx = time.monotonic()
+            while time.monotonic() - self.last_rx < drain and time.monotonic() < t_end:
+                spin_once(0.02)
+
         # ---------------------------------------------------------------- subscriptions
         def _subscribe(self, topic: str, msgtype: str, pub_infos) -> None:
             QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy = self._QoS
@@ -252,7 +291,7 @@ def _make_node_class():
                 self._subscribe(topic, self.wanted.get(topic) or types[0], infos)
 
         def check_peers(self) -> None:
-            watch = self.params["stop_when_gone"]
+            watch = self.config.stop_when_gone
             if not watch:
                 return
             names = set(self.get_node_names())
@@ -361,7 +400,6 @@ def main(argv: list[str] | None = None) -> int:
         # timeout (its queue busy-waits holding its mutex, see ros_io.spin_until); every spin here has one.
         executor = ros_io.make_executor()
         executor.add_node(node)
-        period = float(node.params["discovery_period"])
         next_poll = 0.0
         while stop["signal"] is None and node.stop_reason is None:
             executor.spin_once(timeout_sec=0.05)
@@ -369,14 +407,10 @@ def main(argv: list[str] | None = None) -> int:
             if now >= next_poll:
                 node.discover()
                 node.check_peers()
-                next_poll = now + period
+                next_poll = now + node.config.discovery_period   # live
         why = f"signal {stop['signal']}" if stop["signal"] else node.stop_reason
         # drain: take everything already delivered before closing (never lose the last messages)
-        drain = float(node.params["drain_time"])
-        t_end = time.monotonic() + 10.0
-        node.last_rx = time.monotonic()
-        while time.monotonic() - node.last_rx < drain and time.monotonic() < t_end:
-            executor.spin_once(timeout_sec=0.02)
+        node.drain(lambda t: executor.spin_once(timeout_sec=t))
         node.get_logger().info(f"stopping ({why})")
         node.close()
     finally:
