@@ -1,0 +1,119 @@
+"""What the bridge takes from a scenario, and its physics step with the disturbance hook (no ROS).
+
+Disturbance hook: ``disturbance_fn(t, sim) -> np.ndarray | None`` is called before every physics
+step with the sim time [s] and the :class:`~mujoco_bridge.sim.MujocoSim`; it returns the extra
+joint torque [N m] in joint_states order (``None`` = zero). For a scenario whose disturbance is
+enabled (``config/scenarios/paper.yaml``) it is :class:`ScenarioDisturbance`: the scenario's
+``DisturbanceModel`` (shared with the headless loop), gated by the estimated support set that the
+bridge then subscribes to on ``/estimator/support`` (JointState-shaped, ``name`` = legs,
+``position`` = 1/0); in lockstep the bridge also waits for that tick's support estimate. Otherwise
+(and for ``scenario: none``) the disturbance is zero.
+
+Initial state: ``RobotModel.stance_configuration(h)`` (level, at the origin, feet on the floor, at
+rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial_height`` (see
+``config/scenarios/``), else the robot config's stance height. Sensor noise: the ``noise_*``
+parameters, or the scenario's ``noise`` block when they are all zero.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mujoco_bridge.sim import SensorNoise
+
+
+def load_scenario_config(name: str):
+    """The scenario (``legged_wbc.scenario.load_scenario``) for its initial height, sensor noise and
+    disturbance, or None (``none``, or no scenario module)."""
+    if name in ("", "none"):
+        return None
+    try:
+        from legged_wbc.scenario import load_scenario
+    except ImportError:
+        return None
+    return load_scenario(name)
+
+
+def sensor_noise(scenario, joint_velocity: float, gyro: float, accel: float, seed: int) -> SensorNoise:
+    """The ``noise_*`` parameters, or the scenario's ``noise`` block when they are all zero."""
+    noise = SensorNoise(joint_velocity=joint_velocity, gyro=gyro, accel=accel, seed=seed)
+    if scenario is not None and not noise.enabled and getattr(scenario, "noise", None):
+        sn = scenario.noise
+        noise = SensorNoise(joint_velocity=float(sn.get("joint_velocity", 0.0)), gyro=float(sn.get("gyro", 0.0)),
+                            accel=float(sn.get("accel", 0.0)), seed=int(sn.get("seed", 0)))
+    return noise
+
+
+def initial_height(param: float, scenario) -> float | None:
+    """``initial_height`` if non-zero, else the scenario's, else None (the robot config's)."""
+    return param or getattr(scenario, "initial_height", None) or None
+
+
+class ScenarioDisturbance:
+    """``disturbance_fn`` of a scenario: ``DisturbanceModel.torque(t, q_j, leg_in_estimated_support)``
+    evaluated at each control tick (with the true joint positions and the estimator's support set of
+    that tick, from ``/estimator/support``) and held for the tick's physics steps, as in the headless
+    loop. ``sched`` (the :class:`~mujoco_bridge.scheduler.BridgeScheduler`) gives the step count and
+    the support estimates; in lockstep it waits for the tick's estimate before stepping, so the
+    result is deterministic."""
+
+    def __init__(self, model, n: int, sched):
+        self.model = model
+        self.sched = sched
+        self.held = np.zeros(n)
+
+    def __call__(self, t: float, sim):
+        sched = self.sched
+        if sched.step_count % sched.steps_per_tick == 0:
+            sup = sched.support_estimate(sched.step_count // sched.steps_per_tick)
+            in_support = bool(sup[self.model.leg]) if sup is not None else False
+            qj = sim.joint_positions()
+            self.held = self.model.torque(t, qj, in_support)
+        return self.held
+
+
+def scenario_disturbance(scenario, robot, sched, log):
+    """The disturbance hook of the scenario: a :class:`ScenarioDisturbance` (its ``DisturbanceModel``,
+    the one the headless loop uses) when the scenario enables a disturbance, else None (zero)."""
+    if scenario is None or not getattr(getattr(scenario, "disturbance", None), "enabled", False):
+        return None
+    try:
+        from legged_wbc.scenario import DisturbanceModel
+    except ImportError:
+        log.warning("the scenario enables a disturbance but legged_wbc.scenario has no DisturbanceModel; "
+                    "the disturbance stays zero")
+        return None
+    d = scenario.disturbance
+    log.info(f"disturbance: {d.torque_nm:g} N m on leg {d.leg} from t = {d.start:g} s for {d.duration:g} s, "
+             "while the leg is in the estimated support set")
+    return ScenarioDisturbance(DisturbanceModel(scenario, robot), robot.n, sched)
+
+
+class BridgePhysics:
+    """One 1 ms physics step of the bridge: the commanded torque plus ``disturbance_fn``'s torque
+    (checked: a wrong shape or a non-finite value is logged and replaced by zero); the applied
+    disturbance is kept in :attr:`dist_applied` for ``/disturbance``."""
+
+    def __init__(self, sim, n: int, log, disturbance_fn=None):
+        self.sim = sim
+        self.n = n
+        self.log = log
+        self.disturbance_fn = disturbance_fn
+        self.dist_applied = np.zeros(n)
+
+    def step(self, tau: np.ndarray, step: int) -> None:
+        sim = self.sim
+        sim.set_torque(tau)
+        dist = None
+        if self.disturbance_fn is not None:
+            dist = self.disturbance_fn(step * 1_000_000 * 1e-9, sim)
+        if dist is None:
+            self.dist_applied[:] = 0.0
+        else:
+            dist = np.asarray(dist, dtype=float)
+            if dist.shape != (self.n,) or not np.all(np.isfinite(dist)):
+                self.log.error(f"disturbance_fn returned {dist!r}; using zero", throttle_duration_sec=1.0)
+                dist = np.zeros(self.n)
+            self.dist_applied[:] = dist
+        sim.set_disturbance(self.dist_applied)
+        sim.step(1)

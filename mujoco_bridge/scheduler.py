@@ -1,0 +1,503 @@
+"""The MuJoCo bridge's control flow without ROS: lockstep handshake, realtime pacing, watchdog, start-up.
+
+:class:`BridgeScheduler` owns when the bridge steps the physics, with which torque, and when it
+publishes; the ROS node (:mod:`mujoco_bridge.node`) only wires publishers, subscriptions and
+parameters to it. Wall time comes from an injected clock (:class:`MonotonicClock`: ``monotonic()``,
+``sleep(s)``, ``wait(cond, s)``), so the tests drive it with a virtual one.
+
+Topics (conventions and array layouts: :mod:`legged_wbc.ros.io`)
+--------------------------------------------------------------
+Publishes:
+
+* ``/joint_states`` (sensor_msgs/JointState, every physics step): ``name`` = ``RobotModel.joint_names``,
+  position [rad], velocity [rad/s], effort = motor torque applied during the step that ended at
+  the stamp [N m];
+* ``/imu`` (sensor_msgs/Imu, every physics step): orientation base->world (``x, y, z, w``), gyro
+  [rad/s] and specific force [m/s^2] in the base frame, ``frame_id`` = the base link;
+* ``/clock`` (rosgraph_msgs/Clock, every physics step): sim time;
+* ``/disturbance`` (Float64MultiArray, label ``disturbance_torque_Nm[joint_states.name order]``):
+  the extra joint torque the simulation applied during the step ending at the stamp's time;
+* ``/ground_truth/odom`` (nav_msgs/Odometry, evaluation only): base pose in ``world``, twist
+  (linear and angular) in the BASE frame (``child_frame_id`` = base link), i.e. Pinocchio's
+  ``v[0:6]``;
+* ``/ground_truth/contacts`` (Float64MultiArray, evaluation only, label
+  ``foot_contact_0or1[<leg names>]``): 1.0 where a foot sphere touches the floor, robot-config leg
+  order;
+* ``/bridge/diagnostics`` (Float64MultiArray, label ``bridge[<field names>]``, :data:`DIAG_FIELDS`)
+  every ``diagnostics_period`` sim seconds: ``sim_time`` [s], ``tick``, ``commands_applied``,
+  ``deadline_misses`` (realtime), ``stale_commands``, ``rejected_commands``, ``watchdog_active``
+  (0/1), ``watchdog_events``, ``realtime_factor`` (sim s per wall s since the last sample),
+  ``overruns`` (realtime: times the bridge fell > 0.1 s behind the wall clock and re-anchored), and
+  the window since the previous sample (:mod:`mujoco_bridge.timing`): ``window_ticks``,
+  ``window_deadline_misses``, ``command_latency_p50_us`` / ``_p99_us`` / ``_max_us`` (command
+  arrival minus the wall time the answered tick's sample was published);
+* ``/bridge/command_latency`` (Float64MultiArray, label ``tick_and_command_latency_us[pairs]``),
+  with every diagnostics sample: ``[tick, latency_us, tick, latency_us, ...]`` of each tick closed
+  in the window (NaN latency: no command by the deadline), for whole-run statistics.
+
+The three ground-truth/disturbance topics are published every ``ground_truth_decimation`` physics
+steps (default 2: 500 Hz, on the control ticks; 1 = every physics step), stamped like ``/joint_states``.
+``/disturbance`` then holds the torque applied during the step that ended at its stamp.
+
+Subscribes to ``/joint_torque_cmd`` (sensor_msgs/JointState): ``name`` = the joints (any order,
+each once), ``effort`` = torques [N m], ``header.stamp`` = the sim time of the control tick the
+command answers (see :mod:`legged_wbc.ros.io`). A command with unknown / missing / duplicate names,
+an effort count that does not match, a non-finite torque or a stamp between ticks is rejected
+(reason logged, ``rejected_commands`` counted) and never applied. The latest accepted command is
+applied with zero-order hold. ``command_timing: untimed`` (realtime mode only, as a hardware
+interface would) ignores the stamps: every command is untimed and the newest one is applied.
+
+Lockstep protocol (``mode: lockstep``, the default; deterministic, independent of CPU speed)
+------------------------------------------------------------------------------------------
+Control tick ``k`` is sim time ``t_k = k * control_period`` (``control_period`` =
+``control_period_steps`` physics steps = 0.002 s).
+
+1. Start-up: the sim is reset to the stance pose; the bridge waits (at most ``startup_timeout``
+   wall seconds) until ``/joint_states`` has ``startup_min_subscribers`` matched subscriptions,
+   in lockstep ``/joint_torque_cmd`` has a publisher, and with ``startup_wait_all_topics`` every
+   published topic has a matched subscription (the recorder's); then (at most 2 s more) until every
+   subscription the graph shows on its topics is matched; then it publishes the tick-0 sample
+   (stamp 0) of every topic. A controller should likewise call
+   ``ros_io.wait_for_matched_subscribers(node, [cmd_publisher])`` before answering tick 0, or the
+   recorder can miss its first commands.
+2. At tick ``k`` the bridge has published the samples stamped ``t_k`` and waits for a command whose
+   ``tick == k`` (a controller reads ``k`` off the stamp with ``ros_io.tick_from_stamp``; samples
+   between ticks have no tick and need no answer).
+3. When it arrives, the bridge applies it (held constant) for ``control_period_steps`` physics steps,
+   publishing the samples after each step (stamps ``t_k + 1 ms``, ``t_{k+1}``), and goes to step 2
+   with ``k + 1``. Commands stamped before tick ``k`` are stale (counted, dropped); stamped after
+   it, rejected.
+
+Nothing depends on wall time except the watchdog: if the command for tick ``k`` has not arrived
+within ``watchdog_timeout`` WALL seconds (``startup_timeout`` for tick 0), the bridge logs an
+error, applies joint damping ``tau = -watchdog_damping * dq`` (clipped to the joint effort limits)
+and keeps stepping, paced at about real time; at every tick it still waits up to one control
+period (wall) for that tick's command, and resumes lockstep (logged) when one arrives. If the
+tick-0 command has not come after ``republish_period`` wall seconds, the tick-0 samples are
+published again (a late subscriber may have missed them; only at start-up).
+
+Realtime mode (``mode: realtime``)
+----------------------------------
+Physics is paced by the wall clock (``realtime_factor`` sim seconds per wall second) after the
+first command (or ``startup_timeout``). The latest valid command is applied at every physics step
+(commands with a tick older than the applied one are stale; with ``command_timing: untimed`` every
+command is untimed and the newest applies).
+The command answering tick ``k`` is due before the bridge starts period ``k + 1``; when it has not
+arrived by then, ``deadline_misses`` is incremented. A physics step applies the newest command that
+had arrived by the step's *scheduled* wall time (:class:`~mujoco_bridge.timing.CommandQueue`), so a
+step that runs late (in a container the bridge's thread computes the command itself) behaves as if
+it had run on time and a late command is never applied early. More than 0.1 s behind the schedule,
+the bridge re-anchors it at the current wall time (``overruns``). With no valid command for
+``watchdog_timeout`` SIM seconds the watchdog applies joint damping until a command arrives.
+
+Live parameters (``legged-wbc param set /mujoco_bridge ...``) act from the next tick (realtime: the
+next physics step): ``watchdog_timeout``, ``watchdog_damping``, ``startup_timeout``,
+``republish_period``, ``realtime_factor`` (the schedule continues from the current step at the new
+rate, no jump), ``duration``, ``diagnostics_period``, ``progress_period``, ``ground_truth_decimation``.
+
+Disturbance hook, initial state and sensor noise: :mod:`mujoco_bridge.scenario_setup`.
+``duration`` > 0: the run ends once that many sim seconds have been simulated.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+
+from mujoco_bridge.timing import CommandQueue, CommandTiming
+
+PHYSICS_DT_NS = 1_000_000        # one physics step [ns] (== legged_wbc.ros.io.PHYSICS_DT_NS)
+UNTIMED_TICK = -1                # == legged_wbc.ros.io.UNTIMED_TICK
+OVERRUN_S = 0.1                  # realtime: this far behind the schedule [wall s] -> re-anchor
+PEER_POLL_S = 0.01               # start-up: period of the subscriber check [wall s]
+
+DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
+               "watchdog_active", "watchdog_events", "realtime_factor", "overruns", "window_ticks", "window_deadline_misses",
+               "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us")
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic``, ``time.sleep`` and ``Condition.wait``."""
+
+    monotonic = staticmethod(time.monotonic)
+    sleep = staticmethod(time.sleep)
+
+    @staticmethod
+    def wait(cond: threading.Condition, timeout: float) -> None:
+        cond.wait(timeout)
+
+
+def damping_torque(dq: np.ndarray, damping: float, effort_limit: np.ndarray) -> np.ndarray:
+    """The watchdog's joint damping ``-damping * dq``, clipped to the effort limits [N m]."""
+    return np.clip(-float(damping) * dq, -effort_limit, effort_limit)
+
+
+class BridgeScheduler:
+    """The bridge's control flow (see the module docstring).
+
+    ``cfg``: any object with the attributes ``duration``, ``watchdog_timeout``, ``watchdog_damping``,
+    ``startup_timeout``, ``republish_period``, ``realtime_factor``, ``diagnostics_period`` and
+    ``progress_period`` (the bridge's config); replace :attr:`cfg` to change them live (read at every
+    tick / step). ``ports``: the node side, with
+
+    * ``physics_step(tau, step)``: one 1 ms physics step with the torque ``tau`` [N m] (``step`` =
+      physics steps taken before it);
+    * ``publish_sample(step)``: publish the state after ``step`` physics steps (stamp ``step`` ms);
+    * ``joint_velocities()``: for the watchdog's damping;
+    * ``peers_missing() -> str | None``: None once the subscribers needed at start-up are there, else
+      what is missing (for the log); ``settle_peers()``: called once they are.
+
+    Commands (``.tick``, ``.tau``) come from any thread through :meth:`offer_command`, the estimated
+    support sets through :meth:`offer_support`. All shared state is guarded by :attr:`cond` (an
+    ``RLock`` condition: a command may arrive inside ``publish_sample``, in the same thread).
+    """
+
+    def __init__(self, cfg, ports, *, lockstep: bool, steps_per_tick: int, effort_limit, log,
+                 clock=None, wait_for_support: bool = False):
+        self.cfg = cfg
+        self.ports = ports
+        self.lockstep = bool(lockstep)
+        self.steps_per_tick = int(steps_per_tick)
+        self.effort_limit = np.asarray(effort_limit, dtype=float)
+        self.log = log
+        self.clock = clock or MonotonicClock()
+        self.wait_for_support = wait_for_support   # lockstep: also wait for the tick's support estimate
+        self.cond = threading.Condition()
+        self.timing = CommandTiming()       # command latency / deadlines per tick (wall clock)
+        self.cmd_queue = CommandQueue()     # realtime: commands in arrival order
+        self.step_count = 0                 # physics steps since reset; sim time = step_count * 1 ms
+        self.tick = 0                       # current control tick (lockstep: the one we wait a command for)
+        self.tau = None                     # the torque of the last applied command
+        self.counters = dict(commands_applied=0, deadline_misses=0, stale_commands=0, rejected_commands=0,
+                             watchdog_events=0, overruns=0)
+        self.watchdog_active = False
+        self.stop_requested = False
+        self.got_first_command = False
+        self.diag_next_ns = 0               # sim time of the next /bridge/diagnostics sample [ns]
+        self._pending = None                # lockstep: accepted command for self.tick
+        self._latest = None                 # realtime: newest accepted command
+        self._last_cmd_step = None          # realtime: step_count when the newest command arrived
+        self._applied_cmd = None
+        self._support: dict[int, np.ndarray] = {}
+        self._reject_log: dict[str, tuple[float, int]] = {}
+        self._diag_wall = (self.clock.monotonic(), 0)
+        self._progress = None
+
+    @property
+    def t_ns(self) -> int:
+        return self.step_count * PHYSICS_DT_NS
+
+    # ------------------------------------------------------------ inputs (any thread)
+    def offer_command(self, cmd) -> bool:
+        """Take a decoded command (``.tick``: the tick it answers or ``UNTIMED_TICK``; ``.tau``); True
+        if accepted. Stale ones are counted and dropped, future ones (lockstep) rejected."""
+        now = self.clock.monotonic()
+        with self.cond:
+            if cmd.tick != UNTIMED_TICK:
+                self.timing.command_arrived(cmd.tick, now)
+            if self.lockstep:
+                if cmd.tick < self.tick:
+                    self.counters["stale_commands"] += 1
+                    return False
+                if cmd.tick > self.tick:
+                    self.reject(f"command for tick {cmd.tick} arrived while the bridge is at tick {self.tick}",
+                                kind="future")
+                    return False
+                self._pending = cmd
+            else:
+                last = self._latest
+                if last is not None and cmd.tick != UNTIMED_TICK and cmd.tick < last.tick:
+                    self.counters["stale_commands"] += 1
+                    return False
+                self._latest = cmd
+                self.cmd_queue.push(now, cmd)
+                self._last_cmd_step = self.step_count
+            self.cond.notify_all()
+        return True
+
+    def reject(self, reason: str, kind: str | None = None) -> None:
+        """Count and log a rejected command; each kind of reason is logged at most once per wall second."""
+        with self.cond:
+            self.counters["rejected_commands"] += 1
+            kind = kind or reason.split(" ")[0]
+            now = self.clock.monotonic()
+            last, suppressed = self._reject_log.get(kind, (-1e9, 0))
+            if now - last >= 1.0:
+                self._reject_log[kind] = (now, 0)
+            else:
+                self._reject_log[kind] = (last, suppressed + 1)
+                return
+        more = f" ({suppressed} more like it suppressed)" if suppressed else ""
+        self.log.warning(f"torque command rejected: {reason}{more}")
+
+    def offer_support(self, tick: int, flags: np.ndarray) -> None:
+        """The estimator's support set of ``tick`` (bool per leg), for the disturbance gating."""
+        with self.cond:
+            self._support[tick] = flags
+            for old in [t for t in self._support if t < tick - 50]:
+                del self._support[old]
+            self.cond.notify_all()
+
+    def support_estimate(self, tick: int):
+        """The estimated support flags of ``tick`` (or the newest older one); None if none yet."""
+        with self.cond:
+            if tick in self._support:
+                return self._support[tick]
+            older = [t for t in self._support if t <= tick]
+            return self._support[max(older)] if older else None
+
+    def request_stop(self) -> None:
+        with self.cond:
+            self.stop_requested = True
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------ run
+    def done(self) -> bool:
+        dur = self.cfg.duration
+        return self.stop_requested or (dur > 0 and self.step_count * PHYSICS_DT_NS >= int(round(dur * 1e9)))
+
+    def run(self) -> None:
+        """Start-up, then lockstep or realtime stepping until ``duration`` or :meth:`request_stop`."""
+        self.wait_for_peers()
+        if self.stop_requested:
+            return
+        self._publish()  # the tick-0 sample
+        if self.lockstep:
+            self.run_lockstep()
+        else:
+            self.run_realtime()
+
+    def _publish(self) -> None:
+        if self.step_count % self.steps_per_tick == 0:
+            # before publishing: in a container the answer arrives inside publish_sample()
+            self.timing.sample_published(self.step_count // self.steps_per_tick, self.clock.monotonic())
+        self.ports.publish_sample(self.step_count)
+
+    def damping_torque(self) -> np.ndarray:
+        return damping_torque(self.ports.joint_velocities(), self.cfg.watchdog_damping, self.effort_limit)
+
+    def wait_for_peers(self) -> bool:
+        """Wait (at most ``startup_timeout`` wall s; 0 = forever) until ``ports.peers_missing()`` is None."""
+        clock = self.clock
+        timeout = float(self.cfg.startup_timeout)
+        t0 = clock.monotonic()
+        logged = False
+        while not self.stop_requested:
+            missing = self.ports.peers_missing()
+            if missing is None:
+                self.ports.settle_peers()
+                return True
+            waited = clock.monotonic() - t0
+            if timeout and waited > timeout:
+                self.log.error(f"start-up: {missing} after {timeout:g} s; starting anyway")
+                return False
+            if not logged and waited > 2.0:
+                self.log.info(f"start-up: waiting for subscribers and a command publisher ({missing})")
+                logged = True
+            clock.sleep(PEER_POLL_S)
+        return False
+
+    def _engage_watchdog(self, why: str) -> None:
+        if not self.watchdog_active:
+            self.watchdog_active = True
+            self.counters["watchdog_events"] += 1
+            self.log.error(f"watchdog: {why}; applying joint damping {self.cfg.watchdog_damping:g} N m s/rad")
+
+    def _leave_watchdog(self, how: str) -> None:
+        if self.watchdog_active:
+            self.watchdog_active = False
+            self.log.warning(f"watchdog released: {how}")
+
+    def _republish_tick0(self, what: str) -> None:
+        """Re-publish the tick-0 sample (the lock is held by the caller and released meanwhile)."""
+        self.cond.release()
+        try:
+            self.log.info(f"{what}: re-publishing the tick-0 sample")
+            self._publish()
+        finally:
+            self.cond.acquire()
+
+    # ------------------------------------------------------------ lockstep
+    def wait_command_lockstep(self):
+        """The torque for the current tick, or None (watchdog damping) — see the module docstring."""
+        k = self.tick
+        startup = not self.got_first_command
+        cfg = self.cfg
+        timeout = float(cfg.startup_timeout if startup else cfg.watchdog_timeout)
+        period = self.steps_per_tick * 1e-3
+        monotonic, wait = self.clock.monotonic, self.clock.wait
+        t0 = monotonic()
+        next_republish = t0 + float(cfg.republish_period)
+        cond = self.cond
+        with cond:
+            while True:
+                cmd = self._pending
+                if cmd is not None and cmd.tick == k and (
+                        not self.wait_for_support or k in self._support or self.watchdog_active
+                        or (monotonic() - t0) > timeout):
+                    self._pending = None
+                    self.got_first_command = True
+                    self._leave_watchdog(f"command for tick {k} received, lockstep resumed")
+                    return cmd.tau
+                if self.stop_requested:
+                    return None
+                now = monotonic()
+                if self.watchdog_active:
+                    if now - t0 >= period:
+                        return None
+                    wait(cond, t0 + period - now)
+                    continue
+                if timeout and now - t0 >= timeout:
+                    self._engage_watchdog(f"no command for tick {k} (t = {self.t_ns * 1e-9:.3f} s) within "
+                                          f"{timeout:g} s wall")
+                    return None
+                if startup and k == 0 and now >= next_republish:
+                    self._republish_tick0("no command for tick 0 yet")
+                    next_republish = now + float(self.cfg.republish_period)
+                deadline = min(next_republish if (startup and k == 0) else math.inf,
+                               (t0 + timeout) if timeout else math.inf)
+                wait(cond, max(0.0, min(deadline - now, 0.5)))
+
+    def run_lockstep(self) -> None:
+        spt = self.steps_per_tick
+        physics_step, publish = self.ports.physics_step, self._publish
+        while not self.done():
+            tau = self.wait_command_lockstep()
+            if self.stop_requested:
+                break
+            if tau is not None:
+                self.counters["commands_applied"] += 1
+                self.tau = tau
+                with self.cond:
+                    self.timing.close_tick(self.tick)      # latency only: lockstep has no deadline
+            for i in range(spt):
+                physics_step(self.damping_torque() if tau is None else tau, self.step_count)
+                self.step_count += 1
+                if i == spt - 1:
+                    with self.cond:
+                        self.tick += 1
+                        if self._pending is not None and self._pending.tick < self.tick:
+                            self._pending = None
+                publish()
+
+    # ------------------------------------------------------------ realtime
+    def wait_first_command_realtime(self) -> None:
+        """Until the first command (or ``startup_timeout``: watchdog), re-publishing tick 0."""
+        monotonic, wait = self.clock.monotonic, self.clock.wait
+        startup = float(self.cfg.startup_timeout)
+        t0 = monotonic()
+        next_republish = t0 + float(self.cfg.republish_period)
+        cond = self.cond
+        with cond:
+            while self._latest is None and not self.stop_requested:
+                now = monotonic()
+                left = (t0 + startup - now) if startup else 0.5
+                if startup and left <= 0:
+                    self._engage_watchdog(f"no command within the start-up timeout of {startup:g} s")
+                    break
+                if now >= next_republish:  # a late subscriber may have missed the tick-0 sample
+                    self._republish_tick0("no command yet")
+                    next_republish = now + float(self.cfg.republish_period)
+                wait(cond, min(max(left, 0.0), 0.5, max(next_republish - now, 0.0)))
+
+    def run_realtime(self) -> None:
+        self.wait_first_command_realtime()
+        monotonic, sleep = self.clock.monotonic, self.clock.sleep
+        physics_step, publish_sample, physics_dt = self.ports.physics_step, self.ports.publish_sample, 1e-3
+        timing, queue, counters, cond = self.timing, self.cmd_queue, self.counters, self.cond
+        spt = self.steps_per_tick
+        wall0 = monotonic()
+        step0 = self.step_count
+        rtf = float(self.cfg.realtime_factor)
+        while not self.done():
+            cfg = self.cfg
+            step = self.step_count
+            if cfg.realtime_factor != rtf:   # a new factor: the schedule goes on from this step's slot
+                wall0, step0 = wall0 + (step - step0) * physics_dt / rtf, step
+                rtf = float(cfg.realtime_factor)
+            target = wall0 + (step - step0) * physics_dt / rtf   # scheduled wall time of this step
+            delay = target - monotonic()
+            if delay > 0:
+                sleep(delay)
+            elif delay < -OVERRUN_S:  # far behind (debugger, overload): re-anchor instead of racing
+                counters["overruns"] += 1
+                wall0, step0 = monotonic(), step
+                target = wall0
+            with cond:
+                if step % spt == 0 and self.got_first_command and step > 0:
+                    # the command answering the previous tick is due when this period starts
+                    if timing.close_tick(step // spt - 1, deadline=target):
+                        counters["deadline_misses"] += 1
+                # what had arrived by the scheduled time (not by now: a step that runs late,
+                # e.g. because this process computed the command, acts as if it had run on time)
+                cmd, last_step = queue.due(target), self._last_cmd_step
+            self.tick = step // spt
+            tau = None
+            if cmd is not None:
+                self.got_first_command = True
+                wd = cfg.watchdog_timeout
+                if (step - last_step) * physics_dt > wd:
+                    self._engage_watchdog(f"no command for {wd:g} s of sim time")
+                else:
+                    self._leave_watchdog("commands resumed")
+                    tau = cmd.tau
+                    if cmd is not self._applied_cmd:
+                        counters["commands_applied"] += 1
+                        self._applied_cmd = cmd
+                        self.tau = tau
+            physics_step(self.damping_torque() if tau is None else tau, step)
+            self.step_count = step + 1
+            if (step + 1) % spt == 0:
+                timing.sample_published((step + 1) // spt, monotonic())
+            publish_sample(step + 1)
+
+    # ------------------------------------------------------------ diagnostics
+    def diagnostics(self) -> tuple[dict, list[int], list[float], str | None]:
+        """``(fields, ticks, latencies_us, progress_line)``: the ``/bridge/diagnostics`` values in
+        :data:`DIAG_FIELDS` order, the window's per-tick latencies, and the progress log line when
+        ``progress_period`` wall seconds have passed since the last one (else None). Schedules the
+        next sample ``diagnostics_period`` sim seconds later."""
+        cfg = self.cfg
+        now = self.clock.monotonic()
+        w0, s0 = self._diag_wall
+        rtf = ((self.step_count - s0) * 1e-3) / (now - w0) if now > w0 and self.step_count > s0 else 0.0
+        self._diag_wall = (now, self.step_count)
+        with self.cond:
+            window, ticks, latency = self.timing.take_window()
+        d = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick),
+             **{k: float(v) for k, v in self.counters.items()},
+             "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf, **window}
+        self.diag_next_ns = self.t_ns + int(round(cfg.diagnostics_period * 1e9))
+        return {k: d[k] for k in DIAG_FIELDS}, ticks, latency, self._progress_line(now, window)
+
+    def _progress_line(self, now: float, window: dict) -> str | None:
+        """One line every ``progress_period`` wall seconds, so a long run is never silent."""
+        cfg = self.cfg
+        period = float(cfg.progress_period)
+        if period <= 0:
+            return None
+        if self._progress is None:
+            self._progress = (now, self.step_count)
+            return None
+        w0, s0 = self._progress
+        if now - w0 < period:
+            return None
+        self._progress = (now, self.step_count)
+        dur = float(cfg.duration)
+        rtf = (self.step_count - s0) * 1e-3 / (now - w0)
+        lat = window.get("command_latency_p99_us")
+        if lat != lat:
+            return f"t = {self.t_ns * 1e-9:.1f} s sim, {rtf:.2f}x real time, no command in the last window"
+        return (f"t = {self.t_ns * 1e-9:.1f}{f' / {dur:g}' if dur > 0 else ''} s sim, {rtf:.2f}x real time, "
+                f"{self.counters['commands_applied']} commands applied, {self.counters['deadline_misses']} deadline "
+                f"misses, command latency p99 {lat:.0f} us (last {cfg.diagnostics_period:g} s)")
+
+    def summary(self) -> str:
+        """The closing log line."""
+        if self.stop_requested:
+            return f"stopped at t = {self.t_ns * 1e-9:.3f} s"
+        return (f"duration reached: t = {self.t_ns * 1e-9:.3f} s, {self.counters['commands_applied']} commands "
+                f"applied, {self.counters['watchdog_events']} watchdog events")

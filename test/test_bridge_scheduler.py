@@ -1,0 +1,381 @@
+"""BridgeScheduler (mujoco_bridge/scheduler.py) driven by a virtual clock: no ROS, no real sleeping.
+
+The fake clock only moves when the scheduler sleeps or waits; events (a controller's answer, a
+parameter change) fire at their virtual time, inside that sleep / wait, as a command from the
+executor thread would."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from legged_wbc.params import schema
+from legged_wbc.robot import ConfigError
+from mujoco_bridge.config import BridgeConfig, load_bridge_config
+from mujoco_bridge.scheduler import DIAG_FIELDS, BridgeScheduler, damping_torque
+
+SPT = 2                      # physics steps per control tick
+N = 3                        # joints
+DQ = np.array([1.0, -2.0, 100.0])
+LIMIT = np.array([10.0, 10.0, 10.0])
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+        self._events: list = []
+        self._seq = itertools.count()
+        self.waits = 0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def at(self, t: float, fn) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), fn))
+
+    def _advance(self, until: float) -> None:
+        while self._events and self._events[0][0] <= until:
+            t, _, fn = heapq.heappop(self._events)
+            self.t = max(self.t, t)
+            fn()
+        self.t = max(self.t, until)
+
+    def sleep(self, dt: float) -> None:
+        self._advance(self.t + max(dt, 0.0))
+
+    def wait(self, cond, timeout: float) -> None:
+        """Like Condition.wait: returns at the next event (a notify) or after ``timeout``."""
+        self.waits += 1
+        assert self.waits < 10**6, "the scheduler spins"
+        until = self.t + max(timeout, 0.0)
+        if self._events and self._events[0][0] < until:
+            until = self._events[0][0]
+        self._advance(max(until, np.nextafter(self.t, np.inf)))   # real time always moves on
+
+
+class Log:
+    def __init__(self):
+        self.lines: list[tuple[str, float, str]] = []
+        self.clock = None
+
+    def _add(self, level, text, **kw):
+        self.lines.append((level, self.clock.t if self.clock else 0.0, text))
+
+    def info(self, text, **kw):
+        self._add("info", text)
+
+    def warning(self, text, **kw):
+        self._add("warning", text)
+
+    def error(self, text, **kw):
+        self._add("error", text)
+
+    def having(self, part: str) -> list:
+        return [ln for ln in self.lines if part in ln[2]]
+
+
+def cmd(tick: int, value: float | None = None):
+    return SimpleNamespace(tick=tick, tau=np.full(N, float(tick if value is None else value)))
+
+
+class Rig:
+    """A scheduler with fake ports and a scripted controller.
+
+    ``latency(k)`` -> wall seconds until the command for tick ``k`` arrives after its sample was
+    published (None: never answered)."""
+
+    def __init__(self, lockstep=True, latency=lambda k: 1e-4, peers_after=0.0, **cfg):
+        self.clock = FakeClock()
+        self.log = Log()
+        self.log.clock = self.clock
+        self.latency = latency
+        self.steps: list[tuple[int, float, np.ndarray]] = []      # (step, wall, tau)
+        self.published: list[tuple[int, float]] = []             # (step, wall)
+        self.answered: dict[int, float] = {}                       # tick -> wall of the answer
+        self.diags: list[dict] = []
+        self.progress: list[str] = []
+        self.peers_after = peers_after
+        self.settled = False
+        self.step_cost = {}                                       # step -> wall seconds the step takes
+        cfg = BridgeConfig(**{"duration": 0.02, "mode": "lockstep" if lockstep else "realtime", **cfg})
+        self.sched = BridgeScheduler(cfg, self, lockstep=lockstep, steps_per_tick=SPT, effort_limit=LIMIT,
+                                     log=self.log, clock=self.clock)
+
+    # ports
+    def physics_step(self, tau, step):
+        assert step == self.sched.step_count
+        self.steps.append((step, self.clock.t, np.array(tau)))
+        if step in self.step_cost:                  # a slow step: what arrives meanwhile is delivered
+            self.clock._advance(self.clock.t + self.step_cost[step])
+
+    def publish_sample(self, step):
+        self.published.append((step, self.clock.t))
+        if step * 1_000_000 >= self.sched.diag_next_ns:        # as the node does
+            fields, ticks, lat, line = self.sched.diagnostics()
+            self.diags.append(fields)
+            if line:
+                self.progress.append((self.clock.t, line))
+        if step % SPT == 0:
+            k = step // SPT
+            lat = self.latency(k)
+            if lat is not None and k not in self.answered:
+                self.answered[k] = self.clock.t + lat
+                self.clock.at(self.clock.t + lat, lambda k=k: self.sched.offer_command(cmd(k)))
+
+    def joint_velocities(self):
+        return DQ
+
+    def peers_missing(self):
+        return None if self.clock.t >= self.peers_after else "0/1 /joint_states subscribers"
+
+    def settle_peers(self):
+        self.settled = True
+
+    # helpers
+    def set_cfg(self, at: float, **changes):
+        self.clock.at(at, lambda: setattr(self.sched, "cfg", dataclasses.replace(self.sched.cfg, **changes)))
+
+    def run(self):
+        self.sched.run()
+        return self
+
+    def taus(self) -> np.ndarray:
+        return np.array([s[2][0] for s in self.steps])
+
+    def step_walls(self) -> np.ndarray:
+        return np.array([s[1] for s in self.steps])
+
+
+# ---------------------------------------------------------------- lockstep
+def test_lockstep_applies_exactly_the_command_of_each_tick_for_its_steps():
+    r = Rig(latency=lambda k: 0.05 + 0.01 * (k % 3), duration=0.02).run()
+    assert len(r.steps) == 20 and [s[0] for s in r.steps] == list(range(20))
+    # the command answering tick k (tau = k) drives exactly physics steps 2k and 2k+1
+    assert np.array_equal(r.taus(), np.repeat(np.arange(10.0), SPT))
+    # ... and no step of tick k ran before its command had arrived (the bridge waited for it)
+    for step, wall, _ in r.steps:
+        assert wall >= r.answered[step // SPT]
+    assert r.sched.counters["commands_applied"] == 10 and r.sched.tick == 10
+    assert r.sched.counters["watchdog_events"] == 0 and not r.log.having("watchdog")
+    # samples after every step; the tick-0 sample once, before any step
+    assert [p[0] for p in r.published] == list(range(21))
+    assert r.settled and "duration reached: t = 0.020 s, 10 commands applied, 0 watchdog events" == r.sched.summary()
+
+
+def test_lockstep_drops_stale_and_rejects_future_commands():
+    r = Rig(duration=0.02)
+    offered = []
+
+    def publish(step, orig=r.publish_sample):
+        orig(step)
+        if step == 0 and not offered:         # at tick 0: an answer to tick 3 (future)
+            offered.append(r.sched.offer_command(cmd(3, value=99.0)))
+        if step == 8:                         # tick 4 published: a second answer to tick 2 (stale)
+            offered.append(r.sched.offer_command(cmd(2, value=77.0)))
+    r.publish_sample = publish
+    r.run()
+    assert offered == [False, False]
+    assert r.sched.counters["stale_commands"] == 1
+    assert r.sched.counters["rejected_commands"] == 1
+    assert r.log.having("torque command rejected: command for tick 3 arrived while the bridge is at tick 0")
+    assert 99.0 not in r.taus() and 77.0 not in r.taus()
+    assert np.array_equal(r.taus(), np.repeat(np.arange(10.0), SPT))
+    r.sched.reject("non-finite torque", kind="nonfinite")
+    r.sched.reject("non-finite torque", kind="nonfinite")            # within a second: counted, not logged
+    assert r.sched.counters["rejected_commands"] == 3 and len(r.log.having("non-finite")) == 1
+
+
+def test_lockstep_watchdog_engages_after_timeout_damps_and_releases_on_the_next_command():
+    hang = range(5, 12)                               # ticks 5..11 are never answered
+    r = Rig(latency=lambda k: None if k in hang else 1e-4, duration=0.04, watchdog_timeout=0.3,
+            watchdog_damping=5.0).run()
+    s = r.sched
+    assert s.counters["watchdog_events"] == 1 and not s.watchdog_active
+    (err,) = r.log.having("watchdog: no command for tick 5")
+    assert "(t = 0.010 s) within 0.3 s wall; applying joint damping 5 N m s/rad" in err[2]
+    # engaged 0.3 s (wall) after the tick-5 sample went out
+    t5 = [w for st, w in r.published if st == 10][0]
+    assert err[1] == pytest.approx(t5 + 0.3)
+    damp = np.clip(-5.0 * DQ, -LIMIT, LIMIT)
+    for step, wall, tau in r.steps:
+        if step // SPT in hang:
+            assert np.array_equal(tau, damp), step
+        else:
+            assert np.array_equal(tau, np.full(N, float(step // SPT))), step
+    # damped ticks are paced at one control period of wall time each (waiting for their command)
+    walls = {st: w for st, w, _ in r.steps}
+    assert walls[2 * 7] - walls[2 * 6] == pytest.approx(0.002)
+    (rel,) = r.log.having("watchdog released")
+    assert "command for tick 12 received, lockstep resumed" in rel[2]
+    assert s.counters["commands_applied"] == 20 - len(hang)
+
+
+def test_startup_republishes_tick0_every_period_only_until_the_first_command():
+    # tick 0 answered after 2.5 s; tick 3 after 1.5 s (no re-publishing then: only at start-up)
+    r = Rig(latency=lambda k: {0: 2.5, 3: 1.5}.get(k, 1e-4), duration=0.01, republish_period=1.0,
+            watchdog_timeout=5.0).run()
+    zero = [w for st, w in r.published if st == 0]
+    assert zero == pytest.approx([0.0, 1.0, 2.0])
+    assert len(r.log.having("no command for tick 0 yet: re-publishing the tick-0 sample")) == 2
+    assert [st for st, _ in r.published].count(6) == 1
+    assert r.sched.counters["watchdog_events"] == 0
+    assert r.steps[0][1] == pytest.approx(2.5)
+
+
+def test_startup_waits_for_peers_then_gives_up_after_startup_timeout():
+    r = Rig(peers_after=0.5, duration=0.004).run()
+    assert r.settled and r.published[0] == (0, pytest.approx(0.5, abs=0.011))
+    r2 = Rig(peers_after=1e9, startup_timeout=3.0, duration=0.004).run()
+    assert not r2.settled
+    (err,) = r2.log.having("start-up: 0/1 /joint_states subscribers after 3 s; starting anyway")
+    assert err[1] == pytest.approx(3.0, abs=0.011)
+    assert r2.log.having("start-up: waiting for subscribers")
+    assert len(r2.steps) == 4                 # then runs as usual
+
+
+def test_stop_request_ends_the_run():
+    r = Rig(duration=0.0)
+    r.clock.at(0.0305, r.sched.request_stop)
+    r.run()
+    assert 0 < len(r.steps) < 1000 and r.sched.summary().startswith("stopped at t = ")
+
+
+# ---------------------------------------------------------------- realtime
+def test_realtime_late_command_counts_a_miss_and_is_never_applied_early():
+    # tick k's sample goes out after step 2k-1 (scheduled at wall0 + (2k-1) ms), its command is due at
+    # the scheduled start of period k+1 (step 2k+2). Tick 4's answer takes 3.5 ms: it arrives at
+    # wall0 + 10.5 ms, during step 9, which runs 2 ms late: step 10 starts after the arrival, but
+    # its scheduled time (wall0 + 10 ms) is before it.
+    r = Rig(lockstep=False, latency=lambda k: 0.0035 if k == 4 else 5e-4, duration=0.03)
+    r.step_cost[9] = 0.002
+    r.run()
+    s = r.sched
+    assert s.counters["deadline_misses"] == 1 and s.counters["overruns"] == 0
+    taus, walls = r.taus(), r.step_walls()
+    wall0 = walls[0]
+    assert walls[10] > r.answered[4] and r.answered[4] == pytest.approx(wall0 + 0.0105)
+    assert taus[10] == 3.0 and taus[11] == 4.0
+    assert np.array_equal(taus[:10], [0, 0, 1, 1, 2, 2, 3, 3, 3, 3])   # tick 4's: not there by step 8's time
+    # steps 10 and 11 both ran at wall0 + 11 ms: the answers to ticks 5 and 6 were both there for step 12
+    assert taus[12] == 6.0 and 5.0 not in taus
+    assert s.counters["commands_applied"] == len(np.unique(taus)) == 14
+    fields, ticks, lat, _ = s.diagnostics()
+    assert list(fields) == list(DIAG_FIELDS) and fields["deadline_misses"] == 1.0
+    assert np.isnan(lat[ticks.index(4)]) and lat[ticks.index(3)] == pytest.approx(500.0)
+
+
+def test_realtime_paces_sim_time_at_the_factor_and_a_live_change_continues_without_a_jump():
+    r = Rig(lockstep=False, duration=1.0, realtime_factor=2.0, latency=lambda k: 1e-4)
+    r.set_cfg(0.25, realtime_factor=0.5)
+    r.run()
+    walls = r.step_walls()
+    gaps = np.diff(walls)
+    fast = np.isclose(gaps, 0.5e-3)
+    slow = np.isclose(gaps, 2e-3)
+    assert np.all(fast | slow)                          # sim time = factor * wall, no jump, no catching up
+    n_fast = int(fast.sum())
+    assert fast[:n_fast].all() and slow[n_fast:].all()  # factor 2, then 0.5
+    assert 0.25 <= walls[n_fast] <= 0.25 + 1e-3         # from the step after the change
+    assert len(walls) == 1000 and r.sched.counters["overruns"] == 0
+    assert r.sched.counters["deadline_misses"] == 0
+
+
+def test_realtime_overrun_reanchors_the_schedule():
+    r = Rig(lockstep=False, duration=0.05, latency=lambda k: 1e-4)
+    r.step_cost[20] = 0.25                                   # one step takes 250 ms (a debugger, a stall)
+    r.run()
+    assert r.sched.counters["overruns"] == 1
+    walls = r.step_walls()
+    assert walls[21] == pytest.approx(walls[20] + 0.25)      # no sleep: far behind
+    assert np.allclose(np.diff(walls[21:]), 1e-3)            # paced again from the new anchor, not racing
+    assert len(walls) == 50
+
+
+def test_realtime_watchdog_in_sim_seconds_and_startup_timeout():
+    # commands stop after tick 10; watchdog_timeout 0.01 sim s -> damping from step 21 + 10 on
+    r = Rig(lockstep=False, duration=0.06, watchdog_timeout=0.01, latency=lambda k: 1e-4 if k <= 10 else None).run()
+    s = r.sched
+    assert s.counters["watchdog_events"] == 1 and s.watchdog_active
+    count_at_arrival = sum(1 for _, w, _ in r.steps if w <= r.answered[10])  # physics steps then
+    damp = np.clip(-5.0 * DQ, -LIMIT, LIMIT)
+    damped = [st for st, _, tau in r.steps if np.array_equal(tau, damp)]
+    # more than 10 steps (0.01 sim s) after the last command
+    assert damped and damped[0] == count_at_arrival + 11 and damped == list(range(damped[0], 60))
+    r2 = Rig(lockstep=False, duration=0.004, startup_timeout=2.0, latency=lambda k: None).run()
+    assert r2.log.having("watchdog: no command within the start-up timeout of 2 s")
+    assert r2.steps[0][1] == pytest.approx(2.0) and len(r2.steps) == 4
+
+
+def test_duration_stops_and_is_live():
+    r = Rig(duration=0.01).run()
+    assert len(r.steps) == 10 and r.published[-1][0] == 10 and r.sched.t_ns == 10_000_000
+    r = Rig(lockstep=False, duration=0.0, latency=lambda k: 1e-4)    # until stopped ...
+    r.set_cfg(0.0105, duration=0.03)                                # ... or, set live, 30 ms of sim time
+    r.run()
+    assert len(r.steps) == 30 and r.sched.t_ns == 30_000_000
+    assert r.sched.summary() == "duration reached: t = 0.030 s, 15 commands applied, 0 watchdog events"
+
+
+# ---------------------------------------------------------------- live parameters
+def test_live_watchdog_timeout_and_damping_take_effect_on_the_next_tick():
+    r = Rig(latency=lambda k: None if k in (5, 9) else 1e-4, duration=0.03, watchdog_timeout=0.5,
+            watchdog_damping=5.0)
+    r.set_cfg(0.1, watchdog_timeout=0.2, watchdog_damping=1.0)   # while waiting for tick 5 (since t = 0.0009)
+    r.run()
+    errs = r.log.having("watchdog: no command for tick")
+    # tick 5 still uses the 0.5 s it started waiting with; tick 9, the new 0.2 s and 1 N m s/rad
+    assert "tick 5" in errs[0][2] and "within 0.5 s" in errs[0][2] and "damping 1 N m s/rad" in errs[0][2]
+    t9 = [w for st, w in r.published if st == 18][0]
+    assert "tick 9" in errs[1][2] and "within 0.2 s" in errs[1][2] and errs[1][1] == pytest.approx(t9 + 0.2)
+    assert np.array_equal(r.steps[10][2], np.clip(-1.0 * DQ, -LIMIT, LIMIT))
+    assert np.array_equal(damping_torque(DQ, 3.0, LIMIT), np.clip(-3.0 * DQ, -LIMIT, LIMIT))
+
+
+def test_live_republish_period():
+    r = Rig(latency=lambda k: None if k == 0 else 1e-4, duration=0.004, republish_period=1.0, startup_timeout=10.0)
+    r.set_cfg(0.5, republish_period=0.25)            # from the next re-publication on
+    r.run()
+    zero = [w for st, w in r.published if st == 0]
+    assert zero[:5] == pytest.approx([0.0, 1.0, 1.25, 1.5, 1.75])
+    assert r.log.having("watchdog: no command for tick 0 (t = 0.000 s) within 10 s wall")
+
+
+def test_live_diagnostics_period():
+    r = Rig(duration=0.2, latency=lambda k: 0.02, diagnostics_period=0.01)
+    r.set_cfg(1.0, diagnostics_period=0.05)           # wall 1.0 s = sim 0.1 s
+    r.run()
+    times = np.array([d["sim_time"] for d in r.diags])
+    gaps = np.round(np.diff(times), 6)
+    assert set(gaps[times[1:] <= 0.1 + 1e-9]) == {0.01} and set(gaps[times[:-1] >= 0.1 - 1e-9]) == {0.05}
+    assert all(d["watchdog_active"] == 0.0 and d["tick"] == round(d["sim_time"] / 0.002) for d in r.diags)
+
+
+def test_live_progress_period():
+    # 10 ms wall per sim ms; a diagnostics sample every tick
+    r = Rig(duration=0.2, latency=lambda k: 0.02, diagnostics_period=0.002, progress_period=0.5)
+    r.set_cfg(1.01, progress_period=0.2)
+    r.run()
+    walls = [w for w, _ in r.progress]
+    assert np.allclose(walls, [0.5, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0], atol=0.021)
+    assert all("commands applied" in p and "deadline misses" in p and "x real time" in p for _, p in r.progress)
+    r.set_cfg(r.clock.t, progress_period=0.0)        # 0 = never
+    r.clock.sleep(0.0)
+    assert r.sched.diagnostics()[3] is None
+
+
+def test_bridge_config_live_fields_and_validation():
+    live = {f.name for f in schema(BridgeConfig) if not f.read_only}
+    # what the scheduler re-reads every tick / step, plus the node's ground_truth_decimation
+    assert live == {"duration", "watchdog_timeout", "watchdog_damping", "republish_period", "realtime_factor",
+                    "ground_truth_decimation", "diagnostics_period", "progress_period"}
+    cfg = load_bridge_config()                       # config/mujoco_bridge.yaml: every name known, in range
+    assert cfg == BridgeConfig()                     # ... and the defaults are the file's values
+    with pytest.raises(ConfigError, match="watchdog_timeout"):
+        dataclasses.replace(cfg, watchdog_timeout=0.0)
+    with pytest.raises(ConfigError, match="mode"):
+        BridgeConfig(mode="fast")
