@@ -32,11 +32,13 @@ The three ground-truth/disturbance topics are published every ``ground_truth_dec
 steps (default 2: 500 Hz, on the control ticks; 1 = every physics step), stamped like ``/joint_states``.
 ``/disturbance`` then holds the torque applied during the step that ended at its stamp.
 
-Subscribes to ``/joint_torque_cmd`` (Float64MultiArray): ``data = [tau_0..tau_{n-1}, tick]``, torques
-[N m] in the ``/joint_states`` name order, label ``joint_torque_Nm[joint_states.name order]+control_tick``.
-A command that is not ``n + 1`` values, has a non-finite torque or a non-integer tick is rejected
+Subscribes to ``/joint_torque_cmd`` (sensor_msgs/JointState): ``name`` = the joints (any order,
+each once), ``effort`` = torques [N m], ``header.stamp`` = the sim time of the control tick the
+command answers (see :mod:`legged_wbc.ros.io`). A command with unknown / missing / duplicate names,
+an effort count that does not match, a non-finite torque or a stamp between ticks is rejected
 (reason logged, ``rejected_commands`` counted) and never applied. The latest accepted command is
-applied with zero-order hold.
+applied with zero-order hold. ``command_timing: untimed`` (realtime mode only, as a hardware
+interface would) ignores the stamps: every command is untimed and the newest one is applied.
 
 Lockstep protocol (``mode: lockstep``, the default; deterministic, independent of CPU speed)
 ------------------------------------------------------------------------------------------
@@ -56,8 +58,8 @@ Control tick ``k`` is sim time ``t_k = k * control_period`` (``control_period`` 
    between ticks have no tick and need no answer).
 3. When it arrives, the bridge applies it (held constant) for ``control_period_steps`` physics steps,
    publishing the samples after each step (stamps ``t_k + 1 ms``, ``t_{k+1}``), and goes to step 2
-   with ``k + 1``. Commands with ``tick < k`` are stale (counted, dropped); ``tick > k`` or ``-1``
-   (untimed) are rejected in lockstep.
+   with ``k + 1``. Commands stamped before tick ``k`` are stale (counted, dropped); stamped after
+   it, rejected.
 
 Nothing depends on wall time except the watchdog: if the command for tick ``k`` has not arrived
 within ``watchdog_timeout`` WALL seconds (``startup_timeout`` for tick 0), the bridge logs an
@@ -71,7 +73,8 @@ Realtime mode (``mode: realtime``)
 ----------------------------------
 Physics is paced by the wall clock (``realtime_factor`` sim seconds per wall second) after the
 first command (or ``startup_timeout``). The latest valid command is applied at every physics step
-(commands with a tick older than the applied one are stale; ``tick = -1`` is accepted, untimed).
+(commands with a tick older than the applied one are stale; with ``command_timing: untimed`` every
+command is untimed and the newest applies).
 The command answering tick ``k`` is due before the bridge starts period ``k + 1``; when it has not
 arrived by then, ``deadline_misses`` is incremented. A physics step applies the newest command that
 had arrived by the step's *scheduled* wall time (:class:`~mujoco_bridge.timing.CommandQueue`), so a
@@ -106,6 +109,7 @@ import time
 
 import numpy as np
 
+from legged_wbc.robot import ConfigError
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.params import NodeParameters, ParamSpec
 from mujoco_bridge.timing import CommandQueue, CommandTiming
@@ -129,6 +133,9 @@ SCHEMA = [
               "before tick 0 (set when a recorder runs, so no topic misses its first samples)", read_only=True),
     ParamSpec("republish_period", 1.0, "start-up only: re-publish the tick-0 samples after this many wall seconds "
               "without the tick-0 command [s]", min=0.01, max=3600.0),
+    ParamSpec("command_timing", "stamped", "stamped = pair each torque command with the control tick its stamp "
+              "names; untimed = ignore stamps, apply the newest command (realtime only, like a hardware interface)",
+              choices=("stamped", "untimed"), read_only=True),
     ParamSpec("realtime_factor", 1.0, "realtime mode: sim seconds per wall second [-]", min=0.01, max=100.0),
     ParamSpec("ground_truth_decimation", 2, "publish /ground_truth/* and /disturbance every N physics steps [-]",
               min=1, max=1000),
@@ -248,8 +255,11 @@ def _make_node_class():
             self._diag_wall = (time.monotonic(), 0)
             cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
                                  reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            self.sub_cmd = ros_io.create_subscription(self, Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, self._on_command,
-                                                    cmd_qos)
+            if self.lockstep and P["command_timing"] == "untimed":
+                raise ConfigError("command_timing: untimed needs mode: realtime (lockstep pairs commands with ticks)")
+            self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, timed=P["command_timing"] == "stamped")
+            self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
+                                                      cmd_qos)
             self._support: dict[int, np.ndarray] = {}
             self._leg_order = ros_io.JointOrder(self.leg_names)
             self.sub_support = None
@@ -353,7 +363,7 @@ def _make_node_class():
 
         def _on_command(self, msg) -> None:
             try:
-                cmd = ros_io.parse_torque_command(msg, self.n)
+                cmd = self.cmd_decoder.decode(msg)
             except ros_io.CommandError as exc:
                 self._reject(str(exc), kind=exc.kind)
                 return
@@ -362,10 +372,6 @@ def _make_node_class():
                 if cmd.tick != ros_io.UNTIMED_TICK:
                     self.timing.command_arrived(cmd.tick, now)
                 if self.lockstep:
-                    if cmd.tick == ros_io.UNTIMED_TICK:
-                        self._reject("untimed command (tick -1) in lockstep mode; answer the tick of the "
-                                     "sensor sample (ros_io.tick_from_stamp)", kind="untimed")
-                        return
                     if cmd.tick < self.tick:
                         self.counters["stale_commands"] += 1
                         return
@@ -731,7 +737,6 @@ def main(argv: list[str] | None = None) -> int:
         rc = node.run()
     except Exception as exc:
         from legged_wbc.ros.params import ParameterSchemaError
-        from legged_wbc.robot import ConfigError
 
         if isinstance(exc, (ParameterSchemaError, ConfigError)):
             print(f"mujoco_bridge: {exc}", file=sys.stderr)

@@ -334,16 +334,33 @@ def test_ros_io_conversions():
     assert od.header.frame_id == "world" and od.child_frame_id == "base_link"
     qb, vb = ros_io.odometry_arrays(od)
     assert np.allclose(qb, qf[:7]) and np.allclose(vb, vf[:6])
-    # torque command protocol
-    cmd = ros_io.torque_command_msg([1.0, -2.0, 3.0], 42)
-    assert ros_io.array_label(cmd) == ros_io.TORQUE_CMD_LABEL and cmd.layout.dim[0].size == 4
-    tc = ros_io.parse_torque_command(cmd, 3)
+    # torque command protocol: JointState, tick by stamp, joints by name (any order)
+    P = ros_io.CONTROL_PERIOD_NS
+    dec = ros_io.TorqueCommandDecoder(["a", "b", "c"])
+    cmd = ros_io.torque_command_msg(42 * P, ["a", "b", "c"], [1.0, -2.0, 3.0])
+    assert list(cmd.name) == ["a", "b", "c"] and np.isnan(cmd.position).all() and np.isnan(cmd.velocity).all()
+    from rclpy.serialization import serialize_message
+    from rosbags.typesys import Stores, get_typestore
+
+    back = get_typestore(Stores.ROS2_HUMBLE).deserialize_cdr(serialize_message(cmd), "sensor_msgs/msg/JointState")
+    assert back.effort.tolist() == [1.0, -2.0, 3.0] and back.header.stamp.nanosec == 84_000_000  # a bag reads it
+    tc = dec.decode(cmd)
     assert tc.tick == 42 and tc.tau.tolist() == [1.0, -2.0, 3.0]
-    for data, why in (([1, 2, 3], "expected 3 torques"), ([1, np.nan, 3, 4], "non-finite"),
-                      ([1, 2, 3, 4.5], "not an integer"), ([1, 2, 3, -2], "not an integer")):
-        with pytest.raises(ros_io.CommandError, match=why):
-            ros_io.parse_torque_command(ros_io.float64_array_msg(data, "x"), 3)
-    assert ros_io.parse_torque_command(ros_io.torque_command_msg([0, 0, 0], -1), 3).tick == -1
+    tc = dec.decode(ros_io.torque_command_msg(43 * P, ["c", "a", "b"], [3.0, 1.0, -2.0]))
+    assert tc.tick == 43 and tc.tau.tolist() == [1.0, -2.0, 3.0]           # mapped by name
+    tc = dec.decode(ros_io.torque_command_msg(44 * P, ["a", "b", "c"], [4.0, 5.0, 6.0]))
+    assert tc.tau.tolist() == [4.0, 5.0, 6.0]                              # the cached order follows the message
+    for (stamp, names, eff), kind in (((P, ["a", "b"], [1, 2]), "names"), ((P, ["a", "b", "b"], [1, 2, 3]), "names"),
+                                      ((P, ["a", "b", "x"], [1, 2, 3]), "names"), ((P, ["a", "b", "c"], [1, 2]), "length"),
+                                      ((P, ["a", "b", "c"], [1, np.nan, 3]), "nonfinite"),
+                                      ((P + 1_000_000, ["a", "b", "c"], [1, 2, 3]), "tick")):
+        m = ros_io.torque_command_msg(stamp, ["a", "b", "c"], [0.0, 0.0, 0.0])
+        m.name, m.effort = names, [float(x) for x in eff]
+        with pytest.raises(ros_io.CommandError) as ei:
+            dec.decode(m)
+        assert ei.value.kind == kind, (names, eff, ei.value)
+    untimed = ros_io.TorqueCommandDecoder(["a", "b", "c"], timed=False)
+    assert untimed.decode(ros_io.torque_command_msg(P + 1_000_000, ["a", "b", "c"], [0, 0, 0])).tick == ros_io.UNTIMED_TICK
     diag = ros_io.diagnostics_msg({"x": 1.0, "y": 2.0})
     assert ros_io.diagnostics_dict(diag) == {"x": 1.0, "y": 2.0}
     c = ros_io.contacts_msg([True, False], ["lf", "rf"])
@@ -352,24 +369,32 @@ def test_ros_io_conversions():
 
 # ------------------------------------------------------------------------------------ ros_params
 def test_param_spec_validation():
-    from legged_wbc.ros.params import ParameterSchemaError, ParamSpec, normalize_schema
+    """The legacy ParamSpec list path builds core FieldSpecs (one validator) and their descriptors."""
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.ros.params import ParameterSchemaError, ParamSpec, descriptor, normalize_schema
 
     s = ParamSpec("gain", 1.0, "a gain [N m/rad]", min=0.0, max=10.0)
-    assert s.type == "float" and s.check(s.coerce(5)) is None and s.coerce(5) == 5.0
-    assert "out of range [0, 10]" in s.check(11.0) and "gain" in s.check(11.0) and "[N m/rad]" in s.check(11.0)
-    assert "NaN" in s.check(float("nan"))
-    d = s.descriptor()
+    assert s.type == "float" and s.coerce(5) == 5.0 and isinstance(s.coerce(5), float)
+    for bad, why in ((11.0, r"gain: 11.0 out of range \[0, 10\] \(a gain \[N m/rad\]\)"), (float("nan"), "finite"),
+                     (True, "expected a number")):
+        with pytest.raises(ConfigError, match=why):
+            s.coerce(bad)
+    d = descriptor(s)
     assert d.floating_point_range[0].from_value == 0.0 and d.floating_point_range[0].to_value == 10.0
     assert d.description == "a gain [N m/rad]"
     m = ParamSpec("mode", "a", "mode", choices=("a", "b"))
-    assert "must be one of 'a', 'b'" in m.check("c") and "one of: a, b" in m.descriptor().additional_constraints
+    with pytest.raises(ConfigError, match="must be one of 'a', 'b'"):
+        m.coerce("c")
+    assert "one of: a, b" in descriptor(m).additional_constraints
     arr = ParamSpec("w", [0.5, 0.5], "weights [-]", min=0, max=1)
-    assert arr.type == "float_array" and "w[1]" in arr.check([0.5, 2.0])
+    assert arr.type == "float_array"
+    with pytest.raises(ConfigError, match=r"w\[1\]"):
+        arr.coerce([0.5, 2.0])
     with pytest.raises(ParameterSchemaError, match="default of k"):
         ParamSpec("k", 20, "k", min=0, max=10)
     specs = normalize_schema([{"name": "x", "type": "int", "default": 3, "min": 0, "max": 5,
                                "choices": None, "description": "x [-]"}])
-    assert specs[0].descriptor().integer_range[0].to_value == 5
+    assert descriptor(specs[0]).integer_range[0].to_value == 5
     with pytest.raises(ParameterSchemaError, match="duplicate"):
         normalize_schema([s, s])
 
@@ -398,7 +423,8 @@ def test_node_parameters_live_updates():
         assert P["gain"] == 3.0 and changes == []
         assert node.set_parameters([Parameter("gain", value=7.5)])[0].successful
         assert P["gain"] == 7.5 and changes == [{"gain": 7.5}]
-        assert not node.set_parameters([Parameter("ro", value=2)])[0].successful
+        r = node.set_parameters([Parameter("ro", value=2)])[0]
+        assert not r.successful and "read-only" in r.reason and "ro" in r.reason
         node.destroy_node()
         bad = rclpy.create_node("lwbc_param_test2", context=ctx)
         with pytest.raises(ParameterSchemaError, match="bad"):

@@ -47,7 +47,8 @@ qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200, reliability=Reliabi
 pj = n.create_publisher(JointState, "joint_states", qos)
 pi = n.create_publisher(Imu, "imu", qos)
 cmds = []
-n.create_subscription(Float64MultiArray, "joint_torque_cmd", lambda m: cmds.append(np.array(m.data)), qos)
+n.create_subscription(JointState, "joint_torque_cmd",
+                      lambda m: cmds.append(np.append(m.effort, ros_io.stamp_ns(m) / ros_io.CONTROL_PERIOD_NS)), qos)
 rm = RobotModel("hexapod")
 q = rm.stance_configuration(0.30)
 t_end = time.monotonic() + 60

@@ -58,7 +58,8 @@ def controller_main(argv: list[str]) -> int:
     rclpy.init(args=[sys.argv[0], *argv])
     node = Node("pd_test_controller")
     qos = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
-    pub = node.create_publisher(Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, qos)
+    pub = node.create_publisher(JointState, ros_io.TOPIC_TORQUE_CMD, qos)
+    names = []
     st = {"q0": None, "hung": False, "stalling": False, "stall_max_ns": -1, "answered": 0, "samples": 0,
           "first_wall": None, "last_wall": None, "diag": {}}
 
@@ -66,7 +67,7 @@ def controller_main(argv: list[str]) -> int:
         if st["answered"] == 0:  # the protocol's advice: be matched with the recorder before tick 0
             if not ros_io.wait_for_matched_subscribers(node, [pub], timeout=10.0, min_count=opts.cmd_subscribers):
                 print("WARNING: command subscribers not matched", flush=True)
-        pub.publish(ros_io.torque_command_msg(tau, k))
+        pub.publish(ros_io.torque_command_msg(k * ros_io.CONTROL_PERIOD_NS, names, tau))
         st["answered"] += 1
 
     def on_js(m):
@@ -83,6 +84,7 @@ def controller_main(argv: list[str]) -> int:
         q, dq = np.asarray(m.position), np.asarray(m.velocity)
         if st["q0"] is None:
             st["q0"] = q.copy()
+            names[:] = list(m.name)
         tau = opts.kp * (st["q0"] - q) - opts.kd * dq
         if k == opts.hang_at:
             st["hung"] = True
@@ -91,10 +93,10 @@ def controller_main(argv: list[str]) -> int:
         if k == opts.nan_at:
             bad = tau.copy()
             bad[3] = np.nan
-            pub.publish(ros_io.torque_command_msg(bad, k))
+            pub.publish(ros_io.torque_command_msg(k * ros_io.CONTROL_PERIOD_NS, names, bad))
             time.sleep(0.1)
         if k == opts.badlen_at:
-            pub.publish(ros_io.float64_array_msg(tau, "wrong"))
+            pub.publish(ros_io.torque_command_msg(k * ros_io.CONTROL_PERIOD_NS, names[:-1], tau[:-1]))
             time.sleep(0.1)
         if k == opts.stall_at:
             st["stalling"] = True
@@ -245,8 +247,9 @@ def test_lockstep_bridge_recorder_params_and_bad_commands(tmp_path, ros_env, pro
     procs.append(ctrl)
     assert bridge.wait(60) == 0, bridge.text()
     log = bridge.text()
-    assert "torque command rejected: non-finite torque at joint index(es) [3] (tick 10)" in log
-    assert "torque command rejected: expected 24 torques + 1 control tick = 25 values, got 24" in log
+    assert "torque command rejected: non-finite effort for joint(s) ['lf_ankle'] (tick 10)" in log, log
+    assert ("torque command rejected: joint names must be each of the 24 joints once (unknown [], missing "
+            "['rm_ankle'], duplicate []) (tick 11)") in log, log
     assert "watchdog:" not in log  # the 1 s stall is under the updated 3 s timeout (0.5 s would have fired)
     assert "duration reached: t = 0.200 s, 100 commands applied" in log
     assert rec.wait(30) == 0, rec.text()  # closes by itself: stop_when_gone [mujoco_bridge]
@@ -285,9 +288,9 @@ def test_lockstep_bridge_recorder_params_and_bad_commands(tmp_path, ros_env, pro
     # the command of tick k is the effort of the two physics steps after t_k (zero-order hold)
     valid = {}
     for _, m in topics["/joint_torque_cmd"]:
-        d = np.asarray(m.data)
-        if d.size == N_JOINTS + 1 and np.all(np.isfinite(d)):
-            valid[int(d[-1])] = d[:-1]
+        d = np.asarray(m.effort)
+        if d.size == N_JOINTS and np.all(np.isfinite(d)):
+            valid[(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec) // 2_000_000] = d
     assert set(range(100)) <= set(valid)
     for k in range(100):
         assert np.allclose(eff[2 * k + 1], valid[k], rtol=0, atol=1e-9), k

@@ -16,8 +16,9 @@ then computes the torque and publishes, in this order,
 * ``/wbc/relative_pitch`` (JointState-shaped, ``name`` = legs): ``position`` = theta [rad],
   ``velocity`` = theta_dot [rad/s], ``effort`` = 1 where a CBF bound is binding;
 * ``/wbc/diagnostics`` (Float64MultiArray, label ``wbc[<fields>]``, fields :data:`DIAG_FIELDS`);
-* ``/joint_torque_cmd`` (Float64MultiArray ``[tau (joint_states order), tick]``, see
-  :mod:`legged_wbc.ros.io`).
+* ``/joint_torque_cmd`` (sensor_msgs/JointState: ``name`` = the joints, ``effort`` = torques [N m],
+  ``header.stamp`` = the tick answered; see :mod:`legged_wbc.ros.io`), and, with
+  ``forward_command_topic``, the efforts alone for a ros2_control ``forward_command_controller``.
 
 A sample with NaN or the wrong length is rejected (logged, counted in the diagnostics) and that tick
 gets no command: the bridge's watchdog takes over, a NaN never reaches the torque output.
@@ -116,7 +117,7 @@ def _make_node_class():
             ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos)
-            self.pub_cmd = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_TORQUE_CMD, qos)
+            self.pub_cmd = ros_io.create_publisher(self, JointState, ros_io.TOPIC_TORQUE_CMD, qos)
             self.pub_pitch = ros_io.create_publisher(self, JointState, ros_io.TOPIC_WBC_PITCH, qos)
             self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_WBC_DIAG, qos)
             self.diag_label = "wbc[" + ",".join(DIAG_FIELDS) + "]"
@@ -240,7 +241,7 @@ def _make_node_class():
                 (self.pub_pitch, ros_io.joint_state_msg(t_ns, self.leg_names, diag.theta, diag.theta_dot,
                                                         diag.cbf_active.astype(float))),
                 (self.pub_diag, ros_io.float64_array_msg([float(x) for x in vals], self.diag_label)),
-                (self.pub_cmd, ros_io.torque_command_msg(out.tau, tick)),
+                (self.pub_cmd, ros_io.torque_command_msg(t_ns, self.joint_names, out.tau)),
             ]
             if self.pub_forward is not None:
                 self._last_out.append((self.pub_forward, Float64MultiArray(data=ros_io.dvec(out.tau[self._forward_idx]))))

@@ -16,7 +16,8 @@ topic                             type                            content
                                                                   [m/s^2]) in the base frame (``frame_id`` =
                                                                   base link; the IMU is aligned with it)
 ``/clock``                        rosgraph_msgs/Clock             sim time, every physics step (1 kHz)
-``/joint_torque_cmd``             std_msgs/Float64MultiArray      torque command + control tick, see below
+``/joint_torque_cmd``             sensor_msgs/JointState          torque command: name, effort [N m],
+                                                                  stamp = the tick it answers, see below
 ``/disturbance``                  std_msgs/Float64MultiArray      extra joint torque applied by the sim [N m],
                                                                   joint_states.name order
 ``/ground_truth/odom``            nav_msgs/Odometry               evaluation only: pose of the base in
@@ -33,14 +34,17 @@ Array layouts: every ``Float64MultiArray`` published by the stack is one-dimensi
 ``data_offset = 0``. ``LABEL`` says what the values are, their unit and their order, e.g.
 ``disturbance_torque_Nm[joint_states.name order]`` or ``foot_contact_0or1[lf,lm,lh,rf,rm,rh]``.
 
-Torque command (``/joint_torque_cmd``): ``data = [tau_0, ..., tau_{n-1}, tick]`` with ``tau`` in
-[N m] in the ``/joint_states`` name order (= ``RobotModel.joint_names``) and ``tick`` the control
-tick the command answers, as a float holding an integer (exact below 2**53). Label
-``joint_torque_Nm[joint_states.name order]+control_tick``, size ``n + 1``. Control tick ``k`` is sim
-time ``k * control_period`` (``control_period`` = 2 physics steps = 0.002 s); the sensor sample of
-tick ``k`` is the one stamped exactly ``k * control_period`` (:func:`tick_from_stamp`; the samples
-in between, at 1 kHz, have no tick). ``tick = -1`` means "untimed": accepted only by a bridge in
-``realtime`` mode. See :mod:`mujoco_bridge.node` for the lockstep protocol.
+Torque command (``/joint_torque_cmd``, :func:`torque_command_msg`): a ``sensor_msgs/JointState``
+with ``name`` = the joints, ``effort`` = their torques [N m] (position and velocity NaN) and
+``header.stamp`` = the sim time of the control tick it answers. Control tick ``k`` is sim time
+``k * control_period`` (``control_period`` = 2 physics steps = 0.002 s); the sensor sample of tick
+``k`` is the one stamped exactly ``k * control_period`` (:func:`tick_from_stamp`; the samples in
+between, at 1 kHz, have no tick), and its command carries the same stamp. The bridge pairs commands
+with ticks by that stamp and maps the joints by name (:class:`TorqueCommandDecoder`); a bridge with
+``command_timing: untimed`` (realtime only) ignores the stamp and applies the newest command, as a
+hardware interface would. A ros2_control robot takes the same efforts from the controller's
+optional ``forward_command_topic`` (``std_msgs/Float64MultiArray`` in a ``joints`` order). See
+:mod:`mujoco_bridge.node` for the lockstep protocol.
 
 Time stamps: integer nanoseconds of sim time (``/clock``); use :func:`stamp_ns` /
 :func:`time_msg` to convert, never floats, so tick arithmetic is exact.
@@ -83,7 +87,6 @@ CONTROL_PERIOD_NS = 2_000_000      # 500 Hz control: one control tick = 2 physic
 UNTIMED_TICK = -1
 
 JOINT_ORDER = "joint_states.name order"
-TORQUE_CMD_LABEL = f"joint_torque_Nm[{JOINT_ORDER}]+control_tick"
 DISTURBANCE_LABEL = f"disturbance_torque_Nm[{JOINT_ORDER}]"
 
 
@@ -403,28 +406,90 @@ class CommandError(ValueError):
 
 @dataclass(frozen=True)
 class TorqueCommand:
-    tick: int              # control tick it answers (-1: untimed)
-    tau: np.ndarray        # [N m], joint_states.name order
+    tick: int              # control tick it answers (UNTIMED_TICK = -1: untimed)
+    tau: np.ndarray        # [N m], in the receiver's joint order
 
 
-def torque_command_msg(tau, tick: int):
-    """``/joint_torque_cmd`` message: ``data = [tau..., tick]`` (see the module docstring)."""
-    return float64_array_msg(np.append(np.asarray(tau, dtype=float), float(tick)), TORQUE_CMD_LABEL)
+def torque_command_msg(t_ns: int, names: Sequence[str], tau):
+    """``/joint_torque_cmd``: a ``sensor_msgs/JointState`` with ``name`` (the joints), ``effort`` [N m]
+    and ``header.stamp`` = the sim time of the control tick it answers (``tick * 2 ms``); ``position``
+    and ``velocity`` are NaN ("not commanded"). They are filled rather than empty because the
+    ``rosbags`` reader mis-aligns an empty float64 sequence followed by data (Fast-CDR does not pad
+    an empty sequence; rosbags 0.11 does) and could not read the bags. The receiver pairs it with its tick by the stamp
+    (:class:`TorqueCommandDecoder`)."""
+    from sensor_msgs.msg import JointState
+
+    m = JointState()
+    m.header.stamp = time_msg(t_ns)
+    m.name = list(names)
+    m.effort = _dvec(tau)
+    m.position = m.velocity = _dvec(np.full(len(m.name), np.nan))
+    return m
 
 
-def parse_torque_command(msg_or_data, n: int) -> TorqueCommand:
-    """Validate and decode a torque command for ``n`` joints; raises :class:`CommandError`."""
-    data = array_data(msg_or_data) if hasattr(msg_or_data, "layout") else np.asarray(msg_or_data, float)
-    if data.shape != (n + 1,):
-        raise CommandError(f"expected {n} torques + 1 control tick = {n + 1} values, got {data.size}", "length")
-    tick = data[-1]
-    if not np.isfinite(tick) or tick != np.floor(tick) or tick < UNTIMED_TICK:
-        raise CommandError(f"control tick {tick!r} is not an integer >= -1", "tick")
-    tau = data[:n]
-    bad = np.flatnonzero(~np.isfinite(tau))
-    if bad.size:
-        raise CommandError(f"non-finite torque at joint index(es) {bad.tolist()} (tick {int(tick)})", "nonfinite")
-    return TorqueCommand(tick=int(tick), tau=tau.copy())
+class TorqueCommandDecoder:
+    """Validates and decodes ``/joint_torque_cmd`` for a receiver with joints ``joint_names``.
+
+    ``decode(msg)`` returns a :class:`TorqueCommand` with the torques in ``joint_names`` order and the
+    tick the stamp names (``stamp / control_period``), or raises :class:`CommandError` with a reason
+    and a ``kind``: ``names`` (not every joint exactly once, or a name the receiver does not have),
+    ``length`` (``effort`` not one value per name), ``nonfinite``, ``tick`` (a stamp between two
+    control ticks). With ``timed=False`` (a hardware-style input, e.g. a controller that does not
+    know the bridge's ticks) the stamp is ignored and every command is untimed (``tick = -1``).
+    The joints may come in any order; the order of the first message is remembered, so the usual
+    case (the same order every time) costs one list comparison.
+    """
+
+    def __init__(self, joint_names: Sequence[str], control_period_ns: int = CONTROL_PERIOD_NS, timed: bool = True):
+        self.names = list(joint_names)
+        self.n = len(self.names)
+        self._index = {nm: i for i, nm in enumerate(self.names)}
+        self.period_ns = int(control_period_ns)
+        self.timed = bool(timed)
+        self._last_names: list[str] | None = None
+        self._perm: np.ndarray | None = None     # receiver index of each message entry (None: same order)
+
+    def _order(self, names) -> np.ndarray | None:
+        names = list(names)
+        if names == self._last_names:
+            return self._perm
+        if names == self.names:
+            perm = None
+        else:
+            unknown = [nm for nm in names if nm not in self._index]
+            if unknown or len(names) != self.n or len(set(names)) != self.n:
+                missing = sorted(set(self.names) - set(names))
+                dup = sorted({nm for nm in names if names.count(nm) > 1})
+                raise CommandError(f"joint names must be each of the {self.n} joints once (unknown {unknown[:3]}, "
+                                   f"missing {missing[:3]}, duplicate {dup[:3]})", "names")
+            perm = np.array([self._index[nm] for nm in names])
+        self._last_names, self._perm = names, perm
+        return perm
+
+    def decode(self, msg) -> TorqueCommand:
+        tick = UNTIMED_TICK
+        if self.timed:
+            t_ns = stamp_ns(msg.header.stamp)
+            tick, rem = divmod(t_ns, self.period_ns)
+            if rem:
+                raise CommandError(f"stamp {t_ns * 1e-9:.6f} s is not a control tick (a multiple of "
+                                   f"{self.period_ns * 1e-9:g} s); answer the stamp of the tick's sensor sample", "tick")
+        try:
+            perm = self._order(msg.name)
+        except CommandError as exc:
+            raise CommandError(f"{exc} (tick {tick})", exc.kind) from None
+        eff = np.asarray(msg.effort, dtype=float)
+        if eff.shape != (self.n,):
+            raise CommandError(f"expected {self.n} efforts (one per name), got {eff.size} (tick {tick})", "length")
+        bad = np.flatnonzero(~np.isfinite(eff))
+        if bad.size:
+            names = [msg.name[i] for i in bad[:3]]
+            raise CommandError(f"non-finite effort for joint(s) {names} (tick {tick})", "nonfinite")
+        if perm is None:
+            return TorqueCommand(tick=int(tick), tau=eff)
+        tau = np.empty(self.n)
+        tau[perm] = eff
+        return TorqueCommand(tick=int(tick), tau=tau)
 
 
 # ----------------------------------------------------------------------------- publishers / subscriptions

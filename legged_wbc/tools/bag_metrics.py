@@ -23,7 +23,7 @@ series key            topic                       how the tick is found
 ``qp_time_us``,
 ``cycle_time_us``,
 ``safe_stop``
-``tau``               ``/joint_torque_cmd``       its last element (``[tau..., tick]``)
+``tau``               ``/joint_torque_cmd``       header stamp; ``effort`` (joints by name)
 ``support``,          ``/estimator/support``      header stamp; ``position`` / ``velocity``
 ``touchdown``
 ``est_pos``           ``/estimator/odom``         header stamp
@@ -411,10 +411,20 @@ def _series_from_messages(run: RunData, msgs: dict) -> None:
     gt = {ns // CONTROL_PERIOD_NS: row for ns, row in gt_list if ns % CONTROL_PERIOD_NS == 0}
 
     cmd = {}
-    for _, m in msgs.get(T_CMD, []):
-        d = _data(m)
-        if d.size >= 2 and np.isfinite(d[-1]) and d[-1] >= 0:
-            cmd[int(d[-1])] = d[:-1]
+    cmd_names: list[str] | None = None
+    for _, m in msgs.get(T_CMD, []):   # JointState: the tick by the stamp, the joints by name
+        ns = _stamp_ns(m.header)
+        names = list(m.name)
+        eff = np.asarray(m.effort, dtype=float)
+        if ns % CONTROL_PERIOD_NS or eff.size != len(names) or not names:
+            continue
+        if cmd_names is None:
+            cmd_names = names
+        elif names != cmd_names:
+            if sorted(names) != sorted(cmd_names):
+                continue
+            eff = eff[[names.index(nm) for nm in cmd_names]]
+        cmd[ns // CONTROL_PERIOD_NS] = eff
     wdiag = {}
     wfields: list[str] = []
     for _, m in msgs.get(T_WBC_DIAG, []):
