@@ -66,7 +66,7 @@ class WbcConfig:
                                unit="-", live=False)
     solver_max_iter: int = param(200, 5, 100000, "solver iteration limit (read-only: the backend is set up with it)", unit="-",
                                  live=False)
-    residual_tol: float = param(5e-3, 1e-9, 1.0, "accepted normalized equality residual / inequality violation", unit="-")
+    residual_tol: float = param(5e-3, 0.0, 1.0, "accepted normalized equality residual / inequality violation", unit="-")
     max_failures: int = param(10, 0, 10000, "consecutive rejected QPs held before the safe stop", unit="-")
     # --- body task gains
     kp_pos: tuple = param([400.0, 400.0, 900.0], 0.0, 1e5, "body position gains x,y,z", unit="1/s^2")

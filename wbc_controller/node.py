@@ -22,8 +22,8 @@ then computes the torque and publishes, in this order,
 
 A sample with NaN or the wrong length is rejected (logged, counted in the diagnostics) and that tick
 gets no command: the bridge's watchdog takes over, a NaN never reaches the torque output.
-Parameters: every field of :class:`~wbc_controller.config.WbcConfig` (live-updatable, validated,
-taking effect at the next tick) plus ``robot`` and ``scenario`` (read-only). The scenario's
+Parameters: the fields of :class:`~wbc_controller.config.WbcNodeConfig` (validated; the live ones
+take effect at the next tick; ``robot``, ``scenario``, topics, QoS, the solver settings read-only). The scenario's
 body references (stand-up, speed, gait start) are applied on top of ``config/wbc_controller.yaml``.
 """
 
@@ -34,36 +34,12 @@ import sys
 import numpy as np
 
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.params import NodeParameters, ParamSpec
+from legged_wbc.ros.params import NodeParameters
 
 
 DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",
                "eq_residual", "ineq_violation", "consecutive_failures", "total_failures", "safe_stop",
                "rejected_inputs", "err_roll", "err_pitch")
-
-NODE_SCHEMA = [
-    ParamSpec("robot", "hexapod", "robot config name or YAML path", read_only=True),
-    ParamSpec("scenario", "nominal", "scenario whose references (stand-up, speed, gait start) are used",
-              read_only=True),
-    ParamSpec("qos_depth", 200, "history depth of the reliable topics [messages]", min=1, max=100000, read_only=True),
-    ParamSpec("forward_command_topic", "", "also publish the efforts as a ros2_control forward_command_controller "
-              "command (std_msgs/Float64MultiArray, efforts only) on this topic, e.g. "
-              "/effort_controller/commands; empty = off", read_only=True),
-    ParamSpec("forward_command_joints", [], "joint order of forward_command_topic (the controller's `joints` "
-              "parameter); empty = joint_states order", type="str_array", read_only=True),
-]
-
-
-def _schema():
-    from legged_wbc.params import schema
-
-    from .config import WbcConfig
-
-    return NODE_SCHEMA + [ParamSpec(s["name"], s["default"], s["description"], type=s["type"], min=s["min"],
-                                    max=s["max"], choices=tuple(s["choices"]) if s["choices"] else None,
-                                    read_only=s["name"] in ("solver", "cbf_slack"))
-                          for s in schema(WbcConfig)]
-
 
 def _make_node_class():
     from rclpy.node import Node
@@ -74,33 +50,30 @@ def _make_node_class():
 
     from legged_wbc.gait import GaitConfig
     from legged_wbc.model import RobotModel
-    from legged_wbc.params import from_flat
     from legged_wbc.scenario import load_scenario
 
-    from .config import WbcConfig
+    from .config import WbcConfig, WbcNodeConfig
     from .controller import ControllerInput, InputError, WholeBodyController
 
     wbc_fields = set(WbcConfig.__dataclass_fields__)
 
+    def scenario_overrides(cfg: WbcNodeConfig) -> dict:
+        """The scenario's references on top of the parameter file, made visible as parameters."""
+        sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
+        if sc is None:
+            return {}
+        return {k: v for k, v in sc.controller_overrides(cfg.relative_pitch_mode).items()
+                if k != "relative_pitch_mode" and k in wbc_fields}
+
     class WbcNode(Node):
         def __init__(self, **kw):
             super().__init__("wbc_controller", **kw)
-            self.params = NodeParameters(self, _schema(), on_change=self._on_params, validate=self._validate)
-            P = self.params
-            self.rm = RobotModel(P["robot"])
-            sc = load_scenario(P["scenario"]) if P["scenario"] not in ("", "none") else None
-            if sc is not None:
-                # scenario references on top of the parameter file, made visible as parameters
-                from rclpy.parameter import Parameter
-
-                over = {k: v for k, v in sc.controller_overrides(P["relative_pitch_mode"]).items()
-                        if k != "relative_pitch_mode" and k in wbc_fields}
-                specs = self.params.specs
-                self.set_parameters([Parameter(k, value=specs[k].coerce(v)) for k, v in over.items()])
-                gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait))
-            else:
-                gait = GaitConfig.from_dict(self.rm.cfg.gait)
-            self.cfg = self._config(self.params.as_dict())
+            self.params = NodeParameters(self, WbcNodeConfig, on_change=self._on_config, startup=scenario_overrides)
+            P = self.params.config
+            self.rm = RobotModel(P.robot)
+            sc = load_scenario(P.scenario) if P.scenario not in ("", "none") else None
+            gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
+            self.cfg = P.wbc
             self.ctl = WholeBodyController(self.rm, self.cfg, gait)
             self.ctl.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
             self._pending_cfg = None
@@ -111,7 +84,7 @@ def _make_node_class():
             self.sync = ros_io.TickSync(self._required_inputs())
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
             self.rejected = 0
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=int(P["qos_depth"]),
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=P.qos_depth,
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
             ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos)
@@ -122,10 +95,10 @@ def _make_node_class():
             self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_WBC_DIAG, qos)
             self.diag_label = "wbc[" + ",".join(DIAG_FIELDS) + "]"
             self.pub_forward, self._forward_idx = None, None
-            if P["forward_command_topic"]:
+            if P.forward_command_topic:
                 # ros2_control's forward_command_controller (e.g. effort_controllers/JointGroupEffortController)
                 # takes exactly the efforts, in the order of its `joints` parameter
-                joints = list(P["forward_command_joints"]) or self.joint_names
+                joints = list(P.forward_command_joints) or self.joint_names
                 from legged_wbc.model import joint_permutation
 
                 try:
@@ -134,24 +107,13 @@ def _make_node_class():
                     from legged_wbc.robot import ConfigError
 
                     raise ConfigError(f"forward_command_joints: {exc}") from None
-                self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P["forward_command_topic"], qos)
+                self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos)
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
-                                   f"scenario {P['scenario']}")
+                                   f"scenario {P.scenario}")
 
         # -------------------------------------------------------------- parameters
-        @staticmethod
-        def _config(values: dict) -> WbcConfig:
-            return from_flat(WbcConfig, {k: v for k, v in values.items() if k in wbc_fields})
-
-        def _validate(self, candidate: dict) -> str | None:
-            try:
-                self._config(candidate)
-            except ValueError as exc:
-                return str(exc)
-            return None
-
-        def _on_params(self, changed: dict) -> None:
-            self._pending_cfg = self._config(self.params.as_dict())  # applied at the next tick
+        def _on_config(self, cfg: WbcNodeConfig, changed: list) -> None:
+            self._pending_cfg = cfg.wbc  # applied at the next tick
 
         # -------------------------------------------------------------- inputs
         def _slot(self, msg, key: str, value) -> None:
