@@ -43,6 +43,8 @@ def controller_main(argv: list[str]) -> int:
     ap.add_argument("--hang-at", type=int, default=-1, help="stop answering from this tick on")
     ap.add_argument("--cmd-subscribers", type=int, default=1,
                     help="matched /joint_torque_cmd subscriptions to wait for before answering tick 0")
+    ap.add_argument("--untimed", action="store_true",
+                    help="stamp commands 1 ms after the tick (off the grid), as a controller that does not know the ticks")
     ap.add_argument("--summary", default="")
     own = argv[: argv.index("--ros-args")] if "--ros-args" in argv else argv
     opts = ap.parse_args(own)
@@ -67,7 +69,7 @@ def controller_main(argv: list[str]) -> int:
         if st["answered"] == 0:  # the protocol's advice: be matched with the recorder before tick 0
             if not ros_io.wait_for_matched_subscribers(node, [pub], timeout=10.0, min_count=opts.cmd_subscribers):
                 print("WARNING: command subscribers not matched", flush=True)
-        pub.publish(ros_io.torque_command_msg(k * ros_io.CONTROL_PERIOD_NS, names, tau))
+        pub.publish(ros_io.torque_command_msg(k * ros_io.CONTROL_PERIOD_NS + opts.untimed * 1_000_000, names, tau))
         st["answered"] += 1
 
     def on_js(m):
@@ -390,13 +392,17 @@ def test_launcher_watchdog_on_dead_controller_and_sqlite_bag(tmp_path, ros_env, 
 
 
 @pytest.mark.ros
-def test_realtime_mode_is_wall_clock_paced(tmp_path, ros_env, procs):
+@pytest.mark.parametrize("timing", ["stamped", "untimed"])
+def test_realtime_mode_is_wall_clock_paced(tmp_path, ros_env, procs, timing):
+    """Realtime pacing; with command_timing:=untimed the bridge applies commands whose stamps are off
+    the tick grid (a hardware-style input) instead of rejecting them."""
     summary = tmp_path / "ctrl.json"
-    ctrl = Proc("controller", controller_cmd("--summary", str(summary)), ros_env, tmp_path)
+    ctrl = Proc("controller", controller_cmd("--summary", str(summary), *(["--untimed"] if timing == "untimed" else [])),
+                ros_env, tmp_path)
     procs.append(ctrl)
     bridge = Proc("bridge", [str(BIN / "mujoco_bridge"), "--ros-args", "--params-file",
                              str(ROOT / "config/mujoco_bridge.yaml"), "-p", "mode:=realtime", "-p", "duration:=0.5",
-                             "-p", "diagnostics_period:=0.05"], ros_env, tmp_path)
+                             "-p", "diagnostics_period:=0.05", "-p", f"command_timing:={timing}"], ros_env, tmp_path)
     procs.append(bridge)
     assert bridge.wait(60) == 0, bridge.text()
     time.sleep(0.3)
@@ -410,6 +416,14 @@ def test_realtime_mode_is_wall_clock_paced(tmp_path, ros_env, procs):
     # on a loaded 2-core machine several answers can arrive within one physics step: only the newest is applied
     assert d["commands_applied"] > 20 and d["watchdog_events"] == 0 and d["rejected_commands"] == 0
     assert "mode=realtime" in bridge.text()
+
+
+def test_untimed_commands_need_realtime_mode(ros_env):
+    r = subprocess.run([str(BIN / "mujoco_bridge"), "--ros-args", "-p", "mode:=lockstep", "-p", "command_timing:=untimed"],
+                       env=ros_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "mujoco_bridge: command_timing: untimed needs mode: realtime (lockstep pairs commands with ticks)"), r.stderr
 
 
 if __name__ == "__main__":
