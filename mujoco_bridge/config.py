@@ -44,6 +44,9 @@ class BridgeConfig:
                                           "misses its first samples)", live=False)
     republish_period: float = param(1.0, 0.01, 3600.0, "start-up only: re-publish the tick-0 samples after this "
                                     "many wall seconds without the tick-0 command", unit="s")
+    command_timing: str = param("stamped", desc="stamped = pair each torque command with the control tick its "
+                                "stamp names; untimed = ignore stamps, apply the newest command (realtime only, "
+                                "like a hardware interface)", choices=("stamped", "untimed"), live=False)
     realtime_factor: float = param(1.0, 0.01, 100.0, "realtime mode: sim seconds per wall second")
     ground_truth_decimation: int = param(2, 1, 1000, "publish /ground_truth/* and /disturbance every N physics "
                                          "steps")
@@ -62,6 +65,8 @@ class BridgeConfig:
 
     def __post_init__(self):
         validate(self)
+        if self.mode == "lockstep" and self.command_timing == "untimed":
+            raise ConfigError("command_timing: untimed needs mode: realtime (lockstep pairs commands with ticks)")
 
     @property
     def lockstep(self) -> bool:

@@ -57,10 +57,10 @@ class ScenarioDisturbance:
     the support estimates; in lockstep it waits for the tick's estimate before stepping, so the
     result is deterministic."""
 
-    def __init__(self, model, n: int, sched):
+    def __init__(self, model, sched):
         self.model = model
-        self.sched = sched
-        self.held = np.zeros(n)
+        self.sched = sched      # anything with step_count, steps_per_tick and support_estimate(tick)
+        self.held = np.zeros(model.robot.n)
 
     def __call__(self, t: float, sim):
         sched = self.sched
@@ -86,7 +86,7 @@ def scenario_disturbance(scenario, robot, sched, log):
     d = scenario.disturbance
     log.info(f"disturbance: {d.torque_nm:g} N m on leg {d.leg} from t = {d.start:g} s for {d.duration:g} s, "
              "while the leg is in the estimated support set")
-    return ScenarioDisturbance(DisturbanceModel(scenario, robot), robot.n, sched)
+    return ScenarioDisturbance(DisturbanceModel(scenario, robot), sched)
 
 
 class BridgePhysics:
@@ -117,3 +117,4 @@ class BridgePhysics:
             self.dist_applied[:] = dist
         sim.set_disturbance(self.dist_applied)
         sim.step(1)
+

@@ -259,16 +259,18 @@ class BridgeScheduler:
         dur = self.cfg.duration
         return self.stop_requested or (dur > 0 and self.step_count * PHYSICS_DT_NS >= int(round(dur * 1e9)))
 
-    def run(self) -> None:
-        """Start-up, then lockstep or realtime stepping until ``duration`` or :meth:`request_stop`."""
+    def run(self) -> bool:
+        """Start-up, then lockstep or realtime stepping until ``duration`` or :meth:`request_stop`;
+        False if stopped before tick 0 was published."""
         self.wait_for_peers()
         if self.stop_requested:
-            return
+            return False
         self._publish()  # the tick-0 sample
         if self.lockstep:
             self.run_lockstep()
         else:
             self.run_realtime()
+        return True
 
     def _publish(self) -> None:
         if self.step_count % self.steps_per_tick == 0:

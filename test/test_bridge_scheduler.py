@@ -379,3 +379,56 @@ def test_bridge_config_live_fields_and_validation():
         dataclasses.replace(cfg, watchdog_timeout=0.0)
     with pytest.raises(ConfigError, match="mode"):
         BridgeConfig(mode="fast")
+
+
+# ---------------------------------------------------------------- the ROS node's wiring
+class _CountingPub:
+    topic_name = "/fake"
+
+    def __init__(self):
+        self.msgs = 0
+
+    def get_subscription_count(self):
+        return 1
+
+    def publish(self, msg):
+        self.msgs += 1
+
+
+def test_node_live_parameters_reach_the_scheduler_and_the_publishers():
+    """Every live bridge parameter set on the node (as ``legged-wbc param set`` does) lands in the
+    scheduler's config; ground_truth_decimation changes which samples carry ground truth; read-only
+    ones are refused."""
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.parameter import Parameter
+
+    from mujoco_bridge.node import _make_node_class
+
+    rclpy.init(args=[])
+    try:
+        node = _make_node_class()(parameter_overrides=[Parameter("duration", value=0.5)])
+        try:
+            odom = node.pub_odom = _CountingPub()
+            for step in range(1, 7):
+                node.publish_sample(step)
+            assert odom.msgs == 3                                     # decimation 2: steps 2, 4, 6
+            new = {"duration": 1.5, "watchdog_timeout": 0.25, "watchdog_damping": 2.0, "republish_period": 0.5,
+                   "realtime_factor": 3.0, "ground_truth_decimation": 1, "diagnostics_period": 0.02,
+                   "progress_period": 1.0}
+            live = {f.name for f in schema(BridgeConfig) if not f.read_only}
+            assert set(new) == live
+            for name, value in new.items():
+                (res,) = node.set_parameters([Parameter(name, value=value)])
+                assert res.successful, (name, res.reason)
+            assert node.sched.cfg is node.cfg and node.cfg == dataclasses.replace(BridgeConfig(), **new)
+            for step in range(7, 11):
+                node.publish_sample(step)
+            assert odom.msgs == 3 + 4                                 # decimation 1: every step
+            (res,) = node.set_parameters([Parameter("mode", value="realtime")])
+            assert not res.successful and node.sched.lockstep and node.cfg.mode == "lockstep"
+            (res,) = node.set_parameters([Parameter("watchdog_timeout", value=0.0)])
+            assert not res.successful and node.sched.cfg.watchdog_timeout == 0.25
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.shutdown()
