@@ -399,7 +399,7 @@ def test_foxglove_layout_is_consistent_with_the_stack():
     assert sorted(float(p["value"]) for p in rp[len(legs):]) == [wc.theta_min, wc.theta_max]
     tq = by_title["Joint torque command [N m]"]["paths"]
     assert [p["label"] for p in tq] == rm.joint_names
-    assert [p["value"] for p in tq] == [f"/joint_torque_cmd.data[{i}]" for i in range(rm.n)]
+    assert [p["value"] for p in tq] == [f"/joint_torque_cmd.effort[{i}]" for i in range(rm.n)]
     assert values("Support (estimated)") == [f"/estimator/support.position[{i}]" for i in range(len(legs))]
     from wbc_controller.node import DIAG_FIELDS
 
