@@ -10,11 +10,13 @@ import os
 import random
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from legged_wbc.params import param
 from legged_wbc.ros import launcher as L
 from legged_wbc.ros import io as ros_io
 
@@ -368,35 +370,42 @@ def test_ros_io_conversions():
 
 
 # ------------------------------------------------------------------------------------ ros_params
-def test_param_spec_validation():
-    """The legacy ParamSpec list path builds core FieldSpecs (one validator) and their descriptors."""
-    from legged_wbc.robot import ConfigError
-    from legged_wbc.ros.params import ParameterSchemaError, ParamSpec, descriptor, normalize_schema
+@dataclass(frozen=True)
+class _DemoConfig:
+    """A config class for the declaration tests (the real ones: tests in test_params.py)."""
 
-    s = ParamSpec("gain", 1.0, "a gain [N m/rad]", min=0.0, max=10.0)
+    gain: float = param(1.0, 0.0, 10.0, "a gain", unit="N m/rad")
+    mode: str = param("a", desc="mode", choices=("a", "b"))
+    w: tuple = param((0.5, 0.5), 0.0, 1.0, "weights")
+    name: str = param("x", desc="a name")
+    names: tuple = param((), desc="names", type="str_array")
+    ro: int = param(1, 0, 10, "fixed", live=False)
+
+
+def test_param_spec_validation():
+    """Descriptors and the one validator, from a config dataclass's field specs."""
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.ros.params import ParameterSchemaError, descriptor, normalize_schema
+
+    specs = {s.name: s for s in normalize_schema(_DemoConfig)}
+    s = specs["gain"]
     assert s.type == "float" and s.coerce(5) == 5.0 and isinstance(s.coerce(5), float)
-    for bad, why in ((11.0, r"gain: 11.0 out of range \[0, 10\] \(a gain \[N m/rad\]\)"), (float("nan"), "finite"),
+    for bad, why in ((11.0, r"gain: 11.0 out of range \[0, 10\]"), (float("nan"), "finite"),
                      (True, "expected a number")):
         with pytest.raises(ConfigError, match=why):
             s.coerce(bad)
     d = descriptor(s)
     assert d.floating_point_range[0].from_value == 0.0 and d.floating_point_range[0].to_value == 10.0
-    assert d.description == "a gain [N m/rad]"
-    m = ParamSpec("mode", "a", "mode", choices=("a", "b"))
+    assert "N m/rad" in d.description and not d.read_only
     with pytest.raises(ConfigError, match="must be one of 'a', 'b'"):
-        m.coerce("c")
-    assert "one of: a, b" in descriptor(m).additional_constraints
-    arr = ParamSpec("w", [0.5, 0.5], "weights [-]", min=0, max=1)
-    assert arr.type == "float_array"
+        specs["mode"].coerce("c")
+    assert "one of: a, b" in descriptor(specs["mode"]).additional_constraints
+    assert specs["w"].type == "float_array"
     with pytest.raises(ConfigError, match=r"w\[1\]"):
-        arr.coerce([0.5, 2.0])
-    with pytest.raises(ParameterSchemaError, match="default of k"):
-        ParamSpec("k", 20, "k", min=0, max=10)
-    specs = normalize_schema([{"name": "x", "type": "int", "default": 3, "min": 0, "max": 5,
-                               "choices": None, "description": "x [-]"}])
-    assert descriptor(specs[0]).integer_range[0].to_value == 5
-    with pytest.raises(ParameterSchemaError, match="duplicate"):
-        normalize_schema([s, s])
+        specs["w"].coerce([0.5, 2.0])
+    assert descriptor(specs["ro"]).read_only and descriptor(specs["ro"]).integer_range[0].to_value == 10
+    with pytest.raises(ParameterSchemaError, match="config dataclass"):
+        normalize_schema([s])
 
 
 @pytest.mark.ros
@@ -404,31 +413,28 @@ def test_node_parameters_live_updates():
     import rclpy
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError, ParamSpec
+    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=random.randint(101, 200),
-               args=["--ros-args", "-p", "gain:=3", "-p", "name:=42", "-p", "bad:=5"])
+               args=["--ros-args", "-p", "gain:=3", "-p", "name:=42"])
     try:
         node = rclpy.create_node("lwbc_param_test", context=ctx)
         changes = []
-        P = NodeParameters(node, [ParamSpec("gain", 1.0, "gain [1/s]", min=0.0, max=10.0),
-                                  ParamSpec("name", "x", "a name"),
-                                  ParamSpec("names", [], "names", type="str_array"),
-                                  ParamSpec("ro", 1, "fixed", read_only=True)],
-                           on_change=changes.append)
-        assert P.values == {"gain": 3.0, "name": "42", "names": [], "ro": 1}  # int -> float, int -> str
+        P = NodeParameters(node, _DemoConfig, on_change=lambda cfg, names: changes.append((cfg.gain, names)))
+        assert P.config.gain == 3.0 and P.config.name == "42" and P.config.names == ()   # int -> float, int -> str
+        assert P.values["gain"] == 3.0 and P.values["names"] == []
         r = node.set_parameters([Parameter("gain", value=20.0)])[0]
         assert not r.successful and "gain" in r.reason and "10" in r.reason
-        assert P["gain"] == 3.0 and changes == []
+        assert P.config.gain == 3.0 and changes == []
         assert node.set_parameters([Parameter("gain", value=7.5)])[0].successful
-        assert P["gain"] == 7.5 and changes == [{"gain": 7.5}]
+        assert P.config.gain == 7.5 and changes == [(7.5, ["gain"])]
         r = node.set_parameters([Parameter("ro", value=2)])[0]
         assert not r.successful and "read-only" in r.reason and "ro" in r.reason
         node.destroy_node()
-        bad = rclpy.create_node("lwbc_param_test2", context=ctx)
-        with pytest.raises(ParameterSchemaError, match="bad"):
-            NodeParameters(bad, [ParamSpec("bad", 1.0, "bad [m]", min=0.0, max=2.0)])
+        bad = rclpy.create_node("lwbc_param_test2", context=ctx, parameter_overrides=[Parameter("gain", value=50.0)])
+        with pytest.raises(ParameterSchemaError, match="gain"):
+            NodeParameters(bad, _DemoConfig)
         bad.destroy_node()
     finally:
         rclpy.shutdown(context=ctx)
@@ -438,7 +444,7 @@ def test_recorder_loads_message_definitions_from_installed_msg_files():
     """Types missing from rosbags' store are read from the installed .msg files, with the same hash."""
     from rosbags.typesys import Stores, get_typestore
 
-    from legged_wbc.ros.recorder import ensure_type
+    from legged_wbc.ros.bag_writer import ensure_type
 
     empty, kilted = get_typestore(Stores.EMPTY), get_typestore(Stores.ROS2_KILTED)
     for t in ("sensor_msgs/msg/JointState", "nav_msgs/msg/Odometry", "std_msgs/msg/Float64MultiArray"):
@@ -512,6 +518,12 @@ def test_joint_order_rejects_duplicates_and_implausible_states():
     assert legs.arrays(ros_io.joint_state_msg(0, ["b", "a"], [1e6, 2.0], [0, 0], [0, 0]))[0].tolist() == [2.0, 1e6]
 
 
+@dataclass(frozen=True)
+class _ArraysConfig:
+    topics: tuple = param((), desc="t", type="str_array")
+    w: tuple = param((), desc="w", type="float_array", variable_length=True)
+
+
 @pytest.mark.ros
 def test_empty_array_parameters_without_a_file():
     """An empty-list default (the recorder's `topics`) is a usable, typed parameter without any file."""
@@ -519,18 +531,18 @@ def test_empty_array_parameters_without_a_file():
     from rclpy.context import Context
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.params import NodeParameters, ParamSpec
+    from legged_wbc.ros.params import NodeParameters
 
     ctx = Context()
     rclpy.init(context=ctx)
     try:
         n = rclpy.create_node("empty_arrays", context=ctx)
-        P = NodeParameters(n, [ParamSpec("topics", [], "t", type="str_array"), ParamSpec("w", [], "w", type="float_array")])
+        P = NodeParameters(n, _ArraysConfig)
         assert P["topics"] == [] and P["w"] == [] and list(n.get_parameter("topics").value) == []
         assert n.get_parameter("topics").type_ == Parameter.Type.STRING_ARRAY
         n2 = rclpy.create_node("given_arrays", context=ctx,
                                parameter_overrides=[Parameter("topics", value=["/a", "/b"])])
-        assert NodeParameters(n2, [ParamSpec("topics", [], "t", type="str_array")])["topics"] == ["/a", "/b"]
+        assert NodeParameters(n2, _ArraysConfig).config.topics == ("/a", "/b")
         n.destroy_node()
         n2.destroy_node()
     finally:

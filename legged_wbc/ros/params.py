@@ -20,9 +20,6 @@ atomically (after rclpy stored the values, in the post-set callback) and calls
 An integer given for a ``float`` parameter (``duration:=10``, ``kp: 100`` in a YAML file) is stored
 as a float, and a number for a ``str`` parameter as its text (start-up values only; live updates
 must have the declared type, which ``legged-wbc param set`` takes care of).
-
-Legacy: a list of :func:`ParamSpec` entries (or schema dicts) instead of a class still works (values
-in :attr:`NodeParameters.values`, ``on_change(changed: dict)``) until every node uses a dataclass.
 """
 
 from __future__ import annotations
@@ -30,10 +27,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 from legged_wbc import params as core
-from legged_wbc.params import TYPES, FieldSpec
+from legged_wbc.params import FieldSpec
 from legged_wbc.robot import ConfigError
 
 
@@ -41,42 +38,11 @@ class ParameterSchemaError(ConfigError):
     """A schema entry or a start-up parameter value is invalid; the message names the parameter."""
 
 
-def ParamSpec(name: str, default, description: str = "", type: str | None = None, min=None, max=None,
-              choices=None, read_only: bool = False) -> FieldSpec:
-    """Legacy: one parameter as a :class:`legged_wbc.params.FieldSpec` (for nodes without a config class)."""
-    if isinstance(default, list):
-        default = tuple(default)
-    try:
-        typ = type or core._infer_type(default)
-    except ConfigError as exc:
-        raise ParameterSchemaError(f"parameter {name}: {exc}") from None
-    if typ not in TYPES:
-        raise ParameterSchemaError(f"parameter {name}: unknown type {typ!r} (one of {TYPES})")
-    spec = FieldSpec(name=name, type=typ, default=default, min=min, max=max,
-                     choices=tuple(choices) if choices is not None else None, description=description,
-                     read_only=read_only, variable_length=typ.endswith("_array"))
-    try:
-        spec.coerce(default)
-    except ConfigError as exc:
-        raise ParameterSchemaError(f"default of {exc}") from None
-    return spec
-
-
-def normalize_schema(schema) -> list[FieldSpec]:
-    """A list of :class:`FieldSpec` from a config dataclass class, or a list of specs / schema dicts."""
-    if isinstance(schema, type) and dataclasses.is_dataclass(schema):
-        out = core.schema(schema)
-    else:
-        out = []
-        for entry in schema:
-            if isinstance(entry, FieldSpec):
-                out.append(entry)
-            elif isinstance(entry, Mapping):
-                out.append(ParamSpec(entry["name"], entry["default"], entry.get("description", ""),
-                                     type=entry.get("type"), min=entry.get("min"), max=entry.get("max"),
-                                     choices=entry.get("choices"), read_only=bool(entry.get("read_only", False))))
-            else:
-                raise ParameterSchemaError(f"schema entry {entry!r}: expected a dict or a FieldSpec")
+def normalize_schema(cls) -> list[FieldSpec]:
+    """The :class:`FieldSpec` list of a config dataclass class (dotted names for groups)."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise ParameterSchemaError(f"parameters are declared from a config dataclass class, got {cls!r}")
+    out = core.schema(cls)
     names = [p.name for p in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -124,45 +90,33 @@ def _ros_value(spec: FieldSpec, value):
 class NodeParameters:
     """Parameters of one node, declared from a config dataclass class and validated on every change.
 
-    ``config``: the accepted typed config (``None`` for a legacy spec list); ``values``: the accepted
-    values by name (arrays as lists). ``on_change`` is called from the executor thread after an
-    accepted live update: ``on_change(new_config, changed_names)`` (legacy lists: ``on_change(changed)``).
-    ``startup(config) -> {name: value}``: values the node derives at start-up from the others (e.g.
-    a scenario's references), applied on top of the file / command line before declaring, read-only
-    fields included. ``validate(candidate_values) -> reason | None``: legacy extra check.
+    ``config``: the accepted typed config; ``values``: the accepted values by name (arrays as lists).
+    ``on_change(new_config, changed_names)`` is called from the executor thread after an accepted
+    live update. ``startup(config) -> {name: value}``: values the node derives at start-up from the
+    others (e.g. a scenario's references), applied on top of the file / command line before
+    declaring, read-only fields included. Cross-field checks live in the dataclass's ``__post_init__``.
     """
 
-    def __init__(self, node, schema, on_change: Callable | None = None,
-                 validate: Callable[[dict], str | None] | None = None,
+    def __init__(self, node, schema: type, on_change: Callable | None = None,
                  startup: Callable[[Any], Mapping[str, Any]] | None = None):
         from rclpy.parameter import Parameter
 
         self.node = node
-        self.cls = schema if isinstance(schema, type) and dataclasses.is_dataclass(schema) else None
         self.specs: dict[str, FieldSpec] = {p.name: p for p in normalize_schema(schema)}
+        self.cls = schema
         self.on_change = on_change
-        self.validate = validate
         self._lock = threading.Lock()
         self._Parameter = Parameter
         self._fix_overrides()
         if startup is not None:
-            if self.cls is None:
-                raise ParameterSchemaError("startup= needs a config dataclass schema")
             self._apply_startup(startup)
         values = {}
         for spec in self.specs.values():
             values[spec.name] = self._declare(spec)
-        if self.cls is not None:
-            try:
-                self.config = core.from_flat(self.cls, values)
-            except ValueError as exc:
-                raise ParameterSchemaError(str(exc)) from None
-        else:
-            self.config = None
-            if validate is not None:
-                err = validate(dict(values))
-                if err:
-                    raise ParameterSchemaError(err)
+        try:
+            self.config = core.from_flat(self.cls, values)
+        except ValueError as exc:
+            raise ParameterSchemaError(str(exc)) from None
         self.values: dict[str, Any] = values
         self._pending: tuple | None = None
         node.add_on_set_parameters_callback(self._on_set)
@@ -266,17 +220,11 @@ class NodeParameters:
             except ConfigError as exc:
                 return None, {}, str(exc)
         new = None
-        if changed and self.cls is not None:
+        if changed:
             try:
                 new = core.replace(self.config, **changed)
             except ValueError as exc:
                 return None, {}, str(exc)
-        elif changed and self.validate is not None:
-            candidate = dict(self.values)
-            candidate.update({k: _ros_value(self.specs[k], v) for k, v in changed.items()})
-            err = self.validate(candidate)
-            if err:
-                return None, {}, err
         return new, changed, None
 
     def _on_set(self, params):
@@ -298,17 +246,8 @@ class NodeParameters:
             values = dict(self.values)
             values.update({k: _ros_value(self.specs[k], v) for k, v in changed.items()})
             self.values = values  # atomic swaps: readers see the old or the new, never a mix
-            if new is not None:
-                self.config = new
+            self.config = new
         for name in changed:
             self.node.get_logger().info(f"parameter {name} := {values[name]!r}")
         if self.on_change is not None:
-            if self.cls is not None:
-                self.on_change(new, list(changed))
-            else:
-                self.on_change({k: values[k] for k in changed})
-
-
-def declare(node, schema, on_change=None, validate=None, startup=None) -> NodeParameters:
-    """Shorthand for :class:`NodeParameters`."""
-    return NodeParameters(node, schema, on_change=on_change, validate=validate, startup=startup)
+            self.on_change(new, list(changed))
