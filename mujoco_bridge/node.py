@@ -72,7 +72,8 @@ def _make_node_class():
                           self.pub_diag, self.pub_latency]
             cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
                                  reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, timed=cfg.command_timing == "stamped")
+            self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
+                                                           timed=cfg.command_timing == "stamped")
             self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                       cmd_qos)
             self._leg_order = ros_io.JointOrder(self.leg_names)

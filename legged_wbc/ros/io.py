@@ -44,7 +44,7 @@ with ticks by that stamp and maps the joints by name (:class:`TorqueCommandDecod
 ``command_timing: untimed`` (realtime only) ignores the stamp and applies the newest command, as a
 hardware interface would. A ros2_control robot takes the same efforts from the controller's
 optional ``forward_command_topic`` (``std_msgs/Float64MultiArray`` in a ``joints`` order). See
-:mod:`mujoco_bridge.node` for the lockstep protocol.
+:mod:`mujoco_bridge.scheduler` for the lockstep protocol.
 
 Time stamps: integer nanoseconds of sim time (``/clock``); use :func:`stamp_ns` /
 :func:`time_msg` to convert, never floats, so tick arithmetic is exact.
