@@ -317,8 +317,3 @@ def load_node_config(cls, path: str | Path, node_name: str, overrides: Mapping[s
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return replace(cfg, **dict(overrides)) if overrides else cfg
-
-
-def load_ros_params(path: str | Path, node_name: str) -> dict:
-    """Deprecated alias of :func:`ros_params_block` (kept for callers outside this package)."""
-    return ros_params_block(path, node_name)
