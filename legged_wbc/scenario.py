@@ -225,8 +225,8 @@ class DisturbanceModel:
 
         tau = np.zeros(self.robot.n)
         if self.dist.active_window(t) and leg_in_support:
-            lg = self.robot.legs(np.asarray(joint_pos, dtype=float))[self.leg]
-            tau[self.robot.leg_joints[self.leg]] = self.dist.sign * self.dist.torque_nm * null_vector(lg.J_p, lg.J_theta)
+            J_p, J_theta = self.robot.leg_jacobians(np.asarray(joint_pos, dtype=float), self.leg)
+            tau[self.robot.leg_joints[self.leg]] = self.dist.sign * self.dist.torque_nm * null_vector(J_p, J_theta)
         return tau
 
 

@@ -319,3 +319,28 @@ def test_setup_lists_every_package():
     found = {".".join(p.parent.relative_to(ROOT).parts) for pkg in ("legged_wbc", "wbc_controller", "state_estimator",
                                                                    "mujoco_bridge") for p in (ROOT / pkg).rglob("__init__.py")}
     assert listed == found
+
+
+def test_null_vector_equals_the_determinant_definition_and_leg_jacobians_equal_legs():
+    """null_vector (minors in floats) = the signed 3x3 determinants of J_p (LAPACK), up to rounding;
+    leg_jacobians(q, i) is bit-identical to legs(q)[i] (J_p, J_theta), the disturbance's inputs."""
+    rm = RobotModel("hexapod")
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        J, jt = rng.normal(size=(3, 4)), rng.normal(size=4)
+        ref = np.array([(-1) ** k * np.linalg.det(np.delete(J, k, axis=1)) for k in range(4)])
+        ref /= np.linalg.norm(ref)
+        ref = -ref if jt @ ref < 0 else ref
+        n = null_vector(J, jt)
+        assert np.allclose(n, ref, rtol=0, atol=1e-13) and abs(np.linalg.norm(n) - 1) < 1e-14
+        assert np.allclose(J @ n, 0, atol=1e-12) and jt @ n >= 0
+    J = np.array([[1.0, 0, 0, 0], [2.0, 0, 0, 0], [0, 0, 1.0, 0]])   # rank 2: the SVD fallback
+    n = null_vector(J)
+    assert np.allclose(J @ n, 0, atol=1e-12) and abs(np.linalg.norm(n) - 1) < 1e-12
+    q0 = rm.stance_joint_positions()
+    for _ in range(20):
+        q = q0 + rng.normal(0, 0.3, rm.n)
+        legs = rm.legs(q)
+        for i, lg in enumerate(legs):
+            Jp, Jt = rm.leg_jacobians(q, i)
+            assert np.array_equal(Jp, lg.J_p) and np.array_equal(Jt, lg.J_theta)
