@@ -20,9 +20,8 @@ from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, initial_height,  # noqa: F401
-                                          load_scenario_config, scenario_disturbance, sensor_noise)
+                                          load_scenario_config, scenario_disturbance, scenario_sim, sensor_noise)
 from mujoco_bridge.scheduler import PHYSICS_DT_NS, BridgeScheduler
-from mujoco_bridge.sim import MujocoSim
 
 
 def _make_node_class():
@@ -44,8 +43,8 @@ def _make_node_class():
             log = self.get_logger()
             self.robot = RobotModel(cfg.robot)
             self.scenario = load_scenario_config(cfg.scenario)
-            self.sim = MujocoSim(self.robot, noise=sensor_noise(self.scenario, cfg.noise_joint_velocity, cfg.noise_gyro,
-                                                                cfg.noise_accel, cfg.noise_seed))
+            self.sim = scenario_sim(self.robot, self.scenario, sensor_noise(self.scenario, cfg.noise_joint_velocity,
+                                                                            cfg.noise_gyro, cfg.noise_accel, cfg.noise_seed))
             if abs(self.sim.dt * 1e9 - ros_io.PHYSICS_DT_NS) > 1e-3 or ros_io.PHYSICS_DT_NS != PHYSICS_DT_NS:
                 raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
             self.n, self.joint_names, self.leg_names = self.robot.n, list(self.robot.joint_names), self.robot.cfg.leg_names

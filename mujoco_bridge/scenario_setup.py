@@ -12,14 +12,15 @@ bridge then subscribes to on ``/estimator/support`` (JointState-shaped, ``name``
 Initial state: ``RobotModel.stance_configuration(h)`` (level, at the origin, feet on the floor, at
 rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial_height`` (see
 ``config/scenarios/``), else the robot config's stance height. Sensor noise: the ``noise_*``
-parameters, or the scenario's ``noise`` block when they are all zero.
+parameters, or the scenario's ``noise`` block when they are all zero. Ground friction, payload and
+push: the scenario's (:func:`scenario_sim`), as in the headless loop.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mujoco_bridge.sim import SensorNoise
+from mujoco_bridge.sim import MujocoSim, SensorNoise
 
 
 def load_scenario_config(name: str):
@@ -42,6 +43,15 @@ def sensor_noise(scenario, joint_velocity: float, gyro: float, accel: float, see
         noise = SensorNoise(joint_velocity=float(sn.get("joint_velocity", 0.0)), gyro=float(sn.get("gyro", 0.0)),
                             accel=float(sn.get("accel", 0.0)), seed=int(sn.get("seed", 0)))
     return noise
+
+
+def scenario_sim(robot, scenario, noise: SensorNoise) -> MujocoSim:
+    """The simulation of ``robot`` with the scenario's physical variations (``ground.friction``,
+    ``payload.mass_kg``, ``push``; ``Scenario.physics()``), applied exactly as the headless loop does."""
+    sim = MujocoSim(robot, noise=noise)
+    if scenario is not None:
+        sim.set_physics(**scenario.physics())
+    return sim
 
 
 def initial_height(param: float, scenario) -> float | None:
