@@ -47,6 +47,10 @@ class BridgeConfig:
     command_timing: str = param("stamped", desc="stamped = pair each torque command with the control tick its "
                                 "stamp names; untimed = ignore stamps, apply the newest command (realtime only, "
                                 "like a hardware interface)", choices=("stamped", "untimed"), live=False)
+    sample_stamps: str = param("sim", desc="stamps of /joint_states and /imu: sim = sim time (tick k at k * 2 ms); "
+                               "wall = ROS time now at publication, off the tick grid, like a ros2_control robot "
+                               "(needs mode realtime and command_timing untimed; ground truth keeps sim time)",
+                               choices=("sim", "wall"), live=False)
     realtime_factor: float = param(1.0, 0.01, 100.0, "realtime mode: sim seconds per wall second")
     ground_truth_decimation: int = param(2, 1, 1000, "publish /ground_truth/* and /disturbance every N physics "
                                          "steps")
@@ -67,6 +71,11 @@ class BridgeConfig:
         validate(self)
         if self.mode == "lockstep" and self.command_timing == "untimed":
             raise ConfigError("command_timing: untimed needs mode: realtime (lockstep pairs commands with ticks)")
+        if self.sample_stamps == "wall" and self.mode != "realtime":
+            raise ConfigError("sample_stamps: wall needs mode: realtime (wall stamps are hardware emulation)")
+        if self.sample_stamps == "wall" and self.command_timing != "untimed":
+            raise ConfigError("sample_stamps: wall needs command_timing: untimed (commands carry wall stamps, "
+                              "not ticks)")
 
     @property
     def lockstep(self) -> bool:

@@ -48,7 +48,8 @@ def _make_node_class():
             if abs(self.sim.dt * 1e9 - ros_io.PHYSICS_DT_NS) > 1e-3 or ros_io.PHYSICS_DT_NS != PHYSICS_DT_NS:
                 raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
             self.n, self.joint_names, self.leg_names = self.robot.n, list(self.robot.joint_names), self.robot.cfg.leg_names
-            self.lockstep = cfg.lockstep
+            self.lockstep, self.untimed = cfg.lockstep, cfg.command_timing == "untimed"
+            self.wall_stamps = cfg.sample_stamps == "wall"       # hardware emulation (BridgeConfig)
             self.q0 = self.robot.stance_configuration(initial_height(cfg.initial_height, self.scenario))
             self.sim.reset(self.q0)
             self.sched = BridgeScheduler(cfg, self, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps,
@@ -120,7 +121,7 @@ def _make_node_class():
             self.sched.offer_command(cmd)
 
         def _on_support(self, msg) -> None:
-            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            tick = self.sched.tick_of_stamp(ros_io.stamp_ns(msg)) if self.wall_stamps else ros_io.tick_from_stamp(msg)
             if tick is None:
                 return
             try:
@@ -147,20 +148,21 @@ def _make_node_class():
                 self.get_logger().warning("start-up: some subscriptions did not match within 2 s")
 
         def publish_sample(self, step: int) -> None:
-            """Publish the state after ``step`` physics steps (stamp = sim time). Message objects are
-            reused: rclpy serialises synchronously in ``publish``, and building Imu/Odometry from
-            scratch costs more than the physics step. Topics nobody subscribes to (in or outside the
-            process) are skipped: no recorder, no ground truth to build."""
+            """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: the sensors
+            ROS time now). Message objects are reused; topics nobody subscribes to are skipped."""
             t_ns = step * PHYSICS_DT_NS
             stamp = ros_io.time_msg(t_ns)
+            sensor_stamp = self.get_clock().now().to_msg() if self.wall_stamps else stamp
+            if self.untimed:
+                self.sched.note_sample(ros_io.stamp_ns(sensor_stamp), step)   # untimed answers name it
             s = self.sim.sensors()
             m = self._msgs
             if self.pub_clock.get_subscription_count():
                 m["clock"].clock = stamp
                 self.pub_clock.publish(m["clock"])
-            ros_io.fill_joint_state(m["js"], stamp, s.joint_pos, s.joint_vel, s.joint_effort)
+            ros_io.fill_joint_state(m["js"], sensor_stamp, s.joint_pos, s.joint_vel, s.joint_effort)
             self.pub_js.publish(m["js"])
-            ros_io.fill_imu(m["imu"], stamp, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel)
+            ros_io.fill_imu(m["imu"], sensor_stamp, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel)
             self.pub_imu.publish(m["imu"])
             if step % self.cfg.ground_truth_decimation == 0:
                 if self.pub_odom.get_subscription_count():
@@ -190,8 +192,7 @@ def _make_node_class():
 
         # ------------------------------------------------------------ run
         def flush_publishers(self, timeout: float = 5.0) -> None:
-            """Wait until subscribers acknowledged the last samples (exiting right after ``publish`` lost
-            the last 3 of 501 samples); acks come with the DDS heartbeat (Fast DDS: 3 s)."""
+            """Wait until subscribers acked the last samples (exiting at once lost 3 of 501; Fast DDS acks: 3 s)."""
             t_end = time.monotonic() + timeout
             for pub in self._pubs:
                 left = max(0.0, t_end - time.monotonic())

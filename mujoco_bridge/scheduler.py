@@ -45,7 +45,15 @@ command answers (see :mod:`legged_wbc.ros.io`). A command with unknown / missing
 an effort count that does not match, a non-finite torque or a stamp between ticks is rejected
 (reason logged, ``rejected_commands`` counted) and never applied. The latest accepted command is
 applied with zero-order hold. ``command_timing: untimed`` (realtime mode only, as a hardware
-interface would) ignores the stamps: every command is untimed and the newest one is applied.
+interface would) ignores the stamps: every command is untimed and the newest one is applied. For
+the real-time statistics an untimed command whose stamp is that of a sample the bridge published
+(:meth:`BridgeScheduler.note_sample`, e.g. a controller with ``input_timing: sample``) answers that
+sample: latency from its publication, counted for the tick whose period holds it.
+
+``sample_stamps: wall`` (realtime + untimed only; hardware emulation): ``/joint_states`` and ``/imu``
+are stamped with the ROS time at publication (wall clock), like a ros2_control robot; ``/clock``,
+ground truth and ``/disturbance`` keep sim time (bag metrics align them by tick), and
+``/estimator/support`` (disturbance gating) is mapped back to ticks through the noted stamps.
 
 Lockstep protocol (``mode: lockstep``, the default; deterministic, independent of CPU speed)
 ------------------------------------------------------------------------------------------
@@ -119,6 +127,17 @@ DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale
                "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us")
 
 
+class _CommandTiming(CommandTiming):
+    """:class:`CommandTiming` plus untimed commands that name the sample they answer by its stamp."""
+
+    def answer_arrived(self, tick: int, published: float, wall: float) -> None:
+        """A command for the period of ``tick`` that answers a sample published at ``published``
+        (wall): its latency runs from that sample; the first answer of a tick counts."""
+        if tick not in self._arrived:
+            self._published[tick] = published
+            self._arrived[tick] = wall
+
+
 class MonotonicClock:
     """The real clock: ``time.monotonic``, ``time.sleep`` and ``Condition.wait``."""
 
@@ -166,7 +185,8 @@ class BridgeScheduler:
         self.clock = clock or MonotonicClock()
         self.wait_for_support = wait_for_support   # lockstep: also wait for the tick's support estimate
         self.cond = threading.Condition()
-        self.timing = CommandTiming()       # command latency / deadlines per tick (wall clock)
+        self.timing = _CommandTiming()      # command latency / deadlines per tick (wall clock)
+        self._stamp_steps: dict[int, tuple[int, float]] = {}   # untimed: sample stamp [ns] -> (step, wall)
         self.cmd_queue = CommandQueue()     # realtime: commands in arrival order
         self.step_count = 0                 # physics steps since reset; sim time = step_count * 1 ms
         self.tick = 0                       # current control tick (lockstep: the one we wait a command for)
@@ -198,6 +218,10 @@ class BridgeScheduler:
         with self.cond:
             if cmd.tick != UNTIMED_TICK:
                 self.timing.command_arrived(cmd.tick, now)
+            else:                           # untimed: the sample it answers, if its stamp is one we published
+                answered = self._stamp_steps.get(getattr(cmd, "stamp_ns", None))
+                if answered is not None:
+                    self.timing.answer_arrived(answered[0] // self.steps_per_tick, answered[1], now)
             if self.lockstep:
                 if cmd.tick < self.tick:
                     self.counters["stale_commands"] += 1
@@ -217,6 +241,21 @@ class BridgeScheduler:
                 self._last_cmd_step = self.step_count
             self.cond.notify_all()
         return True
+
+    def note_sample(self, stamp_ns: int, step: int) -> None:
+        """The sample after ``step`` physics steps goes out stamped ``stamp_ns`` (call it before
+        publishing). With ``command_timing: untimed`` a command carrying that stamp answers it: its
+        latency runs from this publication, and it counts for the tick ``step // steps_per_tick``
+        (due when the next period starts). Keeps the last 512 samples."""
+        d = self._stamp_steps
+        d[int(stamp_ns)] = (int(step), self.clock.monotonic())
+        if len(d) > 512:
+            del d[next(iter(d))]
+
+    def tick_of_stamp(self, stamp_ns: int) -> int | None:
+        """The tick whose period holds the sample stamped ``stamp_ns`` (one of the last 512 noted)."""
+        answered = self._stamp_steps.get(stamp_ns)
+        return None if answered is None else answered[0] // self.steps_per_tick
 
     def reject(self, reason: str, kind: str | None = None) -> None:
         """Count and log a rejected command; each kind of reason is logged at most once per wall second."""

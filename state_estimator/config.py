@@ -132,6 +132,11 @@ class EstimatorNodeConfig(EstimatorConfig):
     scenario: str = param("nominal", desc="scenario (gait start time, initial pose, estimator overrides)",
                           live=False)
     qos_depth: int = param(200, 1, 100000, "history depth of the reliable topics", unit="messages", live=False)
+    input_timing: str = param("tick_grid", desc="tick_grid = one update per /joint_states + /imu pair stamped "
+                              "k * 2 ms (the bridge's sim time); sample = hardware stamps (wall clock, off the "
+                              "grid): a /joint_states sample at least 1.5 ms after the last tick's is a tick, "
+                              "paired with the newest /imu; outputs carry its stamp, the filters integrate "
+                              "over the measured intervals", choices=("tick_grid", "sample"), live=False)
 
     @property
     def estimator(self) -> EstimatorConfig:

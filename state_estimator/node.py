@@ -15,6 +15,14 @@ updates, and publishes with the same stamp:
   leg order, blocks of ``vel_d2`` (squared Mahalanobis distance), ``vel_inflation``, ``vel_excluded``
   (1/0), ``vel_used`` (1/0), then ``height_raw`` [m].
 
+``input_timing: sample`` (hardware stamps, off the grid; :class:`legged_wbc.ros.io.SampleTicks`): a
+``/joint_states`` sample at least 1.5 ms after the last tick's is a tick, paired with the newest
+``/imu`` (rejected if that is more than 20 ms older; at start-up the first tick waits for the first
+``/imu``); the outputs carry the joint state's stamp and ``t = stamp - first tick's stamp``. The
+filters integrate over the measured intervals between ticks (``StateEstimator`` scales the process
+noise with ``dt / 2 ms``): a late sample is predicted over the time that really passed, where a fixed
+2 ms step would under-integrate the IMU and the joint dynamics.
+
 Bad samples (NaN, wrong length, unknown joint names, time not increasing) are rejected and logged;
 the filter state is untouched and that tick gets no output (the controller then sends no command
 and the bridge's watchdog acts). Parameters: the fields of
@@ -72,6 +80,9 @@ def _make_node_class():
             self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.base_frame = self.rm.cfg.base_link
             self.sync = TickSync(("js", "imu"))
+            # input_timing: sample (hardware stamps): a joint state >= 1.5 ms after the last tick is a tick
+            self.samples = ros_io.SampleTicks() if cfg.input_timing == "sample" else None
+            self._imu = self._held_js = None   # sample mode: newest (stamp, imu arrays); a tick waiting for one
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
@@ -99,6 +110,8 @@ def _make_node_class():
             self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
 
         def _on_js(self, msg) -> None:
+            if self.samples is not None:
+                return self._on_js_sample(msg)
             tick = ros_io.tick_from_stamp(msg.header.stamp)
             if tick is None:
                 return
@@ -114,6 +127,8 @@ def _make_node_class():
             self._run_tick(tick, self.sync.add(tick, "js", arrays))
 
         def _on_imu(self, msg) -> None:
+            if self.samples is not None:
+                return self._on_imu_sample(msg)
             tick = ros_io.tick_from_stamp(msg.header.stamp)
             if tick is None or self.sync.status(tick) != TickSync.NEW:
                 return
@@ -122,7 +137,45 @@ def _make_node_class():
                 return self._reject("imu", "NaN/inf")
             self._run_tick(tick, self.sync.add(tick, "imu", arrays))
 
-        def _run_tick(self, tick: int, d: dict | None) -> None:
+        # ---------------------------------------------------- input_timing: sample
+        def _on_js_sample(self, msg) -> None:
+            ns = ros_io.stamp_ns(msg.header.stamp)
+            status = self.samples.status(ns)
+            if status != ros_io.SampleTicks.NEW:
+                return self._resend() if status == ros_io.SampleTicks.REPEAT else None
+            try:
+                arrays = self.order.arrays(msg)
+            except ValueError as exc:
+                return self._reject("joint state", str(exc))
+            if not all(np.all(np.isfinite(a)) for a in arrays):
+                return self._reject("joint state", "NaN/inf or missing fields")
+            if self._imu is None:           # start-up: the first tick runs with the first /imu
+                self._held_js = (ns, arrays)
+                return
+            self._sample_tick(ns, arrays)
+
+        def _on_imu_sample(self, msg) -> None:
+            ns = ros_io.stamp_ns(msg.header.stamp)
+            if self._imu is not None and ns < self._imu[0]:
+                return                      # out of order: keep the newest
+            arrays = ros_io.imu_arrays(msg)
+            if not all(np.all(np.isfinite(a)) for a in arrays):
+                return self._reject("imu", "NaN/inf")
+            self._imu = (ns, arrays)
+            held, self._held_js = self._held_js, None
+            if held is not None:
+                self._sample_tick(*held)
+
+        def _sample_tick(self, ns: int, js) -> None:
+            imu_ns, imu = self._imu
+            if ns - imu_ns > ros_io.IMU_MAX_AGE_NS:
+                return self._reject("sample", f"the newest /imu is {(ns - imu_ns) * 1e-6:.1f} ms older than the "
+                                    f"joint state (at most {ros_io.IMU_MAX_AGE_NS * 1e-6:g} ms)")
+            self.samples.take(ns)           # tick 0 = the first answered (waits for matched subscribers)
+            self._run_tick(1 if self._last_out else 0, {"js": js, "imu": imu}, ns, self.samples.t(ns))
+
+        def _run_tick(self, tick: int, d: dict | None, stamp: int | None = None, t: float | None = None) -> None:
+            """One update; ``stamp`` [ns] and ``t`` [s] in sample mode (else ``tick * 2 ms``, both)."""
             if d is None:                   # the tick still lacks an input
                 return
             if self._pending_cfg is not None:
@@ -130,9 +183,9 @@ def _make_node_class():
                 self._pending_cfg = None
             pos, vel, eff = d["js"]
             quat, gyro, acc = d["imu"]
-            t_ns = tick * ros_io.CONTROL_PERIOD_NS
+            t_ns = tick * ros_io.CONTROL_PERIOD_NS if stamp is None else stamp
             try:
-                e = self.est.update(t_ns * 1e-9, pos, vel, eff, quat, gyro, acc)
+                e = self.est.update(t_ns * 1e-9 if t is None else t, pos, vel, eff, quat, gyro, acc)
             except ValueError as exc:
                 return self._reject("sample", str(exc))
             tau_ext = np.zeros(self.rm.n)

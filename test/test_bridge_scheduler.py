@@ -269,6 +269,58 @@ def test_realtime_late_command_counts_a_miss_and_is_never_applied_early():
     assert np.isnan(lat[ticks.index(4)]) and lat[ticks.index(3)] == pytest.approx(500.0)
 
 
+class WallStampRig(Rig):
+    """Realtime, untimed commands: the samples are stamped off the grid (a hardware clock) and noted
+    with the scheduler; the controller answers the samples ``answers(step)`` picks, carrying their stamp."""
+
+    W = 1_760_000_000_123_456_789
+
+    def __init__(self, answers, latency=2e-4, **cfg):
+        super().__init__(lockstep=False, latency=lambda k: None, command_timing="untimed", **cfg)
+        self.answers, self.lat = answers, latency
+
+    def stamp(self, step):
+        return self.W + step * 1_000_000 + (step * 7919) % 300_000          # jittered, never on a 2 ms grid
+
+    def publish_sample(self, step):
+        self.sched.note_sample(self.stamp(step), step)
+        super().publish_sample(step)
+        if self.answers(step):
+            c = SimpleNamespace(tick=-1, tau=np.full(N, float(step)), stamp_ns=self.stamp(step))
+            self.answered[step] = self.clock.t + self.lat
+            self.clock.at(self.clock.t + self.lat, lambda c=c: self.sched.offer_command(c))
+
+
+def test_realtime_untimed_commands_naming_a_sample_stamp_are_timed_per_tick():
+    # a sample-mode controller locked on the odd steps: each command answers the second sample of a
+    # period and arrives 0.2 ms after it, before the next period starts: no miss, latency 200 us
+    r = WallStampRig(answers=lambda step: step % 2 == 1, duration=0.04)
+    r.run()
+    s = r.sched
+    assert s.counters["deadline_misses"] == 0 and s.counters["commands_applied"] == 20
+    fields, ticks, lat, _ = s.diagnostics()
+    assert ticks == list(range(19)) and np.allclose(lat, 200.0)     # the last period is never closed
+    assert s.tick_of_stamp(r.stamp(37)) == 18 and s.tick_of_stamp(r.stamp(37) + 1) is None
+    # every third period without an answer: exactly those are misses, the others timed
+    r = WallStampRig(answers=lambda step: step % 2 == 1 and (step // 2) % 3 != 1, duration=0.04)
+    r.run()
+    fields, ticks, lat, _ = r.sched.diagnostics()
+    missed = [k for k, x in zip(ticks, lat) if np.isnan(x)]
+    assert missed == list(range(1, 19, 3))
+    assert r.sched.counters["deadline_misses"] == len(missed)
+
+
+def test_realtime_untimed_commands_with_unknown_stamps_count_as_misses():
+    # stamps the bridge never published (the old untimed behaviour): applied, but no tick is timed
+    r = WallStampRig(answers=lambda step: step % 2 == 0, duration=0.02)
+    r.stamp = lambda step: 3 + step          # noted and answered with different stamps below
+    r.sched.note_sample = lambda stamp, step: None
+    r.run()
+    s = r.sched
+    assert s.counters["commands_applied"] == 10 and s.counters["deadline_misses"] == 9
+    assert s.tick_of_stamp(3) is None
+
+
 def test_realtime_paces_sim_time_at_the_factor_and_a_live_change_continues_without_a_jump():
     r = Rig(lockstep=False, duration=1.0, realtime_factor=2.0, latency=lambda k: 1e-4)
     r.set_cfg(0.25, realtime_factor=0.5)

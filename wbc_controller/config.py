@@ -112,6 +112,11 @@ class WbcNodeConfig(WbcConfig):
     scenario: str = param("nominal", desc="scenario whose references (stand-up, speed, gait start) are used",
                           live=False)
     qos_depth: int = param(200, 1, 100000, "history depth of the reliable topics", unit="messages", live=False)
+    input_timing: str = param("tick_grid", desc="tick_grid = inputs paired by control tick (stamps k * 2 ms), "
+                              "t = k * 2 ms; sample = hardware stamps: inputs paired by equal stamps (the "
+                              "estimator's outputs carry its joint-state sample's), t = stamp - first tick's "
+                              "stamp, commands carry the sample's stamp (bridge: command_timing untimed)",
+                              choices=("tick_grid", "sample"), live=False)
     forward_command_topic: str = param("", desc="also publish the efforts as a ros2_control "
                                        "forward_command_controller command (std_msgs/Float64MultiArray, efforts "
                                        "only) on this topic, e.g. /effort_controller/commands; empty = off",

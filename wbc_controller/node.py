@@ -20,6 +20,11 @@ then computes the torque and publishes, in this order,
   ``header.stamp`` = the tick answered; see :mod:`legged_wbc.ros.io`), and, with
   ``forward_command_topic``, the efforts alone for a ros2_control ``forward_command_controller``.
 
+With ``input_timing: sample`` (hardware stamps) the inputs are paired by equal stamps (the
+estimator's outputs carry its joint-state sample's), ``t = stamp - first tick's stamp`` (for samples
+stamped ``k * 2 ms`` from 0, exactly tick_grid's ``t``), the command carries the sample's stamp (the
+bridge then needs ``command_timing: untimed``), and the diagnostics' ``tick`` is ``t`` on the 2 ms grid.
+
 A sample with NaN or the wrong length is rejected (logged, counted in the diagnostics) and that tick
 gets no command: the bridge's watchdog takes over, a NaN never reaches the torque output.
 Parameters: the fields of :class:`~wbc_controller.config.WbcNodeConfig` (validated; the live ones
@@ -81,7 +86,9 @@ def _make_node_class():
             self.leg_names = list(self.rm.cfg.leg_names)
             self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.legs_order = ros_io.JointOrder(self.leg_names)
-            self.sync = ros_io.TickSync(self._required_inputs())
+            # input_timing: sample (hardware stamps): inputs paired by stamp [ns], t = stamp - first tick's
+            self.samples = ros_io.SampleTicks() if P.input_timing == "sample" else None
+            self.sync = ros_io.TickSync(self._required_inputs(), max_pending=None if self.samples is None else 64)
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=P.qos_depth,
@@ -117,7 +124,7 @@ def _make_node_class():
 
         # -------------------------------------------------------------- inputs
         def _slot(self, msg, key: str, value) -> None:
-            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            tick = ros_io.tick_from_stamp(msg.header.stamp) if self.samples is None else ros_io.stamp_ns(msg)
             if tick is None:
                 return
             status = self.sync.status(tick)
@@ -139,7 +146,7 @@ def _make_node_class():
             self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
 
         def _on_js(self, msg) -> None:
-            if ros_io.tick_from_stamp(msg.header.stamp) is None:
+            if self.samples is None and ros_io.tick_from_stamp(msg.header.stamp) is None:
                 return
             try:
                 pos, vel, _ = self.order.arrays(msg)
@@ -187,13 +194,18 @@ def _make_node_class():
             qb, vb = d["odom"]
             q = np.concatenate([qb, pos])
             v = np.concatenate([vb, vel])
-            t = tick * ros_io.CONTROL_PERIOD_NS * 1e-9
+            first = tick == 0
+            if self.samples is None:
+                t_ns, t = tick * ros_io.CONTROL_PERIOD_NS, tick * ros_io.CONTROL_PERIOD_NS * 1e-9
+            else:                           # tick = the stamp [ns]; the diagnostics: t's tick on the 2 ms grid
+                t_ns, first = tick, self.samples.take(tick) == 0
+                t = self.samples.t(t_ns)
+                tick = (t_ns - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
             try:
                 out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext")))
             except InputError as exc:
                 return self._reject("controller input", str(exc))
             diag = out.diag
-            t_ns = tick * ros_io.CONTROL_PERIOD_NS
             vals = [tick, diag.qp_accepted, diag.qp_time_us, diag.solve_time_us, diag.cycle_time_us,
                     diag.qp_iterations, diag.eq_residual, diag.ineq_violation, diag.consecutive_failures,
                     diag.total_failures, diag.safe_stop, self.rejected, diag.body_error_rpy[0], diag.body_error_rpy[1]]
@@ -207,7 +219,7 @@ def _make_node_class():
             ]
             if self.pub_forward is not None:
                 self._last_out.append((self.pub_forward, Float64MultiArray(data=ros_io.dvec(out.tau[self._forward_idx]))))
-            if tick == 0:
+            if first:
                 # the first command must reach every subscriber (bridge, recorder) that is in the graph
                 ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
             self._resend()

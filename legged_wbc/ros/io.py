@@ -49,6 +49,13 @@ optional ``forward_command_topic`` (``std_msgs/Float64MultiArray`` in a ``joints
 Time stamps: integer nanoseconds of sim time (``/clock``); use :func:`stamp_ns` /
 :func:`time_msg` to convert, never floats, so tick arithmetic is exact.
 
+Hardware stamps (``input_timing: sample`` of the estimator and the controller; the bridge emulates
+them with ``sample_stamps: wall``): a robot stamps ``/joint_states`` and ``/imu`` with its own clock,
+off the tick grid. :class:`SampleTicks` then picks the ticks (a joint state at least
+``CONTROL_PERIOD_NS - SAMPLE_TICK_TOLERANCE_NS`` after the last tick's), the nodes pair by stamp
+(:class:`TickSync` keyed by nanoseconds) and the command carries the sample's stamp, which a bridge
+with ``command_timing: untimed`` uses only to time the answer.
+
 Start-up: DDS drops what a volatile publisher sends before a subscriber is *matched*, so a node
 should call :func:`wait_for_matched_subscribers` on its publishers before its first message of a
 run (the bridge does before tick 0; a controller should before answering tick 0), or the recorder
@@ -363,13 +370,18 @@ class TickSync:
     ``status(tick)`` says what a sample stamped on ``tick`` is before it is parsed: ``NEW``, ``REPEAT``
     (the tick that ran last: the bridge re-published it because the answer got lost, answer again)
     or ``STALE`` (older). ``add(tick, key, value)`` stores a new tick's input and returns all of them
-    (a dict) when the tick is complete, else None; older incomplete ticks are dropped then."""
+    (a dict) when the tick is complete, else None; older incomplete ticks are dropped then.
+
+    The keys are any increasing integers: tick numbers (``input_timing: tick_grid``) or stamps in
+    nanoseconds (``input_timing: sample``, where most 1 kHz joint states never complete a tick:
+    ``max_pending`` then bounds the buffer, the oldest incomplete key is dropped first)."""
 
     NEW, REPEAT, STALE = "new", "repeat", "stale"
 
-    def __init__(self, required):
+    def __init__(self, required, max_pending: int | None = None):
         self.required = tuple(required)
         self.last_tick = -1
+        self.max_pending = max_pending     # None: unbounded (tick_grid); keys are then stamps [ns]
         self._buf: dict[int, dict] = {}
 
     def status(self, tick: int) -> str:
@@ -380,7 +392,11 @@ class TickSync:
     def add(self, tick: int, key: str, value) -> dict | None:
         if tick <= self.last_tick:
             return None
-        d = self._buf.setdefault(tick, {})
+        d = self._buf.get(tick)
+        if d is None:
+            if self.max_pending is not None and len(self._buf) >= self.max_pending:
+                del self._buf[min(self._buf)]           # the oldest incomplete tick (never completed)
+            d = self._buf[tick] = {}
         d[key] = value
         if any(k not in d for k in self.required):
             return None
@@ -392,6 +408,58 @@ class TickSync:
     def pending(self) -> int:
         """Ticks waiting for an input (diagnostics / tests)."""
         return len(self._buf)
+
+
+# ----------------------------------------------------------------------------- input_timing: sample
+INPUT_TIMINGS = ("tick_grid", "sample")
+# A sample becomes a tick when it is at least CONTROL_PERIOD_NS - SAMPLE_TICK_TOLERANCE_NS after the
+# last tick. Half a 1 kHz sample period: with a 1 kHz source the sample 1 ms after a tick is skipped
+# and the one 2 ms after it is taken as long as the intervals between samples stay within
+# 1 ms +- 0.5 ms (a tick every 2 ms, 500 Hz; never 333 Hz because a sample came 10 us early). A
+# 500 Hz source ticks on every sample unless one comes more than 0.5 ms early.
+SAMPLE_TICK_TOLERANCE_NS = 500_000
+IMU_MAX_AGE_NS = 20_000_000     # sample mode: the newest /imu may be this much older than the joint state
+
+
+class SampleTicks:
+    """Which sensor samples become control ticks with ``input_timing: sample`` (hardware stamps,
+    off our 2 ms grid), and the nodes' time ``t`` of a tick.
+
+    ``status(ns)`` of a sample stamped ``ns`` [ns]: ``NEW`` (at least ``min_interval_ns`` after the
+    last tick: it becomes a tick), ``REPEAT`` (the last tick's stamp again: answer again), ``STALE``
+    (older than the last tick) or ``SKIP`` (too soon after it: rate limit, e.g. a 1 kHz source -> 500
+    Hz). ``take(ns)`` records a tick. ``t(ns)`` [s] = ``(ns - first tick's ns) * 1e-9``: the first tick
+    is t = 0, as tick 0 of ``tick_grid`` (for samples stamped ``k * 2 ms`` from 0 the two agree
+    exactly, same float)."""
+
+    NEW, REPEAT, STALE, SKIP = TickSync.NEW, TickSync.REPEAT, TickSync.STALE, "skip"
+
+    def __init__(self, control_period_ns: int = CONTROL_PERIOD_NS, tolerance_ns: int = SAMPLE_TICK_TOLERANCE_NS):
+        self.min_interval_ns = int(control_period_ns) - int(tolerance_ns)
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.count = 0                  # ticks taken
+
+    def status(self, ns: int) -> str:
+        last = self.last_ns
+        if last is None:
+            return self.NEW
+        if ns == last:
+            return self.REPEAT
+        if ns < last:
+            return self.STALE
+        return self.NEW if ns - last >= self.min_interval_ns else self.SKIP
+
+    def take(self, ns: int) -> int:
+        """Record the tick stamped ``ns``; returns its index (0 for the first)."""
+        if self.first_ns is None:
+            self.first_ns = ns
+        self.last_ns = ns
+        self.count += 1
+        return self.count - 1
+
+    def t(self, ns: int) -> float:
+        return (ns - self.first_ns) * 1e-9
 
 
 # ----------------------------------------------------------------------------- torque command
@@ -408,6 +476,7 @@ class CommandError(ValueError):
 class TorqueCommand:
     tick: int              # control tick it answers (UNTIMED_TICK = -1: untimed)
     tau: np.ndarray        # [N m], in the receiver's joint order
+    stamp_ns: int | None = None   # untimed: the stamp (of the sample it answers), for latency bookkeeping
 
 
 def torque_command_msg(t_ns: int, names: Sequence[str], tau):
@@ -467,8 +536,10 @@ class TorqueCommandDecoder:
         return perm
 
     def decode(self, msg) -> TorqueCommand:
-        tick = UNTIMED_TICK
-        if self.timed:
+        tick, stamp = UNTIMED_TICK, None
+        if not self.timed:
+            stamp = stamp_ns(msg.header.stamp)
+        else:
             t_ns = stamp_ns(msg.header.stamp)
             tick, rem = divmod(t_ns, self.period_ns)
             if rem:
@@ -486,10 +557,10 @@ class TorqueCommandDecoder:
             names = [msg.name[i] for i in bad[:3]]
             raise CommandError(f"non-finite effort for joint(s) {names} (tick {tick})", "nonfinite")
         if perm is None:
-            return TorqueCommand(tick=int(tick), tau=eff)
+            return TorqueCommand(tick=int(tick), tau=eff, stamp_ns=stamp)
         tau = np.empty(self.n)
         tau[perm] = eff
-        return TorqueCommand(tick=int(tick), tau=tau)
+        return TorqueCommand(tick=int(tick), tau=tau, stamp_ns=stamp)
 
 
 # ----------------------------------------------------------------------------- publishers / subscriptions

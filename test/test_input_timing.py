@@ -1,0 +1,335 @@
+"""Hardware input timing: ``input_timing: sample`` on the estimator and the controller (stamps off the
+2 ms tick grid), and the bridge's hardware emulation ``sample_stamps: wall``.
+
+The nodes are driven through their subscription callbacks with hand-made messages (no DDS); the
+end-to-end test runs the launch file in realtime with wall stamps and untimed commands."""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from legged_wbc.robot import ConfigError
+from legged_wbc.ros import io as ros_io
+from mujoco_bridge.config import BridgeConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+MS = 1_000_000
+W0 = 1_760_000_000_123_456_789       # a wall-clock stamp [ns] (2025), far off the 2 ms grid
+
+
+# ------------------------------------------------------------------------------ no ROS
+def test_sample_ticks_rate_limit_a_jittery_1khz_source_to_500hz():
+    st = ros_io.SampleTicks()
+    assert st.min_interval_ns == 2 * MS - ros_io.SAMPLE_TICK_TOLERANCE_NS == 1_500_000
+    rng = np.random.default_rng(1)
+    stamps = W0 + np.arange(2000) * MS + rng.integers(-240_000, 240_000, 2000)   # +-0.24 ms jitter
+    ticked = []
+    for i, ns in enumerate(stamps.tolist()):
+        if st.status(ns) == st.NEW:
+            st.take(ns)
+            ticked.append(i)
+    assert ticked == list(range(0, 2000, 2))                  # every other sample: 500 Hz, never 333 Hz
+    assert st.t(int(stamps[0])) == 0.0 and st.t(int(stamps[10])) == (int(stamps[10]) - int(stamps[0])) * 1e-9
+    last = int(stamps[ticked[-1]])
+    assert st.status(last) == st.REPEAT and st.status(last - 1) == st.STALE
+    assert st.status(last + 1_499_999) == st.SKIP and st.status(last + 1_500_000) == st.NEW
+
+
+def test_sample_ticks_time_equals_the_tick_clock_for_grid_stamps_from_zero():
+    st = ros_io.SampleTicks()
+    for k in range(0, 5000):
+        ns = k * ros_io.CONTROL_PERIOD_NS
+        assert st.status(ns) == st.NEW
+        st.take(ns)
+        assert st.t(ns) == k * ros_io.CONTROL_PERIOD_NS * 1e-9          # the same float as tick_grid's t
+        assert st.status(ns + MS) == st.SKIP                             # the 1 kHz sample in between
+
+
+def test_tick_sync_keyed_by_stamp_bounds_its_buffer():
+    sync = ros_io.TickSync(("js", "odom"), max_pending=4)
+    for i in range(10):                       # joint states that never become ticks
+        assert sync.add(W0 + i * MS, "js", i) is None
+    assert sync.pending() == 4 and min(sync._buf) == W0 + 6 * MS      # the oldest were dropped
+    assert sync.add(W0 + 8 * MS, "odom", "o") == {"js": 8, "odom": "o"}
+    assert sync.last_tick == W0 + 8 * MS and sync.pending() == 1       # older incomplete ones dropped
+    unbounded = ros_io.TickSync(("js",))
+    for i in range(300):
+        unbounded.add(i, "x", i)
+    assert unbounded.pending() == 300                                  # tick_grid: as before
+
+
+def test_untimed_decoder_keeps_the_stamp():
+    dec = ros_io.TorqueCommandDecoder(["a", "b"], timed=False)
+    cmd = dec.decode(ros_io.torque_command_msg(W0, ["b", "a"], [1.0, 2.0]))
+    assert cmd.tick == ros_io.UNTIMED_TICK and cmd.stamp_ns == W0 and cmd.tau.tolist() == [2.0, 1.0]
+    assert ros_io.TorqueCommandDecoder(["a"]).decode(ros_io.torque_command_msg(4 * MS, ["a"], [0.0])).stamp_ns is None
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"sample_stamps": "wall"}, "sample_stamps: wall needs mode: realtime (wall stamps are hardware emulation)"),
+    ({"sample_stamps": "wall", "mode": "realtime"},
+     "sample_stamps: wall needs command_timing: untimed (commands carry wall stamps, not ticks)"),
+])
+def test_wall_stamps_need_realtime_and_untimed(kw, msg):
+    with pytest.raises(ConfigError) as exc:
+        BridgeConfig(**kw)
+    assert str(exc.value) == msg and "\n" not in str(exc.value)
+    cfg = BridgeConfig(sample_stamps="wall", mode="realtime", command_timing="untimed")
+    assert cfg.sample_stamps == "wall" and BridgeConfig().sample_stamps == "sim"
+
+
+# ------------------------------------------------------------------------------ the nodes, driven directly
+@pytest.fixture
+def ros_context():
+    import rclpy
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=random.randint(120, 199))
+    yield ctx
+    rclpy.shutdown(context=ctx)
+
+
+class FakePub:
+    """Records what a node publishes (and matches no one, so the start-up wait returns at once)."""
+
+    def __init__(self, topic: str):
+        self.topic_name = topic
+        self.msgs: list = []
+
+    def get_subscription_count(self):
+        return 0
+
+    def publish(self, msg):
+        self.msgs.append(copy.deepcopy(msg))        # the bridge refills its message objects in place
+
+
+def _estimator(ctx, timing: str):
+    from rclpy.parameter import Parameter
+
+    from state_estimator.node import _make_node_class
+
+    node = _make_node_class()(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
+                                                                Parameter("input_timing", value=timing)])
+    for name in ("pub_odom", "pub_support", "pub_tau_ext", "pub_diag"):
+        setattr(node, name, FakePub(name))
+    calls = []
+    update = node.est.update
+    node.est.update = lambda t, *a: calls.append(t) or update(t, *a)
+    return node, calls
+
+
+def _controller(ctx, timing: str):
+    from rclpy.parameter import Parameter
+
+    from wbc_controller.node import _make_node_class
+
+    node = _make_node_class()(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
+                                                                Parameter("input_timing", value=timing)])
+    for name in ("pub_cmd", "pub_pitch", "pub_diag"):
+        setattr(node, name, FakePub(name))
+    ts = []
+    update = node.ctl.update
+    node.ctl.update = lambda inp: ts.append(inp.t) or update(inp)
+    return node, ts
+
+
+def _samples(rm, n: int, seed: int = 0):
+    """``n`` 1 kHz sensor samples near the stance (joint pos, vel, effort, quat, gyro, accel)."""
+    rng = np.random.default_rng(seed)
+    q0 = rm.stance_configuration()
+    out = []
+    for _ in range(n):
+        quat = np.array([0.01, -0.02, 0.0, 1.0]) + 0.002 * rng.standard_normal(4)
+        out.append((q0[7:] + 0.02 * rng.standard_normal(rm.n), 0.3 * rng.standard_normal(rm.n),
+                    20.0 * rng.standard_normal(rm.n), quat / np.linalg.norm(quat), 0.1 * rng.standard_normal(3),
+                    np.array([0.0, 0.0, 9.81]) + rng.standard_normal(3)))
+    return out
+
+
+def _feed(est, ctl, rm, samples, stamps, imu_stamps=None):
+    """Publish each sample as the bridge does (IMU, then joint states, same stamp unless ``imu_stamps``)
+    to the estimator, and the joint states plus the estimator's new outputs to the controller."""
+    pubs = (est.pub_odom, est.pub_support, est.pub_tau_ext)
+    seen = [len(p.msgs) for p in pubs]
+    for i, (s, ns) in enumerate(zip(samples, stamps)):
+        js = ros_io.joint_state_msg(ns, rm.joint_names, s[0], s[1], s[2])
+        imu_ns = ns if imu_stamps is None else imu_stamps[i]
+        if imu_ns is not None:
+            est._on_imu(ros_io.imu_msg(imu_ns, "base", s[3], s[4], s[5]))
+        est._on_js(js)
+        if ctl is not None:
+            ctl._on_js(js)
+            for j, (p, cb) in enumerate(zip(pubs, (ctl._on_odom, ctl._on_support, ctl._on_tau_ext))):
+                for m in p.msgs[seen[j]:]:
+                    cb(m)
+                seen[j] = len(p.msgs)
+
+
+@pytest.mark.ros
+def test_sample_mode_equals_tick_grid_on_shifted_grid_stamps(ros_context):
+    """Samples stamped W0 + k ms (a wall clock) in sample mode give exactly what samples stamped k ms
+    give in tick_grid mode: the same ticks (every other sample), outputs and torques (so the same t:
+    the stand-up reference depends on it), outputs and commands stamped with the sample's stamp."""
+    runs = {}
+    for timing, base in (("tick_grid", 0), ("sample", W0)):
+        est, est_t = _estimator(ros_context, timing)
+        ctl, ctl_t = _controller(ros_context, timing)
+        samples = _samples(est.rm, 401)
+        stamps = [base + i * MS for i in range(401)]
+        _feed(est, ctl, est.rm, samples, stamps)
+        runs[timing] = (est, est_t, ctl, ctl_t, stamps)
+    (eg, eg_t, cg, cg_t, _), (es, es_t, cs, cs_t, stamps) = runs["tick_grid"], runs["sample"]
+    assert len(es_t) == len(eg_t) == 201 and es_t == eg_t == [k * 2 * MS * 1e-9 for k in range(201)]
+    assert cs_t == cg_t and len(cs_t) == 201
+    for a, b in ((eg.pub_odom, es.pub_odom), (eg.pub_support, es.pub_support), (eg.pub_tau_ext, es.pub_tau_ext)):
+        assert [ros_io.stamp_ns(m) for m in b.msgs] == stamps[::2]
+        assert [ros_io.stamp_ns(m) for m in a.msgs] == [k * 2 * MS for k in range(201)]
+    for ma, mb in zip(eg.pub_odom.msgs, es.pub_odom.msgs):
+        assert ros_io.odometry_arrays(ma)[0].tolist() == ros_io.odometry_arrays(mb)[0].tolist()
+        assert ros_io.odometry_arrays(ma)[1].tolist() == ros_io.odometry_arrays(mb)[1].tolist()
+    cmds_g, cmds_s = cg.pub_cmd.msgs, cs.pub_cmd.msgs
+    assert len(cmds_s) == 201 and [ros_io.stamp_ns(m) for m in cmds_s] == stamps[::2]
+    tau_g = np.array([list(m.effort) for m in cmds_g])
+    tau_s = np.array([list(m.effort) for m in cmds_s])
+    assert np.array_equal(tau_g, tau_s) and np.ptp(tau_s, axis=0).max() > 1.0     # they do change over time
+    diag_ticks = [m.data[0] for m in cs.pub_diag.msgs]
+    assert diag_ticks == [float(k) for k in range(201)]               # t's tick on the 2 ms grid
+    assert cs.sync.pending() <= 64
+
+
+@pytest.mark.ros
+def test_sample_mode_jittery_stamps_newest_imu_and_measured_intervals(ros_context):
+    """Jittery 1 kHz joint states, a 400 Hz IMU on its own clock: the estimator ticks on the samples
+    >= 1.5 ms after the last tick, with the newest IMU, stamps its outputs with the sample's stamp,
+    and its filters integrate over the measured intervals (t = stamp - first stamp)."""
+    from state_estimator.estimator import StateEstimator
+
+    est, est_t = _estimator(ros_context, "sample")
+    rm = est.rm
+    n = 300
+    rng = np.random.default_rng(3)
+    stamps = (W0 + np.arange(n) * MS + rng.integers(-200_000, 200_000, n)).tolist()
+    stamps[150] = stamps[149] + 1_600_000          # a late sample: it is a tick 1.6 ms after the last
+    stamps[151] = stamps[150] + 300_000            # ... and the next one comes early (skipped)
+    imu_stamps = [W0 - 700_000 + 990_000 * i if i % 5 != 1 else None for i in range(n)]   # its own clock, gaps
+    samples = _samples(rm, n, seed=4)
+    # what the rule says, computed here: ticks and the newest IMU when each tick's joint state arrives
+    expected, last, newest = [], None, None
+    for i in range(n):
+        if imu_stamps[i] is not None and (newest is None or imu_stamps[i] >= imu_stamps[newest]):
+            newest = i
+        if last is None or stamps[i] - stamps[last] >= 1_500_000:
+            expected.append((i, newest))
+            last = i
+    ticked = [i for i, _ in expected]
+    assert 150 in ticked and 151 not in ticked and n // 2 - 5 < len(ticked) <= n // 2 + 1
+    assert any(j != i for i, j in expected)                    # some ticks pair an IMU of an earlier call
+    _feed(est, None, rm, samples, stamps, imu_stamps)
+    assert [ros_io.stamp_ns(m) for m in est.pub_odom.msgs] == [stamps[i] for i, _ in expected]
+    assert est_t == [(stamps[i] - stamps[0]) * 1e-9 for i, _ in expected]
+    # the same estimator fed directly with the measured times and the newest IMU: identical outputs
+    ref = StateEstimator(rm, est.est.gait, est.est.cfg)
+    ref.reset(rm.stance_configuration())
+    fixed = StateEstimator(rm, est.est.gait, est.est.cfg)
+    fixed.reset(rm.stance_configuration())
+    for k, ((i, j), m) in enumerate(zip(expected, est.pub_odom.msgs)):
+        js, imu = samples[i], samples[j]
+        e = ref.update((stamps[i] - stamps[0]) * 1e-9, *js[:3], *imu[3:])
+        f = fixed.update(k * 0.002, *js[:3], *imu[3:])
+        qb, vb = ros_io.odometry_arrays(m)
+        assert qb.tolist() == e.q[:7].tolist() and vb.tolist() == e.v[:6].tolist()
+    assert not np.allclose(f.v_world, e.v_world, rtol=0, atol=1e-12)   # a fixed 2 ms step would differ
+
+
+@pytest.mark.ros
+def test_sample_mode_start_up_waits_for_the_first_imu_and_answers_repeats(ros_context):
+    est, est_t = _estimator(ros_context, "sample")
+    rm, s = est.rm, _samples(est.rm, 3)[0]
+    js = ros_io.joint_state_msg(W0, rm.joint_names, s[0], s[1], s[2])
+    est._on_js(js)                                  # no IMU yet: held
+    assert est_t == [] and not est.pub_odom.msgs
+    est._on_imu(ros_io.imu_msg(W0 - 300_000, "base", s[3], s[4], s[5]))
+    assert est_t == [0.0] and [ros_io.stamp_ns(m) for m in est.pub_odom.msgs] == [W0]
+    est._on_js(js)                                  # the same sample again (a re-publication): answered again
+    assert est_t == [0.0] and len(est.pub_odom.msgs) == 2
+    late = ros_io.joint_state_msg(W0 + 30 * MS, rm.joint_names, s[0], s[1], s[2])
+    est._on_js(late)                                # the newest IMU is 30.3 ms old: rejected, no tick
+    assert est_t == [0.0] and est.rejected == 1
+
+
+@pytest.mark.ros
+def test_bridge_wall_stamps_sensors_keeps_sim_time_for_ground_truth(ros_context):
+    import time
+
+    from rclpy.parameter import Parameter
+
+    from mujoco_bridge.node import _make_node_class
+
+    node = _make_node_class()(context=ros_context, parameter_overrides=[
+        Parameter("mode", value="realtime"), Parameter("command_timing", value="untimed"),
+        Parameter("sample_stamps", value="wall")])
+    try:
+        fakes = {name: FakePub(name) for name in ("pub_js", "pub_imu", "pub_odom", "pub_clock")}
+        for name, pub in fakes.items():
+            pub.get_subscription_count = lambda: 1
+            setattr(node, name, pub)
+        before = time.time_ns()
+        for step in (1, 2):
+            node.publish_sample(step)
+        after = time.time_ns()
+        js = [ros_io.stamp_ns(m) for m in fakes["pub_js"].msgs]
+        assert before <= js[0] < js[1] <= after                                   # ROS time now (wall)
+        assert [ros_io.stamp_ns(m) for m in fakes["pub_imu"].msgs] == js         # same stamp per sample
+        assert [ros_io.stamp_ns(m) for m in fakes["pub_odom"].msgs] == [2 * MS]  # ground truth: sim time
+        assert ros_io.stamp_ns(fakes["pub_clock"].msgs[-1].clock) == 2 * MS
+        assert node.sched.tick_of_stamp(js[0]) == 0 and node.sched.tick_of_stamp(js[1]) == 1
+        node._on_command(ros_io.torque_command_msg(js[1], node.joint_names, np.zeros(node.n)))
+        assert node.sched.timing._arrived.keys() == {1} and node.sched.counters["rejected_commands"] == 0
+        node._on_support(ros_io.joint_state_msg(js[1], node.leg_names, np.ones(6), np.zeros(6), np.zeros(6)))
+        # the estimated support of a wall-stamped sample reaches the disturbance gating (only subscribed with
+        # a disturbance scenario; the mapping is the same)
+        assert node.sched.support_estimate(1) is not None and node.sched.support_estimate(1).all()
+    finally:
+        node.destroy_node()
+
+
+# ------------------------------------------------------------------------------ end to end
+@pytest.mark.ros
+def test_realtime_wall_stamps_untimed_sample_mode_walks(tmp_path):
+    """The container in realtime with wall-clock sensor stamps (a ros2_control robot's), untimed
+    commands and sample-mode estimator / controller: 7 s of the nominal walk, recorded."""
+    from legged_wbc.tools import bag_metrics as bm
+
+    bag = tmp_path / "bag"
+    env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+           "ROS_DOMAIN_ID": str(random.randint(120, 199))}
+    r = subprocess.run([str(Path(sys.executable).parent / "legged-wbc"), "launch", "walking_sim", "mode:=realtime",
+                        "command_timing:=untimed", "sample_stamps:=wall", "input_timing:=sample", "duration:=7",
+                        f"record:={bag}"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = bm.load_run(bag)
+    S = run.series
+    t, z = S["t"], S["base_pos"][:, 2]
+    assert t[-1] > 6.9 and np.nanmin(z[t > 2.0]) > 0.35 and not run.fell          # stands up, walks, stays up
+    assert S["base_pos"][-1, 0] - S["base_pos"][0, 0] > 0.08                         # walked (gait from 3 s)
+    b = run.bridge
+    ticks = b["tick"]
+    assert b["watchdog_events"] == 0 and b["rejected_commands"] == 0 and b["stale_commands"] == 0
+    assert b["commands_applied"] >= 0.9 * ticks                                       # most ticks commanded
+    q = bm.realtime_quality(run)
+    assert q["ticks_timed"] >= 0.99 * ticks and q["deadline_miss_pct"] < 10.0         # latency measured per tick
+    assert 0 < q["command_latency_p50_us"] < 2000
+    # sensor stamps are wall time, ground truth sim time (bag metrics align it by tick)
+    msgs, _ = bm.read_bag_messages(bag, topics=("/joint_torque_cmd", "/estimator/odom"))
+    cmd_ns = [bm._stamp_ns(m.header) for _, m in msgs["/joint_torque_cmd"]]
+    assert min(cmd_ns) > 1_600_000_000 * 10**9 and sum(ns % (2 * MS) == 0 for ns in cmd_ns) < 5
+    assert np.diff(cmd_ns).min() >= 1_500_000                                         # rate-limited to <= 667 Hz
+    assert len(cmd_ns) >= 0.9 * ticks
