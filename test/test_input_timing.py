@@ -28,7 +28,7 @@ W0 = 1_760_000_000_123_456_789       # a wall-clock stamp [ns] (2025), far off t
 # ------------------------------------------------------------------------------ no ROS
 def test_sample_ticks_rate_limit_a_jittery_1khz_source_to_500hz():
     st = ros_io.SampleTicks()
-    assert st.min_interval_ns == 2 * MS - ros_io.SAMPLE_TICK_TOLERANCE_NS == 1_500_000
+    assert st.period_ns - st.tolerance_ns == 2 * MS - ros_io.SAMPLE_TICK_TOLERANCE_NS == 1_500_000
     rng = np.random.default_rng(1)
     stamps = W0 + np.arange(2000) * MS + rng.integers(-240_000, 240_000, 2000)   # +-0.24 ms jitter
     ticked = []
@@ -40,7 +40,25 @@ def test_sample_ticks_rate_limit_a_jittery_1khz_source_to_500hz():
     assert st.t(int(stamps[0])) == 0.0 and st.t(int(stamps[10])) == (int(stamps[10]) - int(stamps[0])) * 1e-9
     last = int(stamps[ticked[-1]])
     assert st.status(last) == st.REPEAT and st.status(last - 1) == st.STALE
-    assert st.status(last + 1_499_999) == st.SKIP and st.status(last + 1_500_000) == st.NEW
+    due = st.due_ns                                            # the schedule: first stamp + 2 ms per tick
+    assert due == int(stamps[0]) + 1000 * 2 * MS and st.reanchors == 0
+    assert st.status(due - 500_001) == st.SKIP and st.status(due - 500_000) == st.NEW
+
+
+def test_sample_ticks_keep_one_tick_per_period_when_samples_come_late():
+    """A late sample does not push the schedule: the next period still gets its tick (a rule that
+    counted from the last tick's actual stamp would skip the sample after a late one)."""
+    st = ros_io.SampleTicks()
+    stamps = [0, MS, 2 * MS + 600_000, 3 * MS, 4 * MS, 5 * MS, 6 * MS]   # the tick at 2 ms arrives 0.6 ms late
+    ticked = [ns for ns in stamps if st.status(ns) == st.NEW and st.take(ns) is not None]
+    assert ticked == [0, 2 * MS + 600_000, 4 * MS, 6 * MS]
+    rng = np.random.default_rng(2)                              # heavy jitter: +-0.45 ms on a 1 kHz source
+    st = ros_io.SampleTicks()
+    stamps = W0 + np.arange(4000) * MS + rng.integers(-450_000, 450_000, 4000)
+    n = sum(1 for ns in np.sort(stamps).tolist() if st.status(ns) == st.NEW and st.take(ns) is not None)
+    assert n == 2000 and st.reanchors == 0                      # one tick per 2 ms period, none lost
+    st.take(int(stamps[-1]) + 50 * MS)                          # a 50 ms pause: the schedule starts again there
+    assert st.reanchors == 1 and st.due_ns == int(stamps[-1]) + 52 * MS
 
 
 def test_sample_ticks_time_equals_the_tick_clock_for_grid_stamps_from_zero():

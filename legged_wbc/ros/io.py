@@ -425,20 +425,29 @@ class SampleTicks:
     """Which sensor samples become control ticks with ``input_timing: sample`` (hardware stamps,
     off our 2 ms grid), and the nodes' time ``t`` of a tick.
 
-    ``status(ns)`` of a sample stamped ``ns`` [ns]: ``NEW`` (at least ``min_interval_ns`` after the
-    last tick: it becomes a tick), ``REPEAT`` (the last tick's stamp again: answer again), ``STALE``
-    (older than the last tick) or ``SKIP`` (too soon after it: rate limit, e.g. a 1 kHz source -> 500
-    Hz). ``take(ns)`` records a tick. ``t(ns)`` [s] = ``(ns - first tick's ns) * 1e-9``: the first tick
-    is t = 0, as tick 0 of ``tick_grid`` (for samples stamped ``k * 2 ms`` from 0 the two agree
-    exactly, same float)."""
+    Ticks follow a schedule that advances one control period per tick from the first tick's stamp
+    (``due`` = the next tick's scheduled stamp): a sample stamped at or after ``due - tolerance``
+    becomes the next tick. Advancing the schedule, not the last tick's actual stamp, keeps one tick
+    per period under stamp jitter: a late sample does not push the next tick later (with a 1 kHz
+    source the sample 1 ms after the due one would otherwise be skipped and that period lose its
+    tick). A sample more than a period behind the schedule re-anchors it (a pause, a dropped burst).
+
+    ``status(ns)`` of a sample stamped ``ns`` [ns]: ``NEW`` (it becomes a tick), ``REPEAT`` (the last
+    tick's stamp again: answer again), ``STALE`` (older than the last tick) or ``SKIP`` (before the
+    schedule: rate limit, e.g. a 1 kHz source -> 500 Hz). ``take(ns)`` records a tick. ``t(ns)`` [s] =
+    ``(ns - first tick's ns) * 1e-9``: the first tick is t = 0, as tick 0 of ``tick_grid`` (for
+    samples stamped ``k * 2 ms`` from 0 the two agree exactly, same float)."""
 
     NEW, REPEAT, STALE, SKIP = TickSync.NEW, TickSync.REPEAT, TickSync.STALE, "skip"
 
     def __init__(self, control_period_ns: int = CONTROL_PERIOD_NS, tolerance_ns: int = SAMPLE_TICK_TOLERANCE_NS):
-        self.min_interval_ns = int(control_period_ns) - int(tolerance_ns)
+        self.period_ns = int(control_period_ns)
+        self.tolerance_ns = int(tolerance_ns)
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        self.due_ns: int | None = None  # scheduled stamp of the next tick
         self.count = 0                  # ticks taken
+        self.reanchors = 0              # times a sample came more than a period behind the schedule
 
     def status(self, ns: int) -> str:
         last = self.last_ns
@@ -448,12 +457,18 @@ class SampleTicks:
             return self.REPEAT
         if ns < last:
             return self.STALE
-        return self.NEW if ns - last >= self.min_interval_ns else self.SKIP
+        return self.NEW if ns >= self.due_ns - self.tolerance_ns else self.SKIP
 
     def take(self, ns: int) -> int:
         """Record the tick stamped ``ns``; returns its index (0 for the first)."""
         if self.first_ns is None:
             self.first_ns = ns
+            self.due_ns = ns
+        due = self.due_ns + self.period_ns
+        if ns >= due - self.tolerance_ns:       # more than a period behind: start the schedule here
+            due = ns + self.period_ns
+            self.reanchors += 1
+        self.due_ns = due
         self.last_ns = ns
         self.count += 1
         return self.count - 1
