@@ -226,8 +226,8 @@ def test_sample_mode_equals_tick_grid_on_shifted_grid_stamps(ros_context):
 @pytest.mark.ros
 def test_sample_mode_jittery_stamps_newest_imu_and_measured_intervals(ros_context):
     """Jittery 1 kHz joint states, a 400 Hz IMU on its own clock: the estimator ticks on the samples
-    >= 1.5 ms after the last tick, with the newest IMU, stamps its outputs with the sample's stamp,
-    and its filters integrate over the measured intervals (t = stamp - first stamp)."""
+    due by the 2 ms schedule (SampleTicks), with the newest IMU, stamps its outputs with the sample's
+    stamp, and its filters integrate over the measured intervals (t = stamp - first stamp)."""
     from state_estimator.estimator import StateEstimator
 
     est, est_t = _estimator(ros_context, "sample")
@@ -240,15 +240,17 @@ def test_sample_mode_jittery_stamps_newest_imu_and_measured_intervals(ros_contex
     imu_stamps = [W0 - 700_000 + 990_000 * i if i % 5 != 1 else None for i in range(n)]   # its own clock, gaps
     samples = _samples(rm, n, seed=4)
     # what the rule says, computed here: ticks and the newest IMU when each tick's joint state arrives
-    expected, last, newest = [], None, None
-    for i in range(n):
+    expected, due, last, newest = [], None, None, None
+    for i in range(n):                  # the schedule: first stamp + 2 ms per tick, +-0.5 ms, >= 0.5 ms apart
         if imu_stamps[i] is not None and (newest is None or imu_stamps[i] >= imu_stamps[newest]):
             newest = i
-        if last is None or stamps[i] - stamps[last] >= 1_500_000:
+        if due is None or (stamps[i] >= due - 500_000 and stamps[i] - stamps[last] >= 500_000):
             expected.append((i, newest))
+            due = (stamps[i] if due is None else due) + 2 * MS
+            due = stamps[i] + 2 * MS if stamps[i] >= due - 500_000 else due
             last = i
     ticked = [i for i, _ in expected]
-    assert 150 in ticked and 151 not in ticked and n // 2 - 5 < len(ticked) <= n // 2 + 1
+    assert 151 not in ticked and n // 2 - 2 <= len(ticked) <= n // 2 + 1
     assert any(j != i for i, j in expected)                    # some ticks pair an IMU of an earlier call
     _feed(est, None, rm, samples, stamps, imu_stamps)
     assert [ros_io.stamp_ns(m) for m in est.pub_odom.msgs] == [stamps[i] for i, _ in expected]
@@ -349,5 +351,6 @@ def test_realtime_wall_stamps_untimed_sample_mode_walks(tmp_path):
     msgs, _ = bm.read_bag_messages(bag, topics=("/joint_torque_cmd", "/estimator/odom"))
     cmd_ns = [bm._stamp_ns(m.header) for _, m in msgs["/joint_torque_cmd"]]
     assert min(cmd_ns) > 1_600_000_000 * 10**9 and sum(ns % (2 * MS) == 0 for ns in cmd_ns) < 5
-    assert np.diff(cmd_ns).min() >= 1_500_000                                         # rate-limited to <= 667 Hz
+    gaps = np.diff(cmd_ns)
+    assert gaps.min() >= 500_000 and abs(np.median(gaps) - 2 * MS) < 100_000           # 500 Hz ticks from 1 kHz
     assert len(cmd_ns) >= 0.9 * ticks

@@ -432,6 +432,8 @@ class SampleTicks:
     source the sample 1 ms after the due one would otherwise be skipped and that period lose its
     tick). A sample more than a period behind the schedule re-anchors it (a pause, a dropped burst).
 
+    Two ticks are at least ``tolerance`` apart.
+
     ``status(ns)`` of a sample stamped ``ns`` [ns]: ``NEW`` (it becomes a tick), ``REPEAT`` (the last
     tick's stamp again: answer again), ``STALE`` (older than the last tick) or ``SKIP`` (before the
     schedule: rate limit, e.g. a 1 kHz source -> 500 Hz). ``take(ns)`` records a tick. ``t(ns)`` [s] =
@@ -457,7 +459,9 @@ class SampleTicks:
             return self.REPEAT
         if ns < last:
             return self.STALE
-        return self.NEW if ns >= self.due_ns - self.tolerance_ns else self.SKIP
+        # on the schedule, and never closer than the tolerance to the last tick (a late tick followed
+        # at once by the next on-time sample)
+        return self.NEW if ns >= self.due_ns - self.tolerance_ns and ns - last >= self.tolerance_ns else self.SKIP
 
     def take(self, ns: int) -> int:
         """Record the tick stamped ``ns``; returns its index (0 for the first)."""
