@@ -55,8 +55,68 @@ class RecorderConfig:
                               "time without a TimeSource; what the container uses)",
                               choices=("node_clock", "clock_topic"), live=False)
 
+    hold_topics: tuple = param((), desc="start-up: subscribe these typed topics only once every other typed topic "
+                               "has a matched publisher (the per-process launch names the bridge's topics: the "
+                               "bridge, waiting for a subscriber on each, then publishes tick 0 only when the "
+                               "recorder takes the estimator's and controller's outputs)", type="str_array", live=False)
+    hold_timeout: float = param(45.0, 0.0, 3600.0, "start-up: subscribe the hold_topics anyway after this long "
+                                "(logged); 0 = wait forever", unit="s wall", live=False)
+
     def __post_init__(self):
         validate(self)
+
+
+class StartupGate:
+    """The order of the recorder's start-up subscriptions (per-process layout: bag complete from tick 0).
+
+    A recorder in its own process matches the estimator's and controller's publishers some time after
+    it subscribes; their tick-0 wait (``ros_io.wait_for_matched_subscribers``) covers only the
+    subscriptions their own graph view shows by then, so under load the recorder missed their first
+    ticks. The gate closes that race from the recorder's side: the typed topics are split into
+    ``first`` (subscribed at once) and ``held`` (``hold_topics``: the bridge's). ``ready(matched,
+    in_graph)`` is true once every ``first`` topic has at least one matched publisher and as many as the
+    graph shows; then the recorder subscribes the held topics. The bridge (``startup_wait_all_topics``)
+    waits for a matched subscriber on each of its topics, and on some of them the recorder is the only
+    one, so tick 0 starts only after the recorder is matched with the estimator's and controller's
+    outputs. ``expired()``: ``hold_timeout`` passed (subscribe anyway)."""
+
+    def __init__(self, typed: dict, hold, timeout: float, clock: Callable[[], float] = time.monotonic):
+        hold = set(hold)
+        self.first = [t for t, typ in typed.items() if typ and t not in hold]
+        self.held = [t for t, typ in typed.items() if typ and t in hold]
+        self.open = not self.held
+        self.clock = clock
+        self.t_end = clock() + timeout if timeout else float("inf")
+
+    def missing(self, matched: Callable[[str], int], in_graph: Callable[[str], int]) -> list[str]:
+        """The ``first`` topics not matched yet (``matched(topic)``: the subscription's matched publishers,
+        ``in_graph(topic)``: the publishers the graph shows)."""
+        return [t for t in self.first if matched(t) < max(1, in_graph(t))]
+
+    def expired(self) -> bool:
+        return self.clock() >= self.t_end
+
+    def poll(self, matched, in_graph, force: bool = False) -> list[str] | None:
+        """None while the gate stays closed; when it opens (now: ready, expired or ``force``), the
+        ``first`` topics still unmatched (empty when all are)."""
+        if self.open:
+            return None
+        missing = [] if force else self.missing(matched, in_graph)
+        if missing and not self.expired():
+            return None
+        self.open = True
+        return missing
+
+
+def describe_publishers(infos) -> tuple[list, str | None]:
+    """``(offered QoS profiles, RIHS01 type hash or None)`` of a topic's publishers (rclpy endpoint infos)."""
+    digest = None
+    for i in infos:
+        h = str(getattr(i, "topic_type_hash", "") or "")
+        if h.startswith("RIHS01_") and h != "RIHS01_" + "0" * 64:
+            digest = h
+            break
+    return [qos_to_rosbags(i.qos_profile) for i in infos], digest
 
 
 def message_class(msgtype: str):

@@ -9,7 +9,8 @@ writes them unchanged (CDR) with ``rosbags.rosbag2.Writer`` (rosbag2 format vers
   subscribed at start-up, before any publisher exists, so the first message is never missed; an
   entry without one is subscribed once graph discovery (every ``discovery_period``) shows a
   publisher. With ``record_all`` (or an empty ``topics``) every other discovered topic is recorded
-  too (from its discovery on). ``exclude`` removes topics.
+  too (from its discovery on). ``exclude`` removes topics. ``hold_topics``: start-up order, see
+  :class:`~legged_wbc.ros.bag_writer.StartupGate` (per-process layout: the bag complete from tick 0).
 * QoS: reliable subscriptions of depth ``qos_depth`` (best-effort if a publisher only offers
   best-effort; transient-local if all publishers are, so latched data is recorded). A topic's
   ``offered_qos_profiles`` in the bag are the publishers' profiles, read from the graph when the
@@ -37,7 +38,8 @@ import time
 from pathlib import Path
 
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.bag_writer import BagWriter, RecorderConfig, default_output, message_class, qos_to_rosbags
+from legged_wbc.ros.bag_writer import (BagWriter, RecorderConfig, StartupGate, default_output, describe_publishers,
+                                       message_class)
 from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
 
@@ -56,15 +58,14 @@ def _make_node_class():
             out = Path(P["output"] or default_output()).expanduser()
             try:
                 self.bag = BagWriter(out, P["storage"], P["custom_data"], threaded=P["writer_thread"],
-                                     describe=self._publishers_qos, on_error=self.get_logger().error)
+                                     describe=lambda t: describe_publishers(self.get_publishers_info_by_topic(t)),
+                                     on_error=self.get_logger().error)
             except FileExistsError as exc:
                 raise ParameterSchemaError(str(exc)) from None
             self.path = out
             self.exclude = set(P["exclude"])
-            self.wanted: dict[str, str | None] = {}
-            for entry in P["topics"]:
-                name, _, typ = entry.partition(":")
-                self.wanted[self.resolve_topic_name(name)] = typ or None
+            self.wanted: dict[str, str | None] = {self.resolve_topic_name(name): typ or None for name, _, typ in
+                                                  (entry.partition(":") for entry in P["topics"])}
             self.subs: dict[str, object] = {}
             self.counts = self.bag.counts
             self.last_rx = time.monotonic()
@@ -76,15 +77,14 @@ def _make_node_class():
             self._sim_time = bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps
             self._clock_ns = 0
             self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
-            for name, typ in self.wanted.items():
-                if typ:
-                    self._subscribe(name, typ, [])
+            self.gate = StartupGate(self.wanted, P["hold_topics"], P["hold_timeout"])
+            for name in self.gate.first:
+                self._subscribe(name, self.wanted[name], [])
             self.get_logger().info(f"recording to {out} ({P['storage']}), "
                                    f"{'all topics' if not self.wanted else sorted(self.wanted)}"
                                    f"{' + all discovered' if self.wanted and P['record_all'] else ''}, "
                                    f"stamps: {'sim time' if self._sim_time else 'wall time'}")
 
-        # ---------------------------------------------------------------- parameters
         @property
         def config(self) -> RecorderConfig:
             return self.params.config
@@ -95,11 +95,8 @@ def _make_node_class():
 
         def start_discovery_timer(self):
             """Poll the graph (new topics, peers) every ``discovery_period`` from the executor."""
-            def poll():
-                self.discover()
-                self.check_peers()
-
-            self.discovery_timer = self.create_timer(self.config.discovery_period, poll)
+            self.discovery_timer = self.create_timer(self.config.discovery_period,
+                                                     lambda: (self.discover(), self.check_peers()))
             return self.discovery_timer
 
         def drain(self, spin_once, limit: float = 10.0) -> None:
@@ -140,7 +137,20 @@ def _make_node_class():
                 pkg = cls.__module__.split(".")[0]
                 self._subscribe(topic, f"{pkg}/msg/{cls.__name__}", [])
 
+        def poll_gate(self, force: bool = False) -> None:
+            """Subscribe the held topics when the ``StartupGate`` opens (forced: a container, all in-process)."""
+            late = self.gate.poll(lambda t: self.subs[t].get_publisher_count() if self.subs.get(t) else 1,
+                                  self.count_publishers, force)
+            if late is not None and self.gate.held:
+                for name in self.gate.held:
+                    self._subscribe(name, self.wanted[name], [])
+                (self.get_logger().warning if late else self.get_logger().info)(
+                    f"start-up: {f'no matched publisher on {late}' if late else 'every typed topic matched'}; "
+                    f"subscribed {self.gate.held}")
+
         def discover(self) -> None:
+            if not self.gate.open:
+                return      # the bridge's topics (record_all) only after the gate: poll_gate
             for topic, types in self.get_topic_names_and_types():
                 if topic in self.subs or topic in self.exclude or not types:
                     continue
@@ -163,17 +173,6 @@ def _make_node_class():
                     self.stop_reason = f"node {peer} left the graph"
 
         # ---------------------------------------------------------------- writing
-        def _publishers_qos(self, topic: str):
-            """``(offered QoS profiles, RIHS01 type hash or None)`` of the topic's publishers (graph)."""
-            infos = self.get_publishers_info_by_topic(topic)
-            digest = None
-            for i in infos:
-                h = str(getattr(i, "topic_type_hash", "") or "")
-                if h.startswith("RIHS01_") and h != "RIHS01_" + "0" * 64:
-                    digest = h
-                    break
-            return [qos_to_rosbags(i.qos_profile) for i in infos], digest
-
         def _on_message(self, topic: str, data: bytes) -> None:
             if self.closed:
                 return
@@ -225,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         next_poll = 0.0
         while stop["signal"] is None and node.stop_reason is None:
             executor.spin_once(timeout_sec=0.05)
+            node.poll_gate()
             now = time.monotonic()
             if now >= next_poll:
                 node.discover()
