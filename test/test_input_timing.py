@@ -105,14 +105,6 @@ def test_wall_stamps_need_realtime_and_untimed(kw, msg):
 
 
 # ------------------------------------------------------------------------------ the nodes, driven directly
-@pytest.fixture
-def ros_context():
-    import rclpy
-
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=random.randint(120, 199))
-    yield ctx
-    rclpy.shutdown(context=ctx)
 
 
 class FakePub:

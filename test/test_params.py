@@ -3,7 +3,6 @@ of every node taking effect at the next tick (through the same on-set / post-set
 ``ros2 param set`` takes)."""
 
 import math
-import random
 import time
 from dataclasses import dataclass
 
@@ -117,14 +116,6 @@ def test_shipped_files_load_and_match_the_defaults():
 
 
 # ------------------------------------------------------------------------------------ ROS declaration
-@pytest.fixture
-def ros_context():
-    import rclpy
-
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=random.randint(120, 199))
-    yield ctx
-    rclpy.shutdown(context=ctx)
 
 
 @pytest.mark.ros
