@@ -118,13 +118,19 @@ def _make_node_class():
             status = self.sync.status(tick)
             if status != TickSync.NEW:
                 return self._resend() if status == TickSync.REPEAT else None
+            arrays = self._joint_arrays(msg)
+            if arrays is not None:
+                self._run_tick(tick, self.sync.add(tick, "js", arrays))
+
+        def _joint_arrays(self, msg):
+            """The sample's (position, velocity, effort) in our joint order, or None (rejected, logged)."""
             try:
                 arrays = self.order.arrays(msg)
             except ValueError as exc:
                 return self._reject("joint state", str(exc))
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("joint state", "NaN/inf or missing fields")
-            self._run_tick(tick, self.sync.add(tick, "js", arrays))
+            return arrays
 
         def _on_imu(self, msg) -> None:
             if self.samples is not None:
@@ -143,12 +149,9 @@ def _make_node_class():
             status = self.samples.status(ns)
             if status != ros_io.SampleTicks.NEW:
                 return self._resend() if status == ros_io.SampleTicks.REPEAT else None
-            try:
-                arrays = self.order.arrays(msg)
-            except ValueError as exc:
-                return self._reject("joint state", str(exc))
-            if not all(np.all(np.isfinite(a)) for a in arrays):
-                return self._reject("joint state", "NaN/inf or missing fields")
+            arrays = self._joint_arrays(msg)
+            if arrays is None:
+                return
             if self._imu is None:           # start-up: the first tick runs with the first /imu
                 self._held_js = (ns, arrays)
                 return
