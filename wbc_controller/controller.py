@@ -483,7 +483,10 @@ class WholeBodyController:
                        float(c.theta_max - c.cbf_margin))
         gc = self.gait.cfg
         self._p_gait = (float(gc.start_time), float(gc.stop_time), float(gc.period), float(self.gait.swing_duration))
-        self._p_swing = (float(c.lift_height),)
+        self._p_swing = (float(c.lift_height), bool(c.swing_pitch_projection))
+        # swing start (kernels.start_swings): touchdown height, Raibert gain, support and swing durations
+        self._p_start = (float(-c.stand_height + self.rm.foot_radius - c.touchdown_depth), float(c.raibert_gain),
+                         float(self.gait.support_duration), float(self.gait.swing_duration))
         self._p_misc = (float(c.compensation_limit), float(c.fz_max))
 
     def _check_input_fast(self, inp: ControllerInput):
@@ -528,16 +531,6 @@ class WholeBodyController:
         K.rotation_from_quat(q, self._R)
         return lb
 
-    def _start_swings_fast(self, lb) -> None:
-        """Plan the swings that begin this cycle (:func:`.kernels.start_swings`): from where the
-        foot is to the touchdown target (nominal stance point, moved by the Raibert offset)."""
-        cfg, sw, gait = self.cfg, self.swing, self.gait
-        z_td = -cfg.stand_height + self.rm.foot_radius - cfg.touchdown_depth
-        self._K.start_swings(self._phases, self._cycles, self._swing_cycle, self._stance_p, z_td,
-                             float(cfg.raibert_gain), float(gait.support_duration), float(gait.swing_duration), self._R,
-                             self._ref_v, lb.p, lb.v_p, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration,
-                             sw.planned)
-
     def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> None:
         """Fill the QP of this cycle block by block (paper sec. 4): references and task targets,
         swing and compensation torques, task costs, floating-base rows, contact state (friction
@@ -549,10 +542,12 @@ class WholeBodyController:
         K.gait_state(t, *self._p_gait, self._gait_offset, self._gait_group, self._phases, self._progress, self._cycles)
         K.task_targets(support, lb.p, lb.v_p, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self._acc_body,
                        v[3:6], self._theta_nom, *self._p_targets, self._W, self._b)
-        self._start_swings_fast(lb)
+        # the swings that begin this cycle: from where the foot is to the touchdown target
+        K.start_swings(self._phases, self._cycles, self._swing_cycle, self._stance_p, *self._p_start, self._R,
+                       self._ref_v, lb.p, lb.v_p, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned)
         K.swing_torques(support, self._phases, self._progress, sw.planned, sw.start, sw.target, sw.v_start, sw.v_end,
                         sw.duration, self._p_swing[0], lb.p, lb.v_p, lb.J, self._M, self._leg_vcols, self._leg_cols,
-                        g[4], g[5], bool(c.swing_pitch_projection), self._b, self._tau_sw, self._swing_work)
+                        g[4], g[5], self._p_swing[1], self._b, self._tau_sw, self._swing_work)
         if c.null_space_compensation and tau_ext is not None:
             K.null_space_compensation(support, lb.J, self._leg_cols, tau_ext, self._p_misc[0], self._tau_comp,
                                       self._nvec_work)
