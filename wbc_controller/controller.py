@@ -503,13 +503,10 @@ class WholeBodyController:
         out = []
         for name, arr in (("q", inp.q), ("v", inp.v), ("tau_ext", inp.tau_ext)):
             if arr is not None:
-                if arr.dtype.kind != "f":
-                    arr = np.ascontiguousarray(arr, dtype=float)   # integers are finite
-                elif arr.dtype != np.float64 or not arr.flags.c_contiguous:
+                tested = arr.dtype.kind == "f"          # as _check_input: integers are finite
+                if arr.dtype != np.float64 or not arr.flags.c_contiguous:
                     arr = np.ascontiguousarray(arr, dtype=float)
-                    if not K.all_finite(arr):
-                        raise InputError(f"controller input {name}: contains NaN/inf")
-                elif not K.all_finite(arr):
+                if tested and not K.all_finite(arr):
                     raise InputError(f"controller input {name}: contains NaN/inf")
             out.append(arr)
         q, v, tau_ext = out
