@@ -31,10 +31,9 @@ from typing import Any, Mapping
 
 from legged_wbc import params as P
 from legged_wbc.params import group, param, validate
-from legged_wbc.robot import ConfigError, share_path
+from legged_wbc.robot import share_path
 
 NODE_NAME = "state_estimator"
-GROUPS = ("touchdown", "velocity", "height")
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,8 @@ class EstimatorNodeConfig(EstimatorConfig):
 
     @property
     def estimator(self) -> EstimatorConfig:
-        return EstimatorConfig(touchdown=self.touchdown, velocity=self.velocity, height=self.height)
+        """The estimator's part (a plain :class:`EstimatorConfig`)."""
+        return P.subset(self, EstimatorConfig)
 
 
 def parameter_schema() -> list[P.FieldSpec]:
@@ -165,7 +165,3 @@ def load_estimator_config(path: str | Path | None = None,
     """:class:`EstimatorConfig` from the parameter file (default ``config/estimator.yaml``) plus
     ``overrides``. Raises ``ConfigError`` naming the parameter on unknown names or bad values."""
     return load_estimator_node_config(path, overrides).estimator
-
-
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    return P.flatten(d, prefix)
