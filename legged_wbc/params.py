@@ -59,7 +59,7 @@ def param(default, lo: float | None = None, hi: float | None = None, desc: str =
     return dataclasses.field(default=default, metadata={"param": meta})
 
 
-def group(cls, live: bool | None = None):
+def group(cls):
     """A nested config dataclass field (its parameters are ``<field>.<name>``)."""
     return dataclasses.field(default_factory=cls, metadata={"group": cls})
 
