@@ -373,6 +373,14 @@ def gl_backend() -> str:
     return want if want in ("egl", "osmesa") else "egl"
 
 
+def _restore_env(name: str, value: str | None) -> None:
+    """Put the environment variable ``name`` back to ``value`` (None: not set)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def _gl_context_class(backend: str):
     """MuJoCo's GLContext class of an offscreen backend, imported without touching other processes."""
     plat = os.environ.get("PYOPENGL_PLATFORM")
@@ -393,10 +401,7 @@ def _gl_context_class(backend: str):
     finally:
         # mujoco.egl / mujoco.osmesa set PYOPENGL_PLATFORM for PyOpenGL's import; it is fixed once
         # PyOpenGL is loaded, so the variable is put back to keep child processes unaffected.
-        if plat is None:
-            os.environ.pop("PYOPENGL_PLATFORM", None)
-        else:
-            os.environ["PYOPENGL_PLATFORM"] = plat
+        _restore_env("PYOPENGL_PLATFORM", plat)
     return GLContext, hint
 
 
@@ -412,10 +417,7 @@ def _import_mujoco():
     except Exception as exc:  # noqa: BLE001
         raise RenderError(f"cannot import mujoco: {type(exc).__name__}: {exc}") from exc
     finally:
-        if prev is None:
-            os.environ.pop("MUJOCO_GL", None)
-        else:
-            os.environ["MUJOCO_GL"] = prev
+        _restore_env("MUJOCO_GL", prev)
     return mujoco
 
 
