@@ -243,6 +243,15 @@ def _plt():
     return plt
 
 
+def _save_figure(fig, path: Path, title: str | None = None) -> None:
+    """The figure, with its suptitle when given, laid out tight into a 110 dpi PNG, then closed."""
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+
+
 def _disturbance_window(run: RunData, leg: int | None) -> tuple[float, float] | None:
     """Where the disturbance was actually applied on ``leg`` (first to last nonzero tick), else the
     scenario's window (if enabled)."""
@@ -346,10 +355,7 @@ def fig_disturbed_leg(runs, names, path: Path) -> str | None:
         axes[row][0].set_xlim(t[0] if len(t) else 0, t[-1] if len(t) else 1)
     for ax in axes[-1]:
         ax.set_xlabel("t (s)")
-    fig.suptitle(f"Relative pitch of the disturbed leg ({leg_name}) with bounds (paper Fig. 6)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path, f"Relative pitch of the disturbed leg ({leg_name}) with bounds (paper Fig. 6)")
     return f"Relative pitch of the disturbed leg {leg_name}, bounds dashed, disturbance window shaded (Fig. 6)"
 
 
@@ -411,10 +417,7 @@ def fig_wbc0_drift(runs, names, path: Path) -> str | None:
                 ax.legend(ncol=len(r.leg_names), fontsize=8, loc="lower left")
             else:
                 ax.set_title("whole run", fontsize=9)
-    fig.suptitle("WBC-0 drift while standing up / starting to walk (paper Fig. 5)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path, "WBC-0 drift while standing up / starting to walk (paper Fig. 5)")
     return "WBC-0: every leg's relative pitch with bounds, first support-leg violation marked (Fig. 5)"
 
 
@@ -438,10 +441,7 @@ def fig_roll_pitch(runs, names, path: Path) -> str | None:
             ax.axvline(w[0], color="0.5", ls=":", lw=0.8)
     axes[0].legend(fontsize=8)
     axes[1].set_xlabel("t (s)")
-    fig.suptitle("Body roll / pitch error (ground truth; desired attitude level)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path, "Body roll / pitch error (ground truth; desired attitude level)")
     return "Body roll and pitch error (ground truth)"
 
 
@@ -470,9 +470,7 @@ def fig_torques(runs, names, path: Path) -> str | None:
         if hl:
             ax.legend(fontsize=7, ncol=4, loc="upper left")
     axes[-1, 0].set_xlabel("t (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path)
     return "Joint command torques (disturbed leg highlighted, disturbance window shaded)"
 
 
@@ -496,9 +494,7 @@ def _time_histograms(curves, xlabel: str, ylabel: str, title: str, path: Path, b
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path)
 
 
 def fig_qp_hist(runs, names, metrics, path: Path) -> str | None:
@@ -589,9 +585,7 @@ def fig_gait(runs, names, path: Path) -> str | None:
                      + (", red: differs from the true contact" if "contact_gt" in r.series else "")
                      + (f"; excerpt {span[0]:g} - {span[1]:g} s" if span is not None else ""), fontsize=9)
     axes[-1, 0].set_xlabel("t (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path)
     return "Support pattern (gait diagram) from the estimated support set"
 
 
