@@ -738,10 +738,9 @@ def _param(r: dict, cat: str, key: str):
 
 def write_figures(results: dict, names: list[str], meta: dict, out: Path) -> list[str]:
     try:
-        import matplotlib
+        from legged_wbc.tools.compare import _plt, _save_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _plt()
     except ImportError:
         return []
     floor = 1e-6
@@ -759,10 +758,9 @@ def write_figures(results: dict, names: list[str], meta: dict, out: Path) -> lis
     ax.set_title("ECDF of the max violation per controller")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "ecdf_max_violation.png", dpi=110)
-    plt.close(fig)
+    _save_figure(fig, out / "ecdf_max_violation.png")
     figs.append("ecdf_max_violation.png")
+
     def diag(r, cat, key):
         return (r.get("diagnostics") or {}).get(key) if cat == "diagnostics" else _param(r, cat, key)
 
@@ -787,9 +785,7 @@ def write_figures(results: dict, names: list[str], meta: dict, out: Path) -> lis
         ax.set_ylabel("max violation [rad]")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / fname, dpi=110)
-        plt.close(fig)
+        _save_figure(fig, out / fname)
         figs.append(fname)
     return figs
 
