@@ -259,11 +259,7 @@ def run_trial(task: dict) -> dict:
         from legged_wbc.scenario import load_scenario
 
         sc = load_scenario(task["scenario"], task["sets"])
-        loop = ClosedLoop(sc, task["controller"])
-        phys = sc.physics()
-        if getattr(loop.sim, "physics", phys) != phys:   # a ClosedLoop that does not apply them itself
-            loop.sim.set_physics(**phys)
-        res = loop.run(task["duration"])
+        res = ClosedLoop(sc, task["controller"]).run(task["duration"])   # applies sc.physics() itself
         out.update(status="ok", metrics=res.metrics, fell=bool(res.fell), fall_reason=res.fall_reason or None,
                    diagnostics=run_diagnostics(res.series, *sc.eval_window))
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
