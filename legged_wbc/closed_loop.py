@@ -29,12 +29,10 @@ from wbc_controller.config import load_wbc_config
 from wbc_controller.controller import ControllerInput, WholeBodyController
 
 from legged_wbc.gait import GaitConfig, GaitScheduler
-from legged_wbc.metrics import compute_metrics, roll_pitch_from_quat_xyzw
+from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
 from legged_wbc.model import RobotModel
 from legged_wbc.scenario import DisturbanceModel, Scenario
 
-CONTROL_DT = 0.002
-CONTROL_PERIOD_NS = 2_000_000
 PHYSICS_PER_CONTROL = 2
 
 

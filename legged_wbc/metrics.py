@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-CONTROL_DT = 0.002  # [s] one control tick (the series' sample period)
+CONTROL_PERIOD_NS = 2_000_000   # one control tick (500 Hz): the series' sample period [ns]
+CONTROL_DT = 0.002              # the same [s]
 
 
 def violation(theta: np.ndarray, theta_min: float, theta_max: float) -> np.ndarray:

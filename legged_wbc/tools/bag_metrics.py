@@ -64,10 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
-from legged_wbc.metrics import compute_metrics, roll_pitch_from_quat_xyzw
-
-CONTROL_PERIOD_NS = 2_000_000
-CONTROL_DT = CONTROL_PERIOD_NS * 1e-9
+from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
 
 T_PITCH = "/wbc/relative_pitch"
 T_WBC_DIAG = "/wbc/diagnostics"

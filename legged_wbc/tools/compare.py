@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from legged_wbc.metrics import CONTROL_DT
 from legged_wbc.tools.bag_metrics import RunData, RunInputError, eval_window, load_run, run_metrics
 
 CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}
@@ -261,7 +262,7 @@ def _disturbance_window(run: RunData, leg: int | None) -> tuple[float, float] | 
         cols = d[:, run.joints_of_leg(leg)] if run.joints_of_leg(leg) else d
         idx = np.flatnonzero(np.any(cols != 0, axis=1))
         if idx.size:
-            return float(S["t"][idx[0]]), float(S["t"][idx[-1]] + 0.002)
+            return float(S["t"][idx[0]]), float(S["t"][idx[-1]] + CONTROL_DT)
     sc = run.scenario
     if sc is not None and sc.disturbance.enabled:
         return sc.disturbance.start, sc.disturbance.start + sc.disturbance.duration
@@ -276,7 +277,7 @@ def _applied_segments(run: RunData, leg: int | None) -> list[tuple[float, float]
     on = np.any(np.asarray(S["disturbance"])[:, run.joints_of_leg(leg)] != 0, axis=1)
     edges = np.flatnonzero(np.diff(np.r_[False, on, False].astype(int)))
     t = S["t"]
-    return [(float(t[a]), float(t[b - 1]) + 0.002) for a, b in zip(edges[::2], edges[1::2])]
+    return [(float(t[a]), float(t[b - 1]) + CONTROL_DT) for a, b in zip(edges[::2], edges[1::2])]
 
 
 def _shade_disturbance(ax, run: RunData, leg: int | None, label: bool = False) -> None:
@@ -569,7 +570,7 @@ def fig_gait(runs, names, path: Path) -> str | None:
             else:           # this run does not reach the excerpt (another run's span): show it whole
                 keep = None
         ax.imshow(s.T, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=1,
-                  extent=(t[0], t[-1] + 0.002, len(r.leg_names) - 0.5, -0.5))
+                  extent=(t[0], t[-1] + CONTROL_DT, len(r.leg_names) - 0.5, -0.5))
         if "contact_gt" in r.series:
             c = np.asarray(r.series["contact_gt"], bool)
             if keep is not None and len(c) == len(keep):
