@@ -397,14 +397,13 @@ def td_filter(x, P, M_inv, tau, h, dq_meas, dt, dt_nom, q_diag, r, score, work):
                 for b in range(k):
                     s += Pn[a, k + b] * B[c, b]
                 Pn[a, c] -= s
-        for a in range(n):                       # mirror; the bottom-right block is P22
-            for c in range(max(a, k), n):
-                if a >= k:
-                    Pn[a, c] = Pi[a, c]
+        for a in range(k):                       # mirror the first k rows (top-left upper, P12')
+            for c in range(a + 1, n):
                 Pn[c, a] = Pn[a, c]
-            if a < k:
-                for c in range(a + 1, k):
-                    Pn[c, a] = Pn[a, c]
+        for a in range(k, n):                    # the bottom-right block is P22
+            for c in range(a, n):
+                Pn[a, c] = Pi[a, c]
+                Pn[c, a] = Pi[a, c]
         for a in range(n):
             Pn[a, a] += q_diag[a] * qs if qs != 1.0 else q_diag[a]
         # ---- correct with y = q_dot (H = [I 0]): K = Pn[:, :k] (Pn[:k, :k] + r I)^-1
