@@ -383,7 +383,9 @@ def _series_from_messages(run: RunData, msgs: dict) -> None:
             ns = _stamp_ns(m.header)
             k, rem = divmod(ns, CONTROL_PERIOD_NS)
             if rem == 0:
-                rows[k] = fn(m)   # a re-sent tick (start-up) overwrites with identical content
+                row = fn(m)
+                if row is not None:    # None: a malformed message, skipped
+                    rows[k] = row      # a re-sent tick (start-up) overwrites with identical content
         return rows
 
     legs = run.leg_names
@@ -407,21 +409,20 @@ def _series_from_messages(run: RunData, msgs: dict) -> None:
     gt_list = [(_stamp_ns(m.header), gt_row(m)) for _, m in msgs.get(T_GT_ODOM, [])]
     gt = {ns // CONTROL_PERIOD_NS: row for ns, row in gt_list if ns % CONTROL_PERIOD_NS == 0}
 
-    cmd = {}
-    cmd_names: list[str] | None = None
-    for _, m in msgs.get(T_CMD, []):   # JointState: the tick by the stamp, the joints by name
-        ns = _stamp_ns(m.header)
-        names = list(m.name)
-        eff = np.asarray(m.effort, dtype=float)
-        if ns % CONTROL_PERIOD_NS or eff.size != len(names) or not names:
-            continue
-        if cmd_names is None:
-            cmd_names = names
-        elif names != cmd_names:
-            if sorted(names) != sorted(cmd_names):
-                continue
-            eff = eff[[names.index(nm) for nm in cmd_names]]
-        cmd[ns // CONTROL_PERIOD_NS] = eff
+    cmd_names: list[str] = []      # the joint order of the first well-formed command
+
+    def cmd_row(m):                 # JointState: the joints by name
+        names, eff = list(m.name), np.asarray(m.effort, dtype=float)
+        if not names or eff.size != len(names):
+            return None
+        if not cmd_names:
+            cmd_names.extend(names)
+        elif sorted(names) != sorted(cmd_names):
+            return None
+        idx = _reorder(names, cmd_names)
+        return eff if idx is None else eff[idx]
+
+    cmd = by_stamp(T_CMD, cmd_row)
     wdiag = {}
     wfields: list[str] = []
     for _, m in msgs.get(T_WBC_DIAG, []):
