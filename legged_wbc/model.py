@@ -370,18 +370,19 @@ class RobotModel:
         return q
 
 
+def _det3(x0, x1, x2, y0, y1, y2, z0, z1, z2) -> float:
+    """Determinant of the 3x3 matrix with rows ``(x0, x1, x2)``, ``(y0, y1, y2)``, ``(z0, z1, z2)``."""
+    return x0 * (y1 * z2 - y2 * z1) - x1 * (y0 * z2 - y2 * z0) + x2 * (y0 * z1 - y1 * z0)
+
+
 def null_vector(J_p: np.ndarray, J_theta: np.ndarray | None = None) -> np.ndarray:
     """Unit null-space vector of a 3x4 ``J_p`` (signed 3x3 minors), oriented so ``J_theta n >= 0``.
 
     The minors are expanded in plain floats (a few us; ``np.linalg.det`` of four ``np.delete``
     copies took ~35 us on the disturbance's 500 Hz path)."""
     (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = J_p.tolist()
-
-    def det3(x0, x1, x2, y0, y1, y2, z0, z1, z2):   # rows (a), (b), (c) restricted to 3 columns
-        return x0 * (y1 * z2 - y2 * z1) - x1 * (y0 * z2 - y2 * z0) + x2 * (y0 * z1 - y1 * z0)
-
-    n = np.array([det3(a1, a2, a3, b1, b2, b3, c1, c2, c3), -det3(a0, a2, a3, b0, b2, b3, c0, c2, c3),
-                  det3(a0, a1, a3, b0, b1, b3, c0, c1, c3), -det3(a0, a1, a2, b0, b1, b2, c0, c1, c2)])
+    n = np.array([_det3(a1, a2, a3, b1, b2, b3, c1, c2, c3), -_det3(a0, a2, a3, b0, b2, b3, c0, c2, c3),
+                  _det3(a0, a1, a3, b0, b1, b3, c0, c1, c3), -_det3(a0, a1, a2, b0, b1, b2, c0, c1, c2)])
     nrm = math.sqrt(float(n @ n))
     if nrm < 1e-12:
         # rank-deficient J_p: fall back to the smallest right singular vector
