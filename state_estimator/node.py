@@ -16,7 +16,7 @@ updates, and publishes with the same stamp:
   (1/0), ``vel_used`` (1/0), then ``height_raw`` [m].
 
 ``input_timing: sample`` (hardware stamps, off the grid; :class:`legged_wbc.ros.io.SampleTicks`): a
-``/joint_states`` sample at least 1.5 ms after the last tick's is a tick, paired with the newest
+``/joint_states`` sample due by a 2 ms schedule (+-0.5 ms) is a tick, paired with the newest
 ``/imu`` (rejected if that is more than 20 ms older; at start-up the first tick waits for the first
 ``/imu``); the outputs carry the joint state's stamp and ``t = stamp - first tick's stamp``. The
 filters integrate over the measured intervals between ticks (``StateEstimator`` scales the process
@@ -80,7 +80,7 @@ def _make_node_class():
             self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
             self.base_frame = self.rm.cfg.base_link
             self.sync = TickSync(("js", "imu"))
-            # input_timing: sample (hardware stamps): a joint state >= 1.5 ms after the last tick is a tick
+            # input_timing: sample (hardware stamps): a joint state due by the 2 ms schedule is a tick
             self.samples = ros_io.SampleTicks() if cfg.input_timing == "sample" else None
             self._imu = self._held_js = None   # sample mode: newest (stamp, imu arrays); a tick waiting for one
             self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
@@ -93,9 +93,13 @@ def _make_node_class():
             self.pub_support = ros_io.create_publisher(self, JointState, ros_io.TOPIC_EST_SUPPORT, qos)
             self.pub_tau_ext = ros_io.create_publisher(self, JointState, ros_io.TOPIC_EST_TAU_EXT, qos)
             self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_EST_DIAG, qos)
-            legs = ",".join(self.leg_names)
-            self.diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),"
-                               f"vel_used({legs}),height_raw_m]")
+            legs, n, zeros_legs = ",".join(self.leg_names), self.rm.n, np.zeros(len(self.leg_names))
+            # the messages of a tick, built once and refilled (ros_io.fill_*), as the bridge does
+            self.msg_diag = ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 1), (
+                f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),vel_used({legs}),height_raw_m]"))
+            self.msg_tau_ext = ros_io.joint_state_msg(0, self.joint_names, np.zeros(n), np.zeros(n), np.zeros(n))
+            self.msg_support = ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)
+            self.msg_odom = ros_io.odometry_msg(0, self.rm.stance_configuration(), np.zeros(6), self.base_frame)
 
         def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:
             self._pending_cfg = cfg.estimator   # applied at the next tick (StateEstimator.set_config)
@@ -195,14 +199,14 @@ def _make_node_class():
             tau_ext[self.leg_joint_flat] = e.tau_ext.reshape(-1)
             diag = np.concatenate([e.vel_d2, e.vel_inflation, e.vel_excluded.astype(float), e.vel_used.astype(float),
                                    [e.height_raw]])
-            self._last_out = [
-                (self.pub_diag, ros_io.float64_array_msg(diag, self.diag_label)),
-                (self.pub_tau_ext, ros_io.joint_state_msg(t_ns, self.joint_names, np.zeros(self.rm.n),
-                                                          np.zeros(self.rm.n), tau_ext)),
-                (self.pub_support, ros_io.joint_state_msg(t_ns, self.leg_names, e.support.astype(float),
-                                                          e.touchdown.astype(float), e.td_score)),
-                (self.pub_odom, ros_io.odometry_msg(t_ns, e.q, e.v, self.base_frame)),
-            ]
+            stamp = ros_io.time_msg(t_ns)
+            self.msg_diag.data = ros_io.dvec(diag)
+            ros_io.fill_joint_state(self.msg_tau_ext, stamp, effort=tau_ext)     # position, velocity: zeros
+            ros_io.fill_joint_state(self.msg_support, stamp, e.support.astype(float), e.touchdown.astype(float),
+                                    e.td_score)
+            ros_io.fill_odometry(self.msg_odom, stamp, e.q, e.v)
+            self._last_out = [(self.pub_diag, self.msg_diag), (self.pub_tau_ext, self.msg_tau_ext),
+                              (self.pub_support, self.msg_support), (self.pub_odom, self.msg_odom)]
             if tick == 0:
                 ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
             self._resend()

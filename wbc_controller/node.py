@@ -100,7 +100,11 @@ def _make_node_class():
             self.pub_cmd = ros_io.create_publisher(self, JointState, ros_io.TOPIC_TORQUE_CMD, qos)
             self.pub_pitch = ros_io.create_publisher(self, JointState, ros_io.TOPIC_WBC_PITCH, qos)
             self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_WBC_DIAG, qos)
-            self.diag_label = "wbc[" + ",".join(DIAG_FIELDS) + "]"
+            # the messages of a tick, built once and refilled (ros_io.fill_*), as the bridge does
+            zeros_legs, zeros_n = np.zeros(len(self.leg_names)), np.zeros(self.rm.n)
+            self.msg_pitch = ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)
+            self.msg_diag = ros_io.float64_array_msg(np.zeros(len(DIAG_FIELDS)), "wbc[" + ",".join(DIAG_FIELDS) + "]")
+            self.msg_cmd = ros_io.torque_command_msg(0, self.joint_names, zeros_n)
             self.pub_forward, self._forward_idx = None, None
             if P.forward_command_topic:
                 # ros2_control's forward_command_controller (e.g. effort_controllers/JointGroupEffortController)
@@ -115,6 +119,7 @@ def _make_node_class():
 
                     raise ConfigError(f"forward_command_joints: {exc}") from None
                 self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos)
+                self.msg_forward = Float64MultiArray()
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                    f"scenario {P.scenario}")
 
@@ -123,8 +128,11 @@ def _make_node_class():
             self._pending_cfg = cfg.wbc  # applied at the next tick
 
         # -------------------------------------------------------------- inputs
-        def _slot(self, msg, key: str, value) -> None:
-            tick = ros_io.tick_from_stamp(msg.header.stamp) if self.samples is None else ros_io.stamp_ns(msg)
+        def _tick_key(self, msg) -> int | None:
+            """The tick of a sample (``tick_grid``; None between ticks) or its stamp [ns] (``sample``)."""
+            return ros_io.tick_from_stamp(msg.header.stamp) if self.samples is None else ros_io.stamp_ns(msg)
+
+        def _slot(self, tick: int | None, key: str, value) -> None:
             if tick is None:
                 return
             status = self.sync.status(tick)
@@ -146,21 +154,22 @@ def _make_node_class():
             self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
 
         def _on_js(self, msg) -> None:
-            if self.samples is None and ros_io.tick_from_stamp(msg.header.stamp) is None:
-                return
+            tick = self._tick_key(msg)
+            if tick is None or (self.samples is not None and self.samples.status(tick) == ros_io.SampleTicks.SKIP):
+                return                      # between ticks (1 kHz samples): nothing to parse
             try:
                 pos, vel, _ = self.order.arrays(msg)
             except ValueError as exc:
                 return self._reject("joint state", str(exc))
             if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(vel))):
                 return self._reject("joint state", "NaN/inf or missing position/velocity")
-            self._slot(msg, "js", (pos, vel))
+            self._slot(tick, "js", (pos, vel))
 
         def _on_odom(self, msg) -> None:
             qb, vb = ros_io.odometry_arrays(msg)
             if not (np.all(np.isfinite(qb)) and np.all(np.isfinite(vb))):
                 return self._reject("odometry", "NaN/inf")
-            self._slot(msg, "odom", (qb, vb))
+            self._slot(self._tick_key(msg), "odom", (qb, vb))
 
         def _on_support(self, msg) -> None:
             try:
@@ -169,7 +178,7 @@ def _make_node_class():
                 return self._reject("support", str(exc))
             if not np.all(np.isfinite(sup)):
                 return self._reject("support", "NaN")
-            self._slot(msg, "support", sup > 0.5)
+            self._slot(self._tick_key(msg), "support", sup > 0.5)
 
         def _on_tau_ext(self, msg) -> None:
             try:
@@ -178,7 +187,7 @@ def _make_node_class():
                 return self._reject("tau_ext", str(exc))
             if not np.all(np.isfinite(eff)):
                 return self._reject("tau_ext", "NaN")
-            self._slot(msg, "tau_ext", eff)
+            self._slot(self._tick_key(msg), "tau_ext", eff)
 
         # -------------------------------------------------------------- one control tick
         def _required_inputs(self) -> tuple:
@@ -211,14 +220,14 @@ def _make_node_class():
                     diag.total_failures, diag.safe_stop, self.rejected, diag.body_error_rpy[0], diag.body_error_rpy[1]]
             if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
                 self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
-            self._last_out = [
-                (self.pub_pitch, ros_io.joint_state_msg(t_ns, self.leg_names, diag.theta, diag.theta_dot,
-                                                        diag.cbf_active.astype(float))),
-                (self.pub_diag, ros_io.float64_array_msg([float(x) for x in vals], self.diag_label)),
-                (self.pub_cmd, ros_io.torque_command_msg(t_ns, self.joint_names, out.tau)),
-            ]
+            stamp = ros_io.time_msg(t_ns)
+            ros_io.fill_joint_state(self.msg_pitch, stamp, diag.theta, diag.theta_dot, diag.cbf_active.astype(float))
+            self.msg_diag.data = ros_io.dvec(vals)
+            ros_io.fill_torque_command(self.msg_cmd, stamp, out.tau)
+            self._last_out = [(self.pub_pitch, self.msg_pitch), (self.pub_diag, self.msg_diag), (self.pub_cmd, self.msg_cmd)]
             if self.pub_forward is not None:
-                self._last_out.append((self.pub_forward, Float64MultiArray(data=ros_io.dvec(out.tau[self._forward_idx]))))
+                self.msg_forward.data = ros_io.dvec(out.tau[self._forward_idx])
+                self._last_out.append((self.pub_forward, self.msg_forward))
             if first:
                 # the first command must reach every subscriber (bridge, recorder) that is in the graph
                 ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)

@@ -51,8 +51,8 @@ Time stamps: integer nanoseconds of sim time (``/clock``); use :func:`stamp_ns` 
 
 Hardware stamps (``input_timing: sample`` of the estimator and the controller; the bridge emulates
 them with ``sample_stamps: wall``): a robot stamps ``/joint_states`` and ``/imu`` with its own clock,
-off the tick grid. :class:`SampleTicks` then picks the ticks (a joint state at least
-``CONTROL_PERIOD_NS - SAMPLE_TICK_TOLERANCE_NS`` after the last tick's), the nodes pair by stamp
+off the tick grid. :class:`SampleTicks` then picks the ticks (a joint state due by a schedule
+advancing ``CONTROL_PERIOD_NS`` per tick, +- ``SAMPLE_TICK_TOLERANCE_NS``), the nodes pair by stamp
 (:class:`TickSync` keyed by nanoseconds) and the command carries the sample's stamp, which a bridge
 with ``command_timing: untimed`` uses only to time the answer.
 
@@ -139,8 +139,6 @@ def dvec(x) -> array.array:
     return array.array("d", np.ascontiguousarray(x, dtype=np.float64).tobytes())
 
 
-_dvec = dvec
-
 
 # ----------------------------------------------------------------------------- JointState
 def joint_state_msg(t_ns: int, names: Sequence[str], position, velocity, effort):
@@ -149,18 +147,23 @@ def joint_state_msg(t_ns: int, names: Sequence[str], position, velocity, effort)
     m = JointState()
     m.header.stamp = time_msg(t_ns)
     m.name = list(names)
-    m.position = _dvec(position)
-    m.velocity = _dvec(velocity)
-    m.effort = _dvec(effort)
+    m.position = dvec(position)
+    m.velocity = dvec(velocity)
+    m.effort = dvec(effort)
     return m
 
 
-def fill_joint_state(m, stamp, position, velocity, effort) -> None:
-    """Refill a JointState built by :func:`joint_state_msg` (same names) in place; ``stamp`` is a Time."""
+def fill_joint_state(m, stamp, position=None, velocity=None, effort=None) -> None:
+    """Refill a JointState built by :func:`joint_state_msg` (same names) in place; ``stamp`` is a Time,
+    a field given as None keeps its values. Publishers reuse their messages this way (rclpy
+    serializes in ``publish``; in-process subscribers have parsed theirs by the next refill)."""
     m.header.stamp = stamp
-    m.position = _dvec(position)
-    m.velocity = _dvec(velocity)
-    m.effort = _dvec(effort)
+    if position is not None:
+        m.position = dvec(position)
+    if velocity is not None:
+        m.velocity = dvec(velocity)
+    if effort is not None:
+        m.effort = dvec(effort)
 
 
 # Corrupt-sample bounds. The simulation does not enforce joint limits (the controller's business), and
@@ -254,9 +257,9 @@ def imu_msg(t_ns: int, frame_id: str, quat_xyzw, gyro, accel,
     m.header.frame_id = frame_id
     fill_imu(m, time_msg(t_ns), quat_xyzw, gyro, accel)
     if gyro_var > 0:
-        m.angular_velocity_covariance = _dvec(np.diag([gyro_var] * 3).ravel())
+        m.angular_velocity_covariance = dvec(np.diag([gyro_var] * 3).ravel())
     if accel_var > 0:
-        m.linear_acceleration_covariance = _dvec(np.diag([accel_var] * 3).ravel())
+        m.linear_acceleration_covariance = dvec(np.diag([accel_var] * 3).ravel())
     return m
 
 
@@ -317,7 +320,7 @@ def float64_array_msg(data, label: str):
     from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
     m = Float64MultiArray()
-    m.data = _dvec(data)
+    m.data = dvec(data)
     n = len(m.data)
     m.layout.dim = [MultiArrayDimension(label=label, size=n, stride=n)]
     m.layout.data_offset = 0
@@ -412,11 +415,9 @@ class TickSync:
 
 # ----------------------------------------------------------------------------- input_timing: sample
 INPUT_TIMINGS = ("tick_grid", "sample")
-# A sample becomes a tick when it is at least CONTROL_PERIOD_NS - SAMPLE_TICK_TOLERANCE_NS after the
-# last tick. Half a 1 kHz sample period: with a 1 kHz source the sample 1 ms after a tick is skipped
-# and the one 2 ms after it is taken as long as the intervals between samples stay within
-# 1 ms +- 0.5 ms (a tick every 2 ms, 500 Hz; never 333 Hz because a sample came 10 us early). A
-# 500 Hz source ticks on every sample unless one comes more than 0.5 ms early.
+# How early a sample may be and still be the tick the schedule (SampleTicks) expects: half a 1 kHz
+# sample period, so with a 1 kHz source the sample 1 ms after a tick is skipped and the one due is
+# taken (500 Hz, never 333 Hz because a sample came 10 us early); a 500 Hz source ticks on every sample.
 SAMPLE_TICK_TOLERANCE_NS = 500_000
 IMU_MAX_AGE_NS = 20_000_000     # sample mode: the newest /imu may be this much older than the joint state
 
@@ -510,9 +511,14 @@ def torque_command_msg(t_ns: int, names: Sequence[str], tau):
     m = JointState()
     m.header.stamp = time_msg(t_ns)
     m.name = list(names)
-    m.effort = _dvec(tau)
-    m.position = m.velocity = _dvec(np.full(len(m.name), np.nan))
+    m.effort = dvec(tau)
+    m.position = m.velocity = dvec(np.full(len(m.name), np.nan))
     return m
+
+
+def fill_torque_command(m, stamp, tau) -> None:
+    """Refill a command built by :func:`torque_command_msg` (same joints) for another tick."""
+    fill_joint_state(m, stamp, effort=tau)
 
 
 class TorqueCommandDecoder:
@@ -538,9 +544,9 @@ class TorqueCommandDecoder:
         self._perm: np.ndarray | None = None     # receiver index of each message entry (None: same order)
 
     def _order(self, names) -> np.ndarray | None:
-        names = list(names)
-        if names == self._last_names:
+        if names == self._last_names:      # the usual case: the same order as the previous command
             return self._perm
+        names = list(names)
         if names == self.names:
             perm = None
         else:
