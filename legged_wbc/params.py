@@ -24,6 +24,7 @@ numbers and arrays.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,13 +180,17 @@ def _prefix_of(obj_or_cls) -> str:
     return p + "." if p and not p.endswith(".") else p
 
 
-def _fields(cls, prefix: str = ""):
-    """``(dotted name, field, FieldSpec | None, group class | None)`` for each parameter field."""
+@functools.lru_cache(maxsize=None)
+def _fields(cls, prefix: str = "") -> tuple:
+    """``(dotted name, field, FieldSpec | None, group class | None)`` for each parameter field;
+    built once per class and prefix (declarations do not change), not on every construction."""
+    out = []
     for f in dataclasses.fields(cls):
         if "param" in f.metadata:
-            yield prefix + f.name, f, _spec_of(f, prefix + f.name), None
+            out.append((prefix + f.name, f, _spec_of(f, prefix + f.name), None))
         elif "group" in f.metadata:
-            yield prefix + f.name, f, None, f.metadata["group"]
+            out.append((prefix + f.name, f, None, f.metadata["group"]))
+    return tuple(out)
 
 
 def schema(cls, prefix: str = "") -> list[FieldSpec]:
