@@ -49,13 +49,12 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     if "theta" not in missing and "support" not in missing:
         theta = np.asarray(series["theta"])
         sup = np.asarray(series["support"], dtype=bool)
-        v = violation(theta[ok], theta_min, theta_max)
-        s = sup[ok]
-        vs = v[s]
-        evaluated = bool(np.any(ok))      # nothing evaluated: None, not a reassuring 0
-        out["max_violation_rad"] = (float(vs.max()) if vs.size else 0.0) if evaluated else None
-        out["violation_rate_pct"] = (float(100.0 * np.count_nonzero(vs > 0) / vs.size) if vs.size else 0.0) \
-            if evaluated else None
+        vs = violation(theta[ok], theta_min, theta_max)[sup[ok]]
+        if np.any(ok):
+            out["max_violation_rad"] = float(vs.max()) if vs.size else 0.0
+            out["violation_rate_pct"] = float(100.0 * np.count_nonzero(vs > 0) / vs.size) if vs.size else 0.0
+        else:                             # nothing evaluated: None, not a reassuring 0
+            out.update(max_violation_rad=None, violation_rate_pct=None)
         out["first_violation_time_s"] = first_violation_time(t, theta, sup, theta_min, theta_max)
     else:
         out.update(max_violation_rad=None, violation_rate_pct=None, first_violation_time_s=None)
