@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from legged_wbc.robot import ConfigError
+from legged_wbc.robot import ConfigError, find_config, load_yaml_file
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,14 @@ class Scenario:
     controller: dict
     estimator: dict
     raw: dict
-    friction: float | None = None      # foot-floor friction (None: the robot config's)
-    payload_kg: float = 0.0             # mass added to the body [kg]
-    push: Push | None = None
+    friction: float | None             # foot-floor friction (None: the robot config's)
+    payload_kg: float                  # mass added to the body [kg]
+    push: Push
 
     def physics(self) -> dict:
         """What :meth:`mujoco_bridge.sim.MujocoSim.set_physics` takes for this scenario."""
         p = self.push
-        push = (p.force_world(), p.start, p.start + p.duration) if p is not None and p.enabled and p.duration > 0 else None
+        push = (p.force_world(), p.start, p.start + p.duration) if p.enabled and p.duration > 0 else None
         return {"friction": self.friction, "payload_kg": self.payload_kg, "push": push}
 
     @property
@@ -133,15 +133,11 @@ def parse_overrides(items: list[str] | None) -> list[tuple[str, object]]:
 
 
 def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scenario:
-    from legged_wbc.robot import find_config, load_yaml_file
-
     p = find_config("scenarios", name_or_path, "scenario")
-
     doc = load_yaml_file(p)
     if not isinstance(doc, dict) or "scenario" not in doc:
         raise ConfigError(f"{p}: not a scenario file (no top-level 'scenario:' mapping)")
-    raw = doc["scenario"]
-    raw = with_physics_defaults(raw)
+    raw = with_physics_defaults(doc["scenario"])   # so --set push.* etc. works on older files
     for k, v in parse_overrides(overrides):
         _set_dotted(raw, k, v)
     return scenario_from_dict(raw)
