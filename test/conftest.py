@@ -29,3 +29,13 @@ def ros_context():
     rclpy.init(context=ctx, domain_id=random.randint(120, 199))
     yield ctx
     rclpy.shutdown(context=ctx)
+
+
+@pytest.fixture
+def ros_env() -> dict:
+    """The environment of a ROS process a test starts: loopback discovery, a domain of its own."""
+    env = dict(os.environ)
+    env["ROS_DOMAIN_ID"] = str(random.randint(101, 200))
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

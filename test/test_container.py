@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_ros_stack import BIN, ROOT, Proc, procs, read_bag, ros_env  # noqa: F401  (fixtures)
+from test_ros_stack import BIN, ROOT, Proc, procs, read_bag  # noqa: F401  (fixtures)
 
 SHORT = ["stand_up.start=0.1", "stand_up.duration=0.8", "walk.gait_start=1.0", "walk.t_s=1.1",
          "evaluation.window=0.5", "duration=1.6", "disturbance.start_offset=0.1", "disturbance.duration=0.4",

@@ -107,13 +107,10 @@ def subscriber_main(fail_at: int = -1) -> int:
 
 # ------------------------------------------------------------------------------------ helpers
 @pytest.fixture
-def ros_env():
-    env = dict(os.environ)
-    env["ROS_DOMAIN_ID"] = str(random.randint(101, 200))
-    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    env["PYTHONUNBUFFERED"] = "1"
-    env["EXECUTOR_TEST_TOPIC"] = f"/executor_test_{os.getpid()}_{random.randrange(10**9)}/joint_states"
-    return env
+def ros_env(ros_env):
+    """conftest's, plus a topic of this test's own."""
+    ros_env["EXECUTOR_TEST_TOPIC"] = f"/executor_test_{os.getpid()}_{random.randrange(10**9)}/joint_states"
+    return ros_env
 
 
 def _popen(cmd, env, log: Path) -> subprocess.Popen:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -184,15 +183,6 @@ class Proc:
                 self.p.kill()
                 self.p.wait()
         self._fh.close()
-
-
-@pytest.fixture
-def ros_env():
-    env = dict(os.environ)
-    env["ROS_DOMAIN_ID"] = str(random.randint(101, 200))
-    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 @pytest.fixture
