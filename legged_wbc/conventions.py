@@ -15,6 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+# The stack's clock, defined once: physics at 1 kHz, control ticks at 500 Hz (tick k = sim time k * 2 ms)
+PHYSICS_DT_NS = 1_000_000       # one physics step [ns]
+CONTROL_PERIOD_NS = 2_000_000   # one control tick = 2 physics steps [ns]
+CONTROL_DT = CONTROL_PERIOD_NS * 1e-9   # the same [s]
+UNTIMED_TICK = -1               # a torque command that answers no particular tick
+
 
 def quat_wxyz_to_xyzw(q: np.ndarray) -> np.ndarray:
     return np.array([q[1], q[2], q[3], q[0]])

@@ -15,8 +15,7 @@ import math
 
 import numpy as np
 
-CONTROL_PERIOD_NS = 2_000_000   # one control tick (500 Hz): the series' sample period [ns]
-CONTROL_DT = 0.002              # the same [s]
+from legged_wbc.conventions import CONTROL_DT, CONTROL_PERIOD_NS  # noqa: F401  (the series' sample period)
 
 
 def violation(theta: np.ndarray, theta_min: float, theta_max: float) -> np.ndarray:

@@ -115,10 +115,9 @@ import time
 
 import numpy as np
 
+from legged_wbc.conventions import PHYSICS_DT_NS, UNTIMED_TICK
 from mujoco_bridge.timing import CommandQueue, CommandTiming
 
-PHYSICS_DT_NS = 1_000_000        # one physics step [ns] (== legged_wbc.ros.io.PHYSICS_DT_NS)
-UNTIMED_TICK = -1                # == legged_wbc.ros.io.UNTIMED_TICK
 OVERRUN_S = 0.1                  # realtime: this far behind the schedule [wall s] -> re-anchor
 PEER_POLL_S = 0.01               # start-up: period of the subscriber check [wall s]
 

@@ -70,6 +70,8 @@ from typing import Sequence
 
 import numpy as np
 
+from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS, UNTIMED_TICK  # noqa: F401  (the stack's clock)
+
 # ----------------------------------------------------------------------------- names and constants
 TOPIC_JOINT_STATES = "joint_states"
 TOPIC_IMU = "imu"
@@ -89,9 +91,6 @@ TOPIC_COMMAND_LATENCY = "bridge/command_latency"
 COMMAND_LATENCY_LABEL = "tick_and_command_latency_us[pairs]"
 
 WORLD_FRAME = "world"
-PHYSICS_DT_NS = 1_000_000          # 1 kHz physics
-CONTROL_PERIOD_NS = 2_000_000      # 500 Hz control: one control tick = 2 physics steps
-UNTIMED_TICK = -1
 
 JOINT_ORDER = "joint_states.name order"
 DISTURBANCE_LABEL = f"disturbance_torque_Nm[{JOINT_ORDER}]"
