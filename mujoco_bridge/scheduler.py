@@ -126,17 +126,6 @@ DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale
                "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us")
 
 
-class _CommandTiming(CommandTiming):
-    """:class:`CommandTiming` plus untimed commands that name the sample they answer by its stamp."""
-
-    def answer_arrived(self, tick: int, published: float, wall: float) -> None:
-        """A command for the period of ``tick`` that answers a sample published at ``published``
-        (wall): its latency runs from that sample; the first answer of a tick counts."""
-        if tick not in self._arrived:
-            self._published[tick] = published
-            self._arrived[tick] = wall
-
-
 class MonotonicClock:
     """The real clock: ``time.monotonic``, ``time.sleep`` and ``Condition.wait``."""
 
@@ -184,7 +173,7 @@ class BridgeScheduler:
         self.clock = clock or MonotonicClock()
         self.wait_for_support = wait_for_support   # lockstep: also wait for the tick's support estimate
         self.cond = threading.Condition()
-        self.timing = _CommandTiming()      # command latency / deadlines per tick (wall clock)
+        self.timing = CommandTiming()       # command latency / deadlines per tick (wall clock)
         self._stamp_steps: dict[int, tuple[int, float]] = {}   # untimed: sample stamp [ns] -> (step, wall)
         self.cmd_queue = CommandQueue()     # realtime: commands in arrival order
         self.step_count = 0                 # physics steps since reset; sim time = step_count * 1 ms
@@ -218,7 +207,7 @@ class BridgeScheduler:
             if cmd.tick != UNTIMED_TICK:
                 self.timing.command_arrived(cmd.tick, now)
             else:                           # untimed: the sample it answers, if its stamp is one we published
-                answered = self._stamp_steps.get(getattr(cmd, "stamp_ns", None))
+                answered = self._stamp_steps.get(cmd.stamp_ns)
                 if answered is not None:
                     self.timing.answer_arrived(answered[0] // self.steps_per_tick, answered[1], now)
             if self.lockstep:

@@ -49,6 +49,14 @@ class CommandTiming:
         pub = self._published.get(tick)
         return None if pub is None else (wall - pub) * 1e6
 
+    def answer_arrived(self, tick: int, published: float, wall: float) -> None:
+        """An untimed command for the period of ``tick`` that answers a sample published at
+        ``published`` (wall; it names the sample by its stamp): its latency runs from that sample;
+        the first answer of a tick counts."""
+        if tick not in self._arrived:
+            self._published[tick] = published
+            self._arrived[tick] = wall
+
     def close_tick(self, tick: int, deadline: float = math.inf) -> bool:
         """Close ``tick`` at its ``deadline`` (wall); True if its command missed it."""
         arr = self._arrived.pop(tick, None)
