@@ -116,10 +116,6 @@ def stamp_ns(stamp) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
-def stamp_sec(stamp) -> float:
-    return stamp_ns(stamp) * 1e-9
-
-
 def tick_from_stamp(stamp, control_period_ns: int = CONTROL_PERIOD_NS) -> int | None:
     """Control tick of a sensor sample stamped exactly on a tick, else ``None`` (an in-between sample)."""
     ns = stamp if isinstance(stamp, int) else stamp_ns(stamp)
@@ -238,11 +234,6 @@ def joint_bounds(rm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for idx in rm.leg_joints:
         vel[idx] = rm.cfg.leg_type.velocity
     return rm.lower, rm.upper, vel
-
-
-def joint_state_arrays(msg, joint_names: Sequence[str]):
-    """``(position, velocity, effort)`` in ``joint_names`` order (one-off; use :class:`JointOrder` in loops)."""
-    return JointOrder(joint_names).arrays(msg)
 
 
 # ----------------------------------------------------------------------------- Imu
