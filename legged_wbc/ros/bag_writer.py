@@ -1,20 +1,18 @@
 """The rosbag2 side of ``bag_recorder`` (no rclpy): its parameters (:class:`RecorderConfig`), message definitions, QoS conversion and a writer
-that takes serialized (CDR) messages, optionally from a thread of its own.
+that takes serialized (CDR) messages.
 
 :class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (rosbag2 format version 9, MCAP or sqlite3).
 A topic's connection is created at its first message, with the publishers' QoS profiles and type
-hash from ``describe(topic)`` (the node asks the ROS graph). With ``threaded=True`` ``write`` only
-appends to a deque that a writer thread empties (polling every :data:`WRITER_POLL_S`): closing a
-1 MiB MCAP chunk takes ~10 ms and must not stall a control loop in the same process.
+hash from ``describe(topic)`` (the node asks the ROS graph). It writes in the caller's thread: in the
+container the caller is a process of its own (:mod:`legged_wbc.ros.bag_process`; closing a 1 MiB MCAP
+chunk takes ~10 ms, which must not stall the control loop).
 """
 
 from __future__ import annotations
 
-import collections
 import importlib
 import os
 import sys
-import threading
 import time
 from datetime import datetime
 from dataclasses import dataclass
@@ -47,9 +45,11 @@ class RecorderConfig:
                               unit="s wall")
     custom_data: str = param("", desc="key=value pairs separated by ';' stored in metadata.yaml custom_data",
                              live=False)
-    writer_thread: bool = param(False, desc="write the bag from a thread of its own (the callback only queues the "
-                                "bytes): closing a 1 MiB MCAP chunk takes ~10 ms, which must not stall a control "
-                                "loop sharing the process (the container sets it)", live=False)
+    writer_process: bool = param(False, desc="write the bag from a process of its own, fed through shared memory "
+                                 "(legged_wbc.ros.bag_process): in-process messages are packed, not serialized, and "
+                                 "rosbag2 costs the control process nothing (the container sets it)", live=False)
+    ring_mb: float = param(64.0, 1.0, 4096.0, "writer_process: size of the shared-memory ring; a message that does "
+                           "not fit (the writer fell this far behind) is dropped and counted", unit="MiB", live=False)
     stamp_source: str = param("node_clock", desc="message time stamps: node_clock = receive time on the node's "
                               "clock (sim time with use_sim_time), clock_topic = the newest recorded /clock (sim "
                               "time without a TimeSource; what the container uses)",
@@ -188,9 +188,6 @@ def qos_to_rosbags(profile):
     )
 
 
-WRITER_POLL_S = 0.005   # writer thread: how long it sleeps when the queue is empty [s]
-
-
 def default_output() -> str:
     return datetime.now().strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
 
@@ -198,9 +195,8 @@ def default_output() -> str:
 class BagWriter:
     """A rosbag2 being written: ``add_topic``, ``write`` (serialized messages), ``close``."""
 
-    def __init__(self, path: Path, storage: str = "mcap", custom_data: str = "", threaded: bool = False,
-                 describe: Callable[[str], tuple[list, str | None]] | None = None,
-                 on_error: Callable[[str], None] | None = None):
+    def __init__(self, path: Path, storage: str = "mcap", custom_data: str = "",
+                 describe: Callable[[str], tuple[list, str | None]] | None = None):
         from rosbags.rosbag2 import StoragePlugin, Writer
         from rosbags.typesys import Stores, get_typestore
 
@@ -215,18 +211,10 @@ class BagWriter:
             self.writer.set_custom_data(key.strip(), value.strip())
         self.writer.open()
         self.describe = describe or (lambda topic: ([], None))
-        self.on_error = on_error or (lambda text: print(text, file=sys.stderr))
         self.types: dict[str, str] = {}
         self.counts: dict[str, int] = {}
         self.connections: dict[str, object] = {}
         self.closed = False
-        self._closing = False
-        self._write_errors: set[str] = set()
-        self._queue = None
-        if threaded:
-            self._queue = collections.deque()   # append: no wake-up, no GIL hand-over in the caller
-            self._thread = threading.Thread(target=self._writer_loop, name="bag_writer", daemon=True)
-            self._thread.start()
 
     def add_topic(self, topic: str, msgtype: str) -> None:
         """Make ``topic`` writable (raises if ``msgtype`` has no definition)."""
@@ -235,11 +223,13 @@ class BagWriter:
         self.counts.setdefault(topic, 0)
 
     def write(self, topic: str, t_ns: int, data: bytes) -> None:
-        """Write (or queue) one serialized message of ``topic`` stamped ``t_ns``."""
-        if self._queue is not None:
-            self._queue.append((topic, t_ns, data))
-        else:
-            self._write(topic, t_ns, data)
+        """Write one serialized message of ``topic`` stamped ``t_ns``."""
+        self.writer.write(self._connection(topic), t_ns, data)
+        self.counts[topic] += 1
+
+    def set_custom_data(self, key: str, value: str) -> None:
+        """A ``metadata.yaml`` custom-data entry (before :meth:`close`)."""
+        self.writer.set_custom_data(key, value)
 
     def _connection(self, topic: str):
         conn = self.connections.get(topic)
@@ -253,33 +243,9 @@ class BagWriter:
             self.connections[topic] = conn
         return conn
 
-    def _write(self, topic: str, t_ns: int, data: bytes) -> None:
-        self.writer.write(self._connection(topic), t_ns, data)
-        self.counts[topic] += 1
-
-    def _writer_loop(self) -> None:
-        """Everything queued is written, in order, until close() and the queue is empty."""
-        q = self._queue
-        while True:
-            if not q:
-                if self._closing:
-                    return
-                time.sleep(WRITER_POLL_S)
-                continue
-            item = q.popleft()
-            try:
-                self._write(*item)
-            except Exception as exc:  # keep writing the others; say it once per topic
-                if item[0] not in self._write_errors:
-                    self._write_errors.add(item[0])
-                    self.on_error(f"{item[0]}: could not write a message ({exc})")
-
     def close(self) -> None:
-        """Write what is queued, then close the bag (MCAP summary / sqlite commit, metadata.yaml)."""
+        """Close the bag (MCAP summary / sqlite commit, metadata.yaml)."""
         if self.closed:
             return
         self.closed = True
-        if self._queue is not None:
-            self._closing = True
-            self._thread.join()
         self.writer.close()

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             if record:
                 recorder = recorder_class()(parameter_overrides=[Parameter("output", value=record),
                                                                  Parameter("stamp_source", value="clock_topic"),
-                                                                 Parameter("writer_thread", value=True)])
+                                                                 Parameter("writer_process", value=True)])
                 recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
                 nodes.append(recorder)
         bridge.after_sample = bus.flush

@@ -16,8 +16,10 @@ publishers and subscriptions through :func:`legged_wbc.ros.io.create_publisher` 
   only (no DDS subscription is created, so a message is never delivered twice); a subscription to
   a topic nobody in the process publishes becomes an ordinary rclpy subscription when the bus is
   :meth:`finalized <IntraProcessBus.finalize>` (or at once, after that);
-* ``raw=True`` subscriptions (the bag recorder) get the CDR bytes, serialized once per message
-  (``rclpy.serialization.serialize_message``, ~5 us for a 24-joint JointState).
+* ``raw=True`` subscriptions get the CDR bytes, serialized once per message
+  (``rclpy.serialization.serialize_message``, ~7-20 us for an 18-joint JointState), unless they
+  have a ``tap``: the container's bag recorder takes the message object and packs its numbers into
+  shared memory itself (:mod:`legged_wbc.ros.bag_process`), so nothing is serialized in the process.
 
 Contract for callbacks (as for rclcpp intra-process with borrowed messages): the message object
 belongs to the publisher and may be refilled after the callback returns, so a callback copies what
@@ -52,6 +54,7 @@ class _Subscription:
     callback: object
     qos: object
     raw: bool
+    tap: object = None                  # raw subscriptions in-process: takes the message object instead of bytes
     dds: object = None                  # the rclpy subscription, if it had to go through DDS
     errors: int = 0
     _last_log: float = field(default=-1e9, repr=False)
@@ -80,6 +83,10 @@ class IntraPublisher:
             if sub.raw:
                 if bus.defer_raw:                 # recorder: after the control chain, see IntraProcessBus.flush
                     bus._deferred.append((sub, msg))
+                    continue
+                if sub.tap is not None:
+                    sub.tap(msg)
+                    self.local_deliveries += 1
                     continue
                 if raw is None:
                     raw = _serialize(msg)
@@ -118,8 +125,8 @@ def _serialize(msg) -> bytes:
 class IntraProcessBus:
     """Topic -> co-located subscriptions; see the module docstring.
 
-    ``defer_raw``: deliveries to ``raw=True`` subscriptions (the recorder: serialize + queue, ~15 us a
-    message) wait in a list until :meth:`flush`, so they cost nothing inside the sample -> estimator
+    ``defer_raw``: deliveries to ``raw=True`` subscriptions (the recorder: pack into shared memory,
+    ~1-4 us a message) wait in a list until :meth:`flush`, so they cost nothing inside the sample -> estimator
     -> controller -> command chain. Whoever sets it flushes before the published message objects are
     refilled (the container: the bridge flushes at the end of each ``publish_sample``)."""
 
@@ -162,9 +169,13 @@ class IntraProcessBus:
                                       f"{len(late)} co-located subscription(s) keep receiving through DDS")
         return ip
 
-    def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, **kw):
+    def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, **kw):
+        """``tap`` (raw subscriptions only): called with the message object for in-process deliveries,
+        instead of ``callback`` with its serialization (the recorder packs it itself, see
+        :mod:`legged_wbc.ros.bag_process`); messages through DDS still reach ``callback`` as bytes."""
         name = node.resolve_topic_name(topic)
-        sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw)
+        sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
+                            tap=tap if raw else None)
         with self._lock:
             if self._finalized and name not in self._pubs:
                 sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)
@@ -195,9 +206,12 @@ class IntraProcessBus:
         items, self._deferred = self._deferred, []
         last_msg = last_raw = None
         for sub, msg in items:
-            if msg is not last_msg:
-                last_msg, last_raw = msg, _serialize(msg)
             try:
+                if sub.tap is not None:
+                    sub.tap(msg)
+                    continue
+                if msg is not last_msg:
+                    last_msg, last_raw = msg, _serialize(msg)
                 sub.callback(last_raw)
             except Exception:
                 self._callback_failed(sub)

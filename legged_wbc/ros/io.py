@@ -592,16 +592,17 @@ def create_publisher(node, msg_type, topic: str, qos, **kw):
     return bus.create_publisher(node, msg_type, topic, qos, **kw)
 
 
-def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, **kw):
+def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, **kw):
     """``node.create_subscription``, or the in-process subscription of a composed node (see
-    :func:`create_publisher`)."""
+    :func:`create_publisher`; ``tap``: :meth:`IntraProcessBus.create_subscription`, ignored outside a
+    container)."""
     from legged_wbc.ros.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
     if bus is None:
         return node.create_subscription(msg_type, topic, callback, qos, raw=raw, **kw)
     node._intra_bus = bus
-    return bus.create_subscription(node, msg_type, topic, callback, qos, raw=raw, **kw)
+    return bus.create_subscription(node, msg_type, topic, callback, qos, raw=raw, tap=tap, **kw)
 
 
 # ----------------------------------------------------------------------------- start-up helper

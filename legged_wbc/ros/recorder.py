@@ -56,12 +56,21 @@ def _make_node_class():
             P = self.params
             self.discovery_timer = None   # start_discovery_timer(): discovery + peer checks on a timer
             out = Path(P["output"] or default_output()).expanduser()
+            describe = lambda t: describe_publishers(self.get_publishers_info_by_topic(t))  # noqa: E731
             try:
-                self.bag = BagWriter(out, P["storage"], P["custom_data"], threaded=P["writer_thread"],
-                                     describe=lambda t: describe_publishers(self.get_publishers_info_by_topic(t)),
-                                     on_error=self.get_logger().error)
+                if P["writer_process"]:
+                    from legged_wbc.ros.bag_process import RecorderProcessError, ShmBagSink
+
+                    try:
+                        self.bag = ShmBagSink(out, P["storage"], P["custom_data"], int(P["ring_mb"] * 2**20),
+                                              describe=describe, log=self.get_logger().warning)
+                    except RecorderProcessError as exc:
+                        raise ParameterSchemaError(str(exc)) from None
+                else:
+                    self.bag = BagWriter(out, P["storage"], P["custom_data"], describe=describe)
             except FileExistsError as exc:
                 raise ParameterSchemaError(str(exc)) from None
+            self._tap = getattr(self.bag, "write_message", None)   # message objects in-process
             self.path = out
             self.exclude = set(P["exclude"])
             self.wanted: dict[str, str | None] = {self.resolve_topic_name(name): typ or None for name, _, typ in
@@ -123,8 +132,9 @@ def _make_node_class():
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self._qos_depth,
                              reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+            tap = (lambda msg, t=topic: self._on_local_message(t, msg)) if self._tap is not None else None
             self.subs[topic] = ros_io.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
-                                                        qos, raw=True)
+                                                        qos, raw=True, tap=tap)
             self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
 
         def subscribe_topics(self, topics: dict) -> None:
@@ -186,14 +196,28 @@ def _make_node_class():
             self.bag.write(topic, t, data)
             self.last_rx = time.monotonic()
 
+        def _on_local_message(self, topic: str, msg) -> None:
+            """An in-process message object (container): handed to the recorder process, not serialized."""
+            if self.closed:
+                return
+            if self._sim_time and topic == "/clock":
+                clk = msg.clock
+                self._clock_ns = max(self._clock_ns, clk.sec * 1_000_000_000 + clk.nanosec)
+            t = self._clock_ns if self._clock_topic_stamps else max(self.get_clock().now().nanoseconds,
+                                                                    self._clock_ns if self._sim_time else 0)
+            self._tap(topic, t, msg)
+            self.last_rx = time.monotonic()
+
         def close(self) -> None:
             if self.closed:
                 return
             self.closed = True
-            self.bag.close()
+            dropped = self.bag.close() or 0
             total = sum(self.counts.values())
             per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
-            self.get_logger().info(f"bag closed: {self.path} ({total} messages: {per})")
+            where = " by the recorder process" if self._tap is not None else ""
+            self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages: {per}"
+                                   f"{f'; {dropped} DROPPED' if dropped else ''})")
 
     return BagRecorder
 

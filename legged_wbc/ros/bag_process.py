@@ -1,0 +1,246 @@
+"""Recording off the control core: the container's bag is written by a process of its own.
+
+The control process (``walking_container``) must not pay for rosbag2 on its tick: rclpy serializes a
+message in ~7-20 us and rosbags writes one in ~14 us, ~8000 messages per simulated second. So the
+container's ``bag_recorder`` node hands every message to a :class:`ShmBagSink` instead:
+
+* in-process topics arrive as message objects (the intra-process bus, after each sample's control
+  chain): :class:`~legged_wbc.ros.cdr_layout.MessageLayout` packs their numbers into a fixed-layout
+  payload (~1-4 us, no serialization), which goes into a shared-memory
+  :class:`~legged_wbc.ros.shm_ring.RecordRing`;
+* topics that come through DDS (published outside the process) arrive serialized and go into the
+  ring as they are;
+* a topic's first record (and a new one whenever the message's shape changes, e.g. a variable-length
+  latency array) describes it: type, QoS, type hash and the layout's constant CDR segments.
+
+The recorder process (:func:`run`, spawned by the sink; it imports neither rclpy nor the stack)
+splices payloads back into the exact CDR bytes (padding aside, they are what rclpy serializes) and
+writes them with ``rosbags`` from its single thread, so ``storage:=sqlite3`` works here too. A record
+that does not fit the ring (the recorder fell more than ``ring_mb`` behind) is dropped by the producer
+and counted: the count is logged at the end by both processes and stored in the bag's
+``metadata.yaml`` custom data (``dropped_messages``). The recorder process ignores SIGINT/SIGTERM: the
+container stops it by closing the ring once the last sample is in it, and it drains everything before
+closing the bag; if the container dies, it notices within ~0.1 s and closes the bag just the same.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
+
+KIND_DATA, KIND_RAW, KIND_TOPIC = 0, 1, 2
+POLL_S = 0.002          # recorder process: sleep when the ring is empty [s]
+START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
+
+
+class RecorderProcessError(RuntimeError):
+    """The recorder process could not start (bad output path, storage, ...)."""
+
+
+# ------------------------------------------------------------------------------------ producer side
+class ShmBagSink:
+    """What the container's ``bag_recorder`` writes to: same calls as :class:`~legged_wbc.ros.bag_writer.BagWriter`
+    (``add_topic``, ``write`` for serialized messages, ``counts``, ``close``) plus :meth:`write_message`
+    for message objects. Thread-safe (the control thread and the executor thread both write)."""
+
+    def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None):
+        import multiprocessing as mp
+
+        self.path = Path(path)
+        if self.path.exists():
+            raise FileExistsError(f"output {self.path} exists already; rosbag2 never overwrites a bag")
+        self.describe = describe or (lambda topic: ([], None))
+        self.log = log or (lambda text: print(text, file=sys.stderr))
+        self.types: dict[str, str] = {}
+        self.counts: dict[str, int] = {}
+        self._ids: dict[str, int] = {}
+        self._layouts: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+        ctx = mp.get_context("spawn")     # never fork a process that runs DDS threads
+        self.ring = RecordRing.create(ring_bytes, ctx.Lock())
+        self.proc = ctx.Process(target=run, name="bag_writer", daemon=False,
+                                args=(self.ring.name, self.ring.lock, str(self.path), storage, custom_data,
+                                      os.getpid()))
+        self.proc.start()
+        t_end = time.monotonic() + START_TIMEOUT_S
+        while self.ring.consumer_state == STARTING and self.proc.is_alive() and time.monotonic() < t_end:
+            time.sleep(0.01)
+        if self.ring.consumer_state != READY:
+            state = self.ring.consumer_state
+            self._shutdown(timeout=5.0)
+            why = "it failed" if state == FAILED else "it exited" if state != STARTING else "timed out"
+            raise RecorderProcessError(f"the recorder process could not open {self.path} ({why}; see its output)")
+
+    def add_topic(self, topic: str, msgtype: str) -> None:
+        self.types[topic] = msgtype
+        self.counts.setdefault(topic, 0)
+
+    def _topic_record(self, topic: str, splicer) -> bool:
+        """Describe ``topic`` to the recorder process (False: it did not fit the ring, nor will its message)."""
+        tid = self._ids.setdefault(topic, len(self._ids))
+        qos, digest = self.describe(topic)
+        info = {"topic": topic, "msgtype": self.types[topic], "splicer": splicer, "qos": qos, "digest": digest}
+        return self.ring.put(KIND_TOPIC, tid, 0, pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def write(self, topic: str, t_ns: int, data: bytes) -> None:
+        """A serialized (CDR) message of ``topic``."""
+        with self._lock:
+            if self.closed:
+                return
+            if self._layouts.get(topic, 0) is not None:   # first message, or the topic was packed before
+                if not self._topic_record(topic, None):
+                    self.ring.note_dropped()
+                    return
+                self._layouts[topic] = None
+            if self.ring.put(KIND_RAW, self._ids[topic], t_ns, data):
+                self.counts[topic] += 1
+
+    def write_message(self, topic: str, t_ns: int, msg) -> None:
+        """An rclpy message object of ``topic`` (in-process): packed into a fixed-layout record."""
+        from legged_wbc.ros.cdr_layout import LayoutError, MessageLayout
+
+        with self._lock:
+            if self.closed:
+                return
+            layout = self._layouts.get(topic)
+            payload = layout.pack(msg) if layout is not None else None
+            if payload is None:               # first message, or its shape changed: a new layout
+                try:
+                    layout = MessageLayout.from_message(msg)
+                except LayoutError as exc:
+                    self.log(f"{topic}: {exc}; recording it serialized")
+                    from rclpy.serialization import serialize_message
+
+                    self._lock.release()
+                    try:
+                        self.write(topic, t_ns, serialize_message(msg))
+                    finally:
+                        self._lock.acquire()
+                    return
+                if not self._topic_record(topic, layout.splicer):
+                    self.ring.note_dropped()
+                    return
+                self._layouts[topic] = layout
+                payload = layout.pack(msg)
+            if self.ring.put(KIND_DATA, self._ids[topic], t_ns, payload):
+                self.counts[topic] += 1
+
+    @property
+    def dropped(self) -> int:
+        return self.ring.dropped
+
+    def close(self, timeout: float = 120.0) -> int:
+        """Close the ring, wait until the recorder process has written everything and closed the bag.
+        Returns the number of dropped records."""
+        with self._lock:
+            if self.closed:
+                return self.ring.dropped if self.ring.buf is not None else 0
+            self.closed = True
+        dropped = self.ring.dropped
+        if dropped:
+            self.log(f"{dropped} messages did not fit the recorder's ring and were dropped "
+                     f"(the recorder process fell behind)")
+        self._shutdown(timeout)
+        return dropped
+
+    def _shutdown(self, timeout: float) -> None:
+        self.ring.close()
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.log(f"the recorder process did not finish within {timeout:g} s; terminating it")
+            self.proc.terminate()
+            self.proc.join(5.0)
+        self.ring.release()
+
+
+# ------------------------------------------------------------------------------------ recorder process
+def _parent_alive(pid: int) -> bool:
+    if os.getppid() != pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_pid: int) -> int:
+    """The recorder process: ring -> rosbag2 until the producer closes the ring (or dies)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # container stops us by closing the ring
+    prefix = "[bag_writer] "
+    ring = RecordRing.attach(ring_name, lock)
+    try:
+        from legged_wbc.ros.bag_writer import BagWriter
+
+        topics: dict[int, dict] = {}
+        writer = BagWriter(Path(path), storage, custom_data,
+                           describe=lambda topic: (topics_by_name[topic]["qos"], topics_by_name[topic]["digest"]))
+    except Exception as exc:
+        print(f"{prefix}cannot open the bag {path}: {exc}", file=sys.stderr, flush=True)
+        ring.set_consumer_state(FAILED)
+        ring.release()
+        return 2
+    topics_by_name: dict[str, dict] = {}
+    errors: set[str] = set()
+    ring.set_consumer_state(READY)
+    last_check = time.monotonic()
+    orphaned = False
+    while True:
+        records = ring.read()
+        if not records:
+            if ring.closed and ring.pending_bytes() == 0:
+                break
+            now = time.monotonic()
+            if now - last_check > 0.1:
+                last_check = now
+                if not _parent_alive(parent_pid):
+                    orphaned = True
+                    break
+            time.sleep(POLL_S)
+            continue
+        for kind, tid, t_ns, payload in records:
+            if kind == KIND_TOPIC:
+                info = pickle.loads(payload)
+                topics[tid] = info
+                if info["topic"] not in topics_by_name:
+                    try:
+                        writer.add_topic(info["topic"], info["msgtype"])
+                    except Exception as exc:
+                        print(f"{prefix}{info['topic']}: not recorded ({exc})", file=sys.stderr, flush=True)
+                        errors.add(info["topic"])
+                topics_by_name[info["topic"]] = info
+                continue
+            info = topics.get(tid)
+            if info is None:             # its description was dropped (ring full): so is the message
+                continue
+            topic = info["topic"]
+            if topic in errors:
+                continue
+            try:
+                data = info["splicer"].build(payload) if kind == KIND_DATA else bytes(payload)
+                writer.write(topic, t_ns, data)
+            except Exception as exc:   # keep writing the other topics; say it once per topic
+                errors.add(topic)
+                print(f"{prefix}{topic}: could not write a message ({exc})", file=sys.stderr, flush=True)
+        del records, payload
+        ring.consumed()
+    dropped = ring.dropped
+    if dropped:
+        writer.set_custom_data("dropped_messages", str(dropped))
+    writer.close()
+    total = sum(writer.counts.values())
+    per = ", ".join(f"{k} {v}" for k, v in sorted(writer.counts.items()) if v)
+    why = " (the container exited without closing the ring)" if orphaned else ""
+    print(f"{prefix}bag closed: {path} ({total} messages: {per}; {dropped} dropped){why}", flush=True)
+    ring.set_consumer_state(DONE)
+    ring.release()
+    return 0

@@ -1,0 +1,169 @@
+"""A single-producer, single-consumer byte ring in shared memory (no rclpy, no serialization).
+
+The container's control process hands every recorded message to the recorder process through one
+:class:`RecordRing`: a ``multiprocessing.shared_memory`` segment holding a 64-byte header and a ring of
+variable-length records, each ``[u32 payload size][u16 kind][u16 topic id][i64 stamp ns][payload]``
+padded to 8 bytes. A record never wraps: when it does not fit before the end of the ring, the
+producer writes a :data:`WRAP` marker (or leaves fewer than 16 bytes) and starts again at offset 0.
+
+Positions are byte counters that only grow (offset = position % capacity). The producer appends and
+then publishes its write position, the consumer reads up to the published position and then
+publishes its read position; both publications and their loads go through one
+``multiprocessing.Lock`` (a futex: a memory barrier on every architecture, ~0.3 us uncontended), so a
+record's bytes are visible before the position that covers them. The producer never waits: a record
+that does not fit is **dropped and counted** (``dropped`` in the header), never lost silently.
+
+Header (uint64 words): write position, read position, dropped records, producer state (0 open,
+1 closed), consumer state (:data:`STARTING`, :data:`READY`, :data:`FAILED`, :data:`DONE`),
+capacity.
+"""
+
+from __future__ import annotations
+
+import struct
+from multiprocessing import shared_memory
+
+import numpy as np
+
+HEADER_BYTES = 64
+REC = struct.Struct("<IHHq")        # payload size, kind, topic id, stamp [ns]
+ALIGN = 8
+WRAP = 0xFFFF                       # kind: skip to the start of the ring
+
+# consumer states
+STARTING, READY, FAILED, DONE = 0, 1, 2, 3
+_W, _R, _DROPPED, _CLOSED, _CONSUMER, _CAP = range(6)
+
+
+def _padded(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class RecordRing:
+    """Both ends of the ring: :meth:`create` (producer) or :meth:`attach` (consumer)."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, lock, owner: bool):
+        self.shm = shm
+        self.lock = lock
+        self.owner = owner
+        self._hdr = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf[:HEADER_BYTES])
+        self.capacity = int(self._hdr[_CAP])
+        self.buf = shm.buf[HEADER_BYTES:HEADER_BYTES + self.capacity]
+        self._w = int(self._hdr[_W])          # producer: next write position (published by commit)
+        self._r_seen = int(self._hdr[_R])     # producer: the consumer's read position, last looked up
+        self._r = self._r_next = int(self._hdr[_R])   # consumer: next read position
+
+    # ------------------------------------------------------------------ set-up
+    @classmethod
+    def create(cls, capacity: int, lock) -> "RecordRing":
+        capacity = _padded(max(int(capacity), 4096))
+        shm = shared_memory.SharedMemory(create=True, size=HEADER_BYTES + capacity)
+        hdr = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf[:HEADER_BYTES])
+        hdr[:] = 0
+        hdr[_CAP] = capacity
+        del hdr
+        return cls(shm, lock, owner=True)
+
+    @classmethod
+    def attach(cls, name: str, lock) -> "RecordRing":
+        return cls(shared_memory.SharedMemory(name=name), lock, owner=False)
+
+    @property
+    def name(self) -> str:
+        return self.shm.name
+
+    def release(self) -> None:
+        """Detach (and, for the producer, remove the segment)."""
+        self._hdr = None
+        self.buf.release()
+        self.buf = None
+        self.shm.close()
+        if self.owner:
+            self.shm.unlink()
+
+    # ------------------------------------------------------------------ header fields
+    @property
+    def dropped(self) -> int:
+        return int(self._hdr[_DROPPED])
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._hdr[_CLOSED])
+
+    def close(self) -> None:
+        """Producer: nothing more will come (the consumer drains and finishes)."""
+        with self.lock:
+            self._hdr[_CLOSED] = 1
+
+    @property
+    def consumer_state(self) -> int:
+        return int(self._hdr[_CONSUMER])
+
+    def set_consumer_state(self, state: int) -> None:
+        with self.lock:
+            self._hdr[_CONSUMER] = state
+
+    def note_dropped(self) -> None:
+        """Producer: count a message that was given up without a :meth:`put` (e.g. its topic's description did not fit)."""
+        self._hdr[_DROPPED] += 1
+
+    def pending_bytes(self) -> int:
+        with self.lock:
+            return int(self._hdr[_W]) - int(self._hdr[_R])
+
+    # ------------------------------------------------------------------ producer
+    def put(self, kind: int, topic_id: int, t_ns: int, payload) -> bool:
+        """Append one record and publish it; False (and counted in ``dropped``) if the ring is full."""
+        n = len(payload)
+        need = REC.size + _padded(n)
+        cap = self.capacity
+        w = self._w
+        off = w % cap
+        tail = cap - off
+        skip = tail if tail < need else 0          # the record starts again at offset 0
+        if w + skip + need - self._r_seen > cap:
+            with self.lock:
+                self._r_seen = int(self._hdr[_R])
+            if w + skip + need - self._r_seen > cap:
+                self._hdr[_DROPPED] += 1         # only the producer writes this word
+                return False
+        if skip:
+            if tail >= REC.size:
+                REC.pack_into(self.buf, off, 0, WRAP, 0, 0)
+            w += skip
+            off = 0
+        REC.pack_into(self.buf, off, n, kind, topic_id, t_ns)
+        self.buf[off + REC.size:off + REC.size + n] = payload
+        self._w = w + need
+        with self.lock:
+            self._hdr[_W] = self._w
+        return True
+
+    # ------------------------------------------------------------------ consumer
+    def read(self, limit: int = 4096) -> list[tuple[int, int, int, memoryview]]:
+        """Up to ``limit`` published records ``(kind, topic id, stamp ns, payload)``; the payloads are
+        views into the ring, valid until :meth:`consumed`."""
+        with self.lock:
+            w_pub = int(self._hdr[_W])
+        out = []
+        cap = self.capacity
+        r = self._r
+        while r < w_pub and len(out) < limit:
+            off = r % cap
+            if cap - off < REC.size:
+                r += cap - off
+                continue
+            n, kind, tid, t_ns = REC.unpack_from(self.buf, off)
+            if kind == WRAP:
+                r += cap - off
+                continue
+            out.append((kind, tid, t_ns, self.buf[off + REC.size:off + REC.size + n]))
+            r += REC.size + _padded(n)
+        self._r_next = r
+        return out
+
+    def consumed(self) -> None:
+        """Give the records returned by the last :meth:`read` back to the producer."""
+        self._r = self._r_next
+        with self.lock:
+            self._hdr[_R] = self._r

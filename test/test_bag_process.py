@@ -1,0 +1,263 @@
+"""Recording off the control core: fixed-layout records, the shared-memory ring, the recorder process.
+
+What must hold: a message packed by the control process and spliced by the recorder process is the
+message rclpy would have serialized (decoded by rclpy itself); a message whose shape changed is never
+spliced into an old template; the ring keeps order across wrap-around and counts what it drops; the
+recorder process writes every message it got (MCAP and sqlite3) and closes the bag when its producer
+dies; and through the container, both storages hold every topic, read back by readers that are not
+the one that wrote them (the ``mcap`` library; Python's ``sqlite3`` + rclpy).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.cdr_layout import MessageLayout
+from legged_wbc.ros.shm_ring import RecordRing
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = [f"leg{i // 3}_j{i % 3}" for i in range(18)]
+
+
+def _stack_messages(rng):
+    """One message of every type the stack publishes, with random numbers."""
+    r = lambda n: rng.normal(size=n)  # noqa: E731
+    q = np.r_[r(3), [0.0, 0.0, 0.0, 1.0], r(18)]
+    return {
+        "/joint_states": ros_io.joint_state_msg(int(rng.integers(1e12)), NAMES, r(18), r(18), r(18)),
+        "/imu": ros_io.imu_msg(int(rng.integers(1e12)), "base_link", [0.0, 0.0, 0.0, 1.0], r(3), r(3)),
+        "/estimator/odom": ros_io.odometry_msg(int(rng.integers(1e12)), q, r(24), "base_link"),
+        "/wbc/diagnostics": ros_io.float64_array_msg(r(14), "wbc[" + ",".join("abcdefghijklmn") + "]"),
+        "/clock": ros_io.clock_msg(int(rng.integers(1e12))),
+        "/bridge/command_latency": ros_io.command_latency_msg(list(range(7)), r(7)),
+    }
+
+
+def test_packed_messages_splice_into_what_rclpy_serializes():
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    rng = np.random.default_rng(3)
+    msgs = _stack_messages(rng)
+    layouts = {t: MessageLayout.from_message(m) for t, m in msgs.items()}   # checks its template itself
+    for _ in range(5):                          # new numbers, same shapes: the same layouts
+        new = _stack_messages(rng)
+        for topic, m in new.items():
+            data = layouts[topic].splicer.build(layouts[topic].pack(m))
+            assert deserialize_message(data, type(m)) == m, topic
+            ref = serialize_message(m)
+            assert len(data) == len(ref) and data[:4] == ref[:4] == b"\x00\x01\x00\x00", topic
+    # the payload is the numbers only: far smaller than the message for a named JointState
+    js = msgs["/joint_states"]
+    assert len(layouts["/joint_states"].pack(js)) == 8 + 3 * 18 * 8
+
+
+def test_a_changed_shape_is_never_spliced_into_an_old_template():
+    rng = np.random.default_rng(4)
+    msgs = _stack_messages(rng)
+    lay = {t: MessageLayout.from_message(m) for t, m in msgs.items()}
+    js = msgs["/joint_states"]
+    js.name = NAMES[:-1] + ["other"]                                 # a name
+    assert lay["/joint_states"].pack(js) is None
+    js.name = NAMES
+    js.position = list(range(17))                                    # a length
+    assert lay["/joint_states"].pack(js) is None
+    imu = msgs["/imu"]
+    imu.header.frame_id = "imu_link"                                 # a frame id
+    assert lay["/imu"].pack(imu) is None
+    diag = msgs["/wbc/diagnostics"]
+    diag.layout.dim[0].label = "changed in place"                    # inside a nested sequence
+    assert lay["/wbc/diagnostics"].pack(diag) is None
+    lat = ros_io.command_latency_msg([1, 2], [3.0, 4.0])             # a variable-length topic
+    assert lay["/bridge/command_latency"].pack(lat) is None
+
+
+def test_ring_keeps_order_across_wraparound_and_counts_drops():
+    ring = RecordRing.create(4096, mp.get_context("spawn").Lock())
+    reader = RecordRing.attach(ring.name, ring.lock)
+    try:
+        rng = np.random.default_rng(5)
+        sent, got = [], []
+        for i in range(3000):                   # ~40x the capacity, random sizes, read in random batches
+            payload = rng.bytes(int(rng.integers(0, 300)))
+            assert ring.put(0, i % 7, i, payload)
+            sent.append((i % 7, i, payload))
+            if rng.random() < 0.3 or ring.capacity - (ring._w - reader._r) < 700:
+                got += [(tid, t, bytes(p)) for _, tid, t, p in reader.read()]
+                reader.consumed()
+        got += [(tid, t, bytes(p)) for _, tid, t, p in reader.read()]
+        reader.consumed()
+        assert got == sent and ring.dropped == 0
+        # nobody reads: the ring fills, the producer never blocks and counts each record it gives up
+        n_ok = sum(ring.put(0, 1, 0, b"x" * 100) for _ in range(100))
+        assert 0 < n_ok < 100 and ring.dropped == 100 - n_ok
+        assert len(reader.read()) == n_ok         # what was accepted is intact
+    finally:
+        reader.release()
+        ring.release()
+
+
+def _read_mcap_independently(path: Path) -> dict:
+    """``{topic: [decoded messages]}`` with the ``mcap`` library's own ROS 2 decoder."""
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+
+    out: dict = {}
+    for f in sorted(path.glob("*.mcap")):
+        with open(f, "rb") as fh:
+            for _, channel, _, msg in make_reader(fh, decoder_factories=[DecoderFactory()]).iter_decoded_messages():
+                out.setdefault(channel.topic, []).append(msg)
+    return out
+
+
+def _read_sqlite_independently(path: Path) -> dict:
+    """``{topic: [rclpy messages]}`` with Python's sqlite3 and rclpy's deserializer."""
+    from rclpy.serialization import deserialize_message
+
+    from legged_wbc.ros.bag_writer import message_class
+
+    out: dict = {}
+    for f in sorted(path.glob("*.db3")):
+        con = sqlite3.connect(f)
+        topics = {i: (name, message_class(typ)) for i, name, typ in con.execute("SELECT id, name, type FROM topics")}
+        for tid, data in con.execute("SELECT topic_id, data FROM messages ORDER BY timestamp, id"):
+            name, cls = topics[tid]
+            out.setdefault(name, []).append(deserialize_message(bytes(data), cls))
+        con.close()
+    return out
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_recorder_process_writes_every_message(tmp_path, storage):
+    from rclpy.serialization import serialize_message
+
+    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.bag_writer import message_class
+
+    rng = np.random.default_rng(6)
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, storage, "controller=cbf", ring_bytes=1 << 20)
+    sent: dict = {}
+    for k in range(300):
+        for topic, m in _stack_messages(rng).items():
+            if k % 50 == 0 and topic == "/bridge/command_latency":
+                m = ros_io.command_latency_msg(list(range(k % 13)), rng.normal(size=k % 13))   # new shapes
+            sink.add_topic(topic, ros_io_type(m))
+            if topic == "/clock":               # as from DDS: serialized bytes
+                sink.write(topic, k * 1000, serialize_message(m))
+            else:
+                sink.write_message(topic, k * 1000, m)
+            sent.setdefault(topic, []).append(m)
+    assert sink.close() == 0
+    assert (bag / "metadata.yaml").is_file()
+    read = _read_mcap_independently(bag) if storage == "mcap" else _read_sqlite_independently(bag)
+    assert sorted(read) == sorted(sent)
+    from rclpy.serialization import deserialize_message
+
+    for topic, msgs in sent.items():
+        assert len(read[topic]) == len(msgs), topic
+        cls = message_class(ros_io_type(msgs[0]))
+        for a, b in zip(msgs, read[topic]):
+            if storage == "sqlite3":
+                assert a == b, topic
+            else:   # mcap_ros2 decodes to its own classes: compare through rclpy
+                assert a == deserialize_message(serialize_message(a), cls)
+                assert _same_numbers(a, b), topic
+
+
+def ros_io_type(m) -> str:
+    from legged_wbc.ros.cdr_layout import message_type_name
+
+    return message_type_name(m)
+
+
+def _same_numbers(a, b) -> bool:
+    """Field-by-field equality of an rclpy message and a decoded one (any class with the same fields)."""
+    for name in a.get_fields_and_field_types():
+        x, y = getattr(a, name), getattr(b, name)
+        if hasattr(x, "get_fields_and_field_types"):
+            if not _same_numbers(x, y):
+                return False
+        elif isinstance(x, (list, tuple)) and x and hasattr(x[0], "get_fields_and_field_types"):
+            if len(x) != len(y) or not all(_same_numbers(u, v) for u, v in zip(x, y)):
+                return False
+        elif isinstance(x, str) or np.isscalar(x):
+            if x != y:
+                return False
+        elif not np.array_equal(np.asarray(x), np.asarray(y)):
+            return False
+    return True
+
+
+PRODUCER = """
+import os, signal, sys, time
+import numpy as np
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.bag_process import ShmBagSink
+sink = ShmBagSink(sys.argv[1], "mcap", "", ring_bytes=1 << 20)
+sink.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+m = ros_io.joint_state_msg(0, [f"j{i}" for i in range(18)], np.zeros(18), np.zeros(18), np.zeros(18))
+for k in range(500):
+    ros_io.fill_joint_state(m, ros_io.time_msg(k * 1000000), np.full(18, k), np.zeros(18), np.zeros(18))
+    sink.write_message("/joint_states", k * 1000000, m)
+print(sink.proc.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)      # dies without closing anything
+"""
+
+
+def test_recorder_process_closes_the_bag_when_the_container_dies(tmp_path):
+    bag = tmp_path / "orphan"
+    p = subprocess.run([sys.executable, "-c", PRODUCER, str(bag)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    child = int(p.stdout.split()[0])
+    t_end = time.monotonic() + 60
+    while not (bag / "metadata.yaml").is_file():
+        assert time.monotonic() < t_end, "the orphaned recorder process never closed the bag"
+        time.sleep(0.1)
+    while _alive(child) and time.monotonic() < t_end:
+        time.sleep(0.1)
+    msgs = _read_mcap_independently(bag)["/joint_states"]
+    assert [m.position[0] for m in msgs] == list(range(500))      # everything the producer put in
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_container_records_both_storages_completely(tmp_path, ros_env, storage):
+    """Through the container (the recorder process behind it), each storage holds every topic from
+    tick 0; read back by a reader other than rosbags. (sqlite3 wrote 0 messages through the container
+    before: SQLite objects cannot cross threads.)"""
+    bag = tmp_path / f"bag_{storage}"
+    p = subprocess.run([str(ROOT / ".venv/bin/legged-wbc"), "launch", "walking_sim", "controller:=cbf",
+                        "scenario:=nominal", "duration:=1", f"record:={bag}", f"storage:={storage}"],
+                       env=ros_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert "0 dropped" in p.stdout, p.stdout[-3000:]
+    read = _read_mcap_independently(bag) if storage == "mcap" else _read_sqlite_independently(bag)
+    expect = {"/clock": 1001, "/joint_states": 1001, "/imu": 1001, "/ground_truth/odom": 501,
+              "/ground_truth/contacts": 501, "/disturbance": 501, "/estimator/odom": 501, "/estimator/support": 501,
+              "/estimator/tau_ext": 501, "/estimator/diagnostics": 501, "/joint_torque_cmd": 501,
+              "/wbc/relative_pitch": 501, "/wbc/diagnostics": 501}
+    for topic, n in expect.items():
+        assert len(read.get(topic, [])) == n, (topic, len(read.get(topic, [])))
+    stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in read["/joint_torque_cmd"]]
+    assert stamps == list(range(0, 1_000_000_001, 2_000_000))
+    assert len(read["/bridge/diagnostics"]) >= 10 and len(read["/bridge/command_latency"]) >= 9
