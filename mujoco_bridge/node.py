@@ -16,6 +16,7 @@ import numpy as np
 
 from legged_wbc.model import RobotModel
 from legged_wbc.robot import ConfigError
+from legged_wbc.ros import adapters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
@@ -25,12 +26,10 @@ from mujoco_bridge.scheduler import PHYSICS_DT_NS, BridgeScheduler
 
 
 def _make_node_class():
-    from nav_msgs.msg import Odometry
     from rclpy.duration import Duration
     from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from rosgraph_msgs.msg import Clock
-    from sensor_msgs.msg import Imu, JointState
+    from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
     class MujocoBridge(Node):
@@ -62,12 +61,24 @@ def _make_node_class():
 
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            F64 = Float64MultiArray
-            (self.pub_js, self.pub_imu, self.pub_clock, self.pub_dist, self.pub_odom, self.pub_contacts, self.pub_diag,
-             self.pub_latency) = [ros_io.create_publisher(self, typ, topic, qos) for typ, topic in (
-                 (JointState, ros_io.TOPIC_JOINT_STATES), (Imu, ros_io.TOPIC_IMU), (Clock, ros_io.TOPIC_CLOCK),
-                 (F64, ros_io.TOPIC_DISTURBANCE), (Odometry, ros_io.TOPIC_GT_ODOM), (F64, ros_io.TOPIC_GT_CONTACTS),
-                 (F64, ros_io.TOPIC_BRIDGE_DIAGNOSTICS), (F64, ros_io.TOPIC_COMMAND_LATENCY))]
+            nz, zero_n = self.sim.noise, np.zeros(self.n)
+            # the messages, built once with their constant parts; values in, filled only for whoever needs a message
+            A = adapters
+            published = (
+                (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, zero_n, zero_n, zero_n)),
+                 ros_io.TOPIC_JOINT_STATES),
+                (A.ImuAdapter(ros_io.imu_msg(0, self.robot.cfg.base_link, [0, 0, 0, 1], [0, 0, 0], [0, 0, 0],
+                                             gyro_var=nz.gyro ** 2, accel_var=nz.accel ** 2)), ros_io.TOPIC_IMU),
+                (A.ClockAdapter(ros_io.clock_msg(0)), ros_io.TOPIC_CLOCK),
+                (A.ArrayAdapter(ros_io.float64_array_msg(zero_n, ros_io.DISTURBANCE_LABEL)), ros_io.TOPIC_DISTURBANCE),
+                (A.OdometryAdapter(ros_io.odometry_msg(0, self.q0, np.zeros(self.n + 6),
+                                                       child_frame_id=self.robot.cfg.base_link)), ros_io.TOPIC_GT_ODOM),
+                (A.ArrayAdapter(ros_io.contacts_msg(np.zeros(len(self.leg_names)), self.leg_names)),
+                 ros_io.TOPIC_GT_CONTACTS))
+            (self.pub_js, self.pub_imu, self.pub_clock, self.pub_dist, self.pub_odom, self.pub_contacts) = [
+                ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in published]
+            self.pub_diag, self.pub_latency = [ros_io.create_publisher(self, Float64MultiArray, topic, qos) for topic in
+                                               (ros_io.TOPIC_BRIDGE_DIAGNOSTICS, ros_io.TOPIC_COMMAND_LATENCY)]
             self._pubs = [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
                           self.pub_diag, self.pub_latency]
             cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
@@ -75,12 +86,13 @@ def _make_node_class():
             self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
                                                            timed=cfg.command_timing == "stamped")
             self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
-                                                      cmd_qos)
+                                                      cmd_qos, adapter=adapters.JointStateAdapter)
             self._leg_order = ros_io.JointOrder(self.leg_names)
             self.sub_support = self.viewer = None
             if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
                 self.sub_support = ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT,
-                                                              self._on_support, cmd_qos)
+                                                              self._on_support, cmd_qos,
+                                                              adapter=adapters.JointStateAdapter)
                 self.sched.wait_for_support = True
             if cfg.viewer:   # its own MjData, synced by its own thread (off the physics path); else headless
                 from legged_wbc.tools.viewer import open_viewer
@@ -89,16 +101,6 @@ def _make_node_class():
                 if not self.viewer.active:
                     log.warning(f"viewer requested but unavailable: {self.viewer.reason}")
                     self.viewer = None
-            nz, zero_n = self.sim.noise, np.zeros(self.n)
-            self._msgs = {
-                "clock": ros_io.clock_msg(0),
-                "js": ros_io.joint_state_msg(0, self.joint_names, zero_n, zero_n, zero_n),
-                "imu": ros_io.imu_msg(0, self.robot.cfg.base_link, [0, 0, 0, 1], [0, 0, 0], [0, 0, 0],
-                                      gyro_var=nz.gyro ** 2, accel_var=nz.accel ** 2),
-                "odom": ros_io.odometry_msg(0, self.q0, np.zeros(self.n + 6), child_frame_id=self.robot.cfg.base_link),
-                "contacts": ros_io.contacts_msg(np.zeros(len(self.leg_names)), self.leg_names),
-                "dist": ros_io.float64_array_msg(zero_n, ros_io.DISTURBANCE_LABEL),
-            }
             log.info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
                      f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
                      f"initial base height {self.q0[2]:.3f} m")
@@ -112,20 +114,21 @@ def _make_node_class():
             self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
 
         # ------------------------------------------------------------ inputs (executor thread, or in publish)
-        def _on_command(self, msg) -> None:
+        def _on_command(self, sample: adapters.JointSample) -> None:
             try:
-                cmd = self.cmd_decoder.decode(msg)
+                cmd = self.cmd_decoder.decode_fields(sample.stamp_ns, sample.names, sample.effort)
             except ros_io.CommandError as exc:
                 self.sched.reject(str(exc), kind=exc.kind)
                 return
             self.sched.offer_command(cmd)
 
-        def _on_support(self, msg) -> None:
-            tick = self.sched.tick_of_stamp(ros_io.stamp_ns(msg)) if self.wall_stamps else ros_io.tick_from_stamp(msg)
+        def _on_support(self, sample: adapters.JointSample) -> None:
+            ns = sample.stamp_ns
+            tick = self.sched.tick_of_stamp(ns) if self.wall_stamps else ros_io.tick_from_stamp(ns)
             if tick is None:
                 return
             try:
-                flags = self._leg_order.arrays(msg)[0]
+                flags = self._leg_order.arrays_of(sample.names, sample.position, sample.velocity, sample.effort)[0]
             except ValueError as exc:
                 self.get_logger().warning(f"{ros_io.TOPIC_EST_SUPPORT}: {exc}", throttle_duration_sec=5.0)
                 return
@@ -151,30 +154,23 @@ def _make_node_class():
             """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: the sensors
             ROS time now). Message objects are reused; topics nobody subscribes to are skipped."""
             t_ns = step * PHYSICS_DT_NS
-            stamp = ros_io.time_msg(t_ns)
-            sensor_stamp = self.get_clock().now().to_msg() if self.wall_stamps else stamp
+            sensor_ns = self.get_clock().now().nanoseconds if self.wall_stamps else t_ns
             if self.untimed:
-                self.sched.note_sample(ros_io.stamp_ns(sensor_stamp), step)   # untimed answers name it
+                self.sched.note_sample(sensor_ns, step)   # untimed answers name it
             s = self.sim.sensors()
-            m = self._msgs
-            if self.pub_clock.get_subscription_count():
-                m["clock"].clock = stamp
-                self.pub_clock.publish(m["clock"])
-            ros_io.fill_joint_state(m["js"], sensor_stamp, s.joint_pos, s.joint_vel, s.joint_effort)
-            self.pub_js.publish(m["js"])
-            ros_io.fill_imu(m["imu"], sensor_stamp, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel)
-            self.pub_imu.publish(m["imu"])
+            if ros_io.has_subscribers(self.pub_clock):
+                self.pub_clock.publish_value(t_ns)
+            self.pub_js.publish_value(adapters.JointSample(sensor_ns, self.joint_names, s.joint_pos, s.joint_vel,
+                                                           s.joint_effort))
+            self.pub_imu.publish_value(adapters.ImuSample(sensor_ns, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel))
             if step % self.cfg.ground_truth_decimation == 0:
-                if self.pub_odom.get_subscription_count():
+                if ros_io.has_subscribers(self.pub_odom):
                     q, v = self.sim.ground_truth()
-                    ros_io.fill_odometry(m["odom"], stamp, q, v)
-                    self.pub_odom.publish(m["odom"])
-                if self.pub_contacts.get_subscription_count():
-                    m["contacts"].data = ros_io.dvec(self.sim.foot_contacts())
-                    self.pub_contacts.publish(m["contacts"])
-                if self.pub_dist.get_subscription_count():
-                    m["dist"].data = ros_io.dvec(self.physics.dist_applied)
-                    self.pub_dist.publish(m["dist"])
+                    self.pub_odom.publish_value(adapters.OdomSample(t_ns, q[:7], v[:6]))
+                if ros_io.has_subscribers(self.pub_contacts):
+                    self.pub_contacts.publish_value(self.sim.foot_contacts().astype(float))
+                if ros_io.has_subscribers(self.pub_dist):
+                    self.pub_dist.publish_value(self.physics.dist_applied)
             if t_ns >= self.sched.diag_next_ns:
                 self.publish_diagnostics()
             if self.viewer is not None:
@@ -232,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:                 # also ParameterSchemaError
         print(f"mujoco_bridge: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:                  # Ctrl-C / the launch shutting down before the loop started
+        return 130
     finally:
         spinning.clear()
         if spin is not None:

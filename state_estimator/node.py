@@ -38,6 +38,7 @@ import sys
 
 import numpy as np
 
+from legged_wbc.ros import adapters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.io import TickSync
 from legged_wbc.ros.params import NodeParameters
@@ -46,9 +47,7 @@ from legged_wbc.ros.params import NodeParameters
 def _make_node_class():
     from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from nav_msgs.msg import Odometry
     from sensor_msgs.msg import Imu, JointState
-    from std_msgs.msg import Float64MultiArray
 
     from legged_wbc.gait import GaitConfig, GaitScheduler
     from legged_wbc.model import RobotModel
@@ -87,36 +86,42 @@ def _make_node_class():
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
-            ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos)
-            self.pub_odom = ros_io.create_publisher(self, Odometry, ros_io.TOPIC_EST_ODOM, qos)
-            self.pub_support = ros_io.create_publisher(self, JointState, ros_io.TOPIC_EST_SUPPORT, qos)
-            self.pub_tau_ext = ros_io.create_publisher(self, JointState, ros_io.TOPIC_EST_TAU_EXT, qos)
-            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_EST_DIAG, qos)
+            A = adapters
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos,
+                                       adapter=A.JointStateAdapter)
+            ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos, adapter=A.ImuAdapter)
             legs, n, zeros_legs = ",".join(self.leg_names), self.rm.n, np.zeros(len(self.leg_names))
-            # the messages of a tick, built once and refilled (ros_io.fill_*), as the bridge does
-            self.msg_diag = ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 1), (
-                f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),vel_used({legs}),height_raw_m]"))
-            self.msg_tau_ext = ros_io.joint_state_msg(0, self.joint_names, np.zeros(n), np.zeros(n), np.zeros(n))
-            self.msg_support = ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)
-            self.msg_odom = ros_io.odometry_msg(0, self.rm.stance_configuration(), np.zeros(6), self.base_frame)
+            self._zeros_n = np.zeros(n)
+            # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
+            diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),vel_used({legs}),"
+                          "height_raw_m]")
+            self.pub_odom, self.pub_support, self.pub_tau_ext, self.pub_diag = [
+                ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
+                    (A.OdometryAdapter(ros_io.odometry_msg(0, self.rm.stance_configuration(), np.zeros(6),
+                                                           self.base_frame)), ros_io.TOPIC_EST_ODOM),
+                    (A.JointStateAdapter(ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs,
+                                                                zeros_legs)), ros_io.TOPIC_EST_SUPPORT),
+                    (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, np.zeros(n), np.zeros(n),
+                                                                np.zeros(n))), ros_io.TOPIC_EST_TAU_EXT),
+                    (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 1), diag_label)),
+                     ros_io.TOPIC_EST_DIAG))]
 
         def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:
             self._pending_cfg = cfg.estimator   # applied at the next tick (StateEstimator.set_config)
 
         def _resend(self) -> None:
             """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
-            for pub, msg in self._last_out:
-                pub.publish(msg)
+            for pub, value in self._last_out:
+                pub.publish_value(value)
 
         def _reject(self, what: str, reason: str) -> None:
             self.rejected += 1
             self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
 
-        def _on_js(self, msg) -> None:
+        def _on_js(self, msg: adapters.JointSample) -> None:
             if self.samples is not None:
                 return self._on_js_sample(msg)
-            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            tick = ros_io.tick_from_stamp(msg.stamp_ns)
             if tick is None:
                 return
             status = self.sync.status(tick)
@@ -129,27 +134,27 @@ def _make_node_class():
         def _joint_arrays(self, msg):
             """The sample's (position, velocity, effort) in our joint order, or None (rejected, logged)."""
             try:
-                arrays = self.order.arrays(msg)
+                arrays = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
             except ValueError as exc:
                 return self._reject("joint state", str(exc))
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("joint state", "NaN/inf or missing fields")
             return arrays
 
-        def _on_imu(self, msg) -> None:
+        def _on_imu(self, msg: adapters.ImuSample) -> None:
             if self.samples is not None:
                 return self._on_imu_sample(msg)
-            tick = ros_io.tick_from_stamp(msg.header.stamp)
+            tick = ros_io.tick_from_stamp(msg.stamp_ns)
             if tick is None or self.sync.status(tick) != TickSync.NEW:
                 return
-            arrays = ros_io.imu_arrays(msg)
+            arrays = msg[1:]
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("imu", "NaN/inf")
             self._run_tick(tick, self.sync.add(tick, "imu", arrays))
 
         # ---------------------------------------------------- input_timing: sample
-        def _on_js_sample(self, msg) -> None:
-            ns = ros_io.stamp_ns(msg.header.stamp)
+        def _on_js_sample(self, msg: adapters.JointSample) -> None:
+            ns = msg.stamp_ns
             status = self.samples.status(ns)
             if status != ros_io.SampleTicks.NEW:
                 return self._resend() if status == ros_io.SampleTicks.REPEAT else None
@@ -161,11 +166,11 @@ def _make_node_class():
                 return
             self._sample_tick(ns, arrays)
 
-        def _on_imu_sample(self, msg) -> None:
-            ns = ros_io.stamp_ns(msg.header.stamp)
+        def _on_imu_sample(self, msg: adapters.ImuSample) -> None:
+            ns = msg.stamp_ns
             if self._imu is not None and ns < self._imu[0]:
                 return                      # out of order: keep the newest
-            arrays = ros_io.imu_arrays(msg)
+            arrays = msg[1:]
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("imu", "NaN/inf")
             self._imu = (ns, arrays)
@@ -199,14 +204,13 @@ def _make_node_class():
             tau_ext[self.leg_joint_flat] = e.tau_ext.reshape(-1)
             diag = np.concatenate([e.vel_d2, e.vel_inflation, e.vel_excluded.astype(float), e.vel_used.astype(float),
                                    [e.height_raw]])
-            stamp = ros_io.time_msg(t_ns)
-            self.msg_diag.data = ros_io.dvec(diag)
-            ros_io.fill_joint_state(self.msg_tau_ext, stamp, effort=tau_ext)     # position, velocity: zeros
-            ros_io.fill_joint_state(self.msg_support, stamp, e.support.astype(float), e.touchdown.astype(float),
-                                    e.td_score)
-            ros_io.fill_odometry(self.msg_odom, stamp, e.q, e.v)
-            self._last_out = [(self.pub_diag, self.msg_diag), (self.pub_tau_ext, self.msg_tau_ext),
-                              (self.pub_support, self.msg_support), (self.pub_odom, self.msg_odom)]
+            z = self._zeros_n
+            self._last_out = [
+                (self.pub_diag, diag),
+                (self.pub_tau_ext, adapters.JointSample(t_ns, self.joint_names, z, z, tau_ext)),
+                (self.pub_support, adapters.JointSample(t_ns, self.leg_names, e.support.astype(float),
+                                                        e.touchdown.astype(float), np.asarray(e.td_score, dtype=float))),
+                (self.pub_odom, adapters.OdomSample(t_ns, e.q[:7], e.v[:6]))]
             if tick == 0:
                 ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
             self._resend()

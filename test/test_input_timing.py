@@ -108,10 +108,12 @@ def test_wall_stamps_need_realtime_and_untimed(kw, msg):
 
 
 class FakePub:
-    """Records what a node publishes (and matches no one, so the start-up wait returns at once)."""
+    """Records what a node publishes, as messages (and matches no one, so the start-up wait returns at
+    once). ``adapter``: the replaced publisher's (values are filled into its message, as for DDS)."""
 
-    def __init__(self, topic: str):
+    def __init__(self, topic: str, adapter=None):
         self.topic_name = topic
+        self.adapter = adapter
         self.msgs: list = []
 
     def get_subscription_count(self):
@@ -119,6 +121,18 @@ class FakePub:
 
     def publish(self, msg):
         self.msgs.append(copy.deepcopy(msg))        # the bridge refills its message objects in place
+
+    def publish_value(self, value):
+        self.publish(self.adapter.to_ros(value))
+
+
+def _v(msg):
+    """The value a node's subscription gets for ``msg`` (what arrives through DDS is adapted so)."""
+    from legged_wbc.ros import adapters
+
+    kind = {"JointState": adapters.JointStateAdapter, "Imu": adapters.ImuAdapter,
+            "Odometry": adapters.OdometryAdapter}[type(msg).__name__]
+    return kind.to_value(msg)
 
 
 def _estimator(ctx, timing: str):
@@ -129,7 +143,7 @@ def _estimator(ctx, timing: str):
     node = _make_node_class()(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
                                                                 Parameter("input_timing", value=timing)])
     for name in ("pub_odom", "pub_support", "pub_tau_ext", "pub_diag"):
-        setattr(node, name, FakePub(name))
+        setattr(node, name, FakePub(name, getattr(node, name).adapter))
     calls = []
     update = node.est.update
     node.est.update = lambda t, *a: calls.append(t) or update(t, *a)
@@ -144,7 +158,7 @@ def _controller(ctx, timing: str):
     node = _make_node_class()(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
                                                                 Parameter("input_timing", value=timing)])
     for name in ("pub_cmd", "pub_pitch", "pub_diag"):
-        setattr(node, name, FakePub(name))
+        setattr(node, name, FakePub(name, getattr(node, name).adapter))
     ts = []
     update = node.ctl.update
     node.ctl.update = lambda inp: ts.append(inp.t) or update(inp)
@@ -173,13 +187,13 @@ def _feed(est, ctl, rm, samples, stamps, imu_stamps=None):
         js = ros_io.joint_state_msg(ns, rm.joint_names, s[0], s[1], s[2])
         imu_ns = ns if imu_stamps is None else imu_stamps[i]
         if imu_ns is not None:
-            est._on_imu(ros_io.imu_msg(imu_ns, "base", s[3], s[4], s[5]))
-        est._on_js(js)
+            est._on_imu(_v(ros_io.imu_msg(imu_ns, "base", s[3], s[4], s[5])))
+        est._on_js(_v(js))
         if ctl is not None:
-            ctl._on_js(js)
+            ctl._on_js(_v(js))
             for j, (p, cb) in enumerate(zip(pubs, (ctl._on_odom, ctl._on_support, ctl._on_tau_ext))):
                 for m in p.msgs[seen[j]:]:
-                    cb(m)
+                    cb(_v(m))
                 seen[j] = len(p.msgs)
 
 
@@ -266,14 +280,14 @@ def test_sample_mode_start_up_waits_for_the_first_imu_and_answers_repeats(ros_co
     est, est_t = _estimator(ros_context, "sample")
     rm, s = est.rm, _samples(est.rm, 3)[0]
     js = ros_io.joint_state_msg(W0, rm.joint_names, s[0], s[1], s[2])
-    est._on_js(js)                                  # no IMU yet: held
+    est._on_js(_v(js))                              # no IMU yet: held
     assert est_t == [] and not est.pub_odom.msgs
-    est._on_imu(ros_io.imu_msg(W0 - 300_000, "base", s[3], s[4], s[5]))
+    est._on_imu(_v(ros_io.imu_msg(W0 - 300_000, "base", s[3], s[4], s[5])))
     assert est_t == [0.0] and [ros_io.stamp_ns(m) for m in est.pub_odom.msgs] == [W0]
-    est._on_js(js)                                  # the same sample again (a re-publication): answered again
+    est._on_js(_v(js))                              # the same sample again (a re-publication): answered again
     assert est_t == [0.0] and len(est.pub_odom.msgs) == 2
     late = ros_io.joint_state_msg(W0 + 30 * MS, rm.joint_names, s[0], s[1], s[2])
-    est._on_js(late)                                # the newest IMU is 30.3 ms old: rejected, no tick
+    est._on_js(_v(late))                            # the newest IMU is 30.3 ms old: rejected, no tick
     assert est_t == [0.0] and est.rejected == 1
 
 
@@ -289,9 +303,10 @@ def test_bridge_wall_stamps_sensors_keeps_sim_time_for_ground_truth(ros_context)
         Parameter("mode", value="realtime"), Parameter("command_timing", value="untimed"),
         Parameter("sample_stamps", value="wall")])
     try:
-        fakes = {name: FakePub(name) for name in ("pub_js", "pub_imu", "pub_odom", "pub_clock")}
+        fakes = {name: FakePub(name, getattr(node, name).adapter) for name in ("pub_js", "pub_imu", "pub_odom",
+                                                                                 "pub_clock")}
         for name, pub in fakes.items():
-            pub.get_subscription_count = lambda: 1
+            pub.get_subscription_count = pub.has_subscribers = lambda: 1
             setattr(node, name, pub)
         before = time.time_ns()
         for step in (1, 2):
@@ -303,9 +318,9 @@ def test_bridge_wall_stamps_sensors_keeps_sim_time_for_ground_truth(ros_context)
         assert [ros_io.stamp_ns(m) for m in fakes["pub_odom"].msgs] == [2 * MS]  # ground truth: sim time
         assert ros_io.stamp_ns(fakes["pub_clock"].msgs[-1].clock) == 2 * MS
         assert node.sched.tick_of_stamp(js[0]) == 0 and node.sched.tick_of_stamp(js[1]) == 1
-        node._on_command(ros_io.torque_command_msg(js[1], node.joint_names, np.zeros(node.n)))
+        node._on_command(_v(ros_io.torque_command_msg(js[1], node.joint_names, np.zeros(node.n))))
         assert node.sched.timing._arrived.keys() == {1} and node.sched.counters["rejected_commands"] == 0
-        node._on_support(ros_io.joint_state_msg(js[1], node.leg_names, np.ones(6), np.zeros(6), np.zeros(6)))
+        node._on_support(_v(ros_io.joint_state_msg(js[1], node.leg_names, np.ones(6), np.zeros(6), np.zeros(6))))
         # the estimated support of a wall-stamped sample reaches the disturbance gating (only subscribed with
         # a disturbance scenario; the mapping is the same)
         assert node.sched.support_estimate(1) is not None and node.sched.support_estimate(1).all()

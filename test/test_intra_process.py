@@ -135,9 +135,10 @@ def test_bus_hands_messages_over_in_process_and_on_dds_only_when_asked(ros_conte
     ext.create_subscription(JointState, "/js", lambda msg: ext_got.append(msg), 10)
     ex_out = SingleThreadedExecutor(context=outside)
     ex_out.add_node(ext)
-    t_end = time.monotonic() + 10
-    while pub.pub.get_subscription_count() == 0 and time.monotonic() < t_end:
-        time.sleep(0.02)
+    ex_in = SingleThreadedExecutor(context=inside)
+    ex_in.add_node(a)
+    # the publisher learns of the match from its matched event (the container's executor thread spins it)
+    assert _spin_until(ex_in, lambda: pub.dds_subscription_count() == 1)
     for k in range(2, 5):
         pub.publish(_js(k))
     assert _spin_until(ex_out, lambda: len(ext_got) == 3), ext_got
@@ -145,7 +146,6 @@ def test_bus_hands_messages_over_in_process_and_on_dds_only_when_asked(ros_conte
     assert pub.dds_published == 3 and len(got) == 4    # in-process: each message exactly once
 
     # a topic published outside reaches the composed subscriber through DDS
-    ex_in = SingleThreadedExecutor(context=inside)
     ex_in.add_node(b)
     opub = ext.create_publisher(String, "from_outside", 10)
     t_end = time.monotonic() + 10

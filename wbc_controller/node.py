@@ -38,6 +38,7 @@ import sys
 
 import numpy as np
 
+from legged_wbc.ros import adapters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.params import NodeParameters
 
@@ -93,18 +94,24 @@ def _make_node_class():
             self.rejected = 0
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=P.qos_depth,
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos)
-            ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos)
-            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos)
-            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos)
-            self.pub_cmd = ros_io.create_publisher(self, JointState, ros_io.TOPIC_TORQUE_CMD, qos)
-            self.pub_pitch = ros_io.create_publisher(self, JointState, ros_io.TOPIC_WBC_PITCH, qos)
-            self.pub_diag = ros_io.create_publisher(self, Float64MultiArray, ros_io.TOPIC_WBC_DIAG, qos)
-            # the messages of a tick, built once and refilled (ros_io.fill_*), as the bridge does
+            A = adapters
+            JS = A.JointStateAdapter
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos, adapter=JS)
+            ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos,
+                                       adapter=A.OdometryAdapter)
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos, adapter=JS)
+            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos, adapter=JS)
+            # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
             zeros_legs, zeros_n = np.zeros(len(self.leg_names)), np.zeros(self.rm.n)
-            self.msg_pitch = ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)
-            self.msg_diag = ros_io.float64_array_msg(np.zeros(len(DIAG_FIELDS)), "wbc[" + ",".join(DIAG_FIELDS) + "]")
-            self.msg_cmd = ros_io.torque_command_msg(0, self.joint_names, zeros_n)
+            self._nan_n = np.full(self.rm.n, np.nan)    # the command's position / velocity: "not commanded"
+            self.pub_cmd, self.pub_pitch, self.pub_diag = [
+                ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
+                    (JS(ros_io.torque_command_msg(0, self.joint_names, zeros_n)), ros_io.TOPIC_TORQUE_CMD),
+                    (JS(ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)),
+                     ros_io.TOPIC_WBC_PITCH),
+                    (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(len(DIAG_FIELDS)),
+                                                             "wbc[" + ",".join(DIAG_FIELDS) + "]")),
+                     ros_io.TOPIC_WBC_DIAG))]
             self.pub_forward, self._forward_idx = None, None
             if P.forward_command_topic:
                 # ros2_control's forward_command_controller (e.g. effort_controllers/JointGroupEffortController)
@@ -118,8 +125,8 @@ def _make_node_class():
                     from legged_wbc.robot import ConfigError
 
                     raise ConfigError(f"forward_command_joints: {exc}") from None
-                self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos)
-                self.msg_forward = Float64MultiArray()
+                self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos,
+                                                           adapter=A.ArrayAdapter(Float64MultiArray()))
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                    f"scenario {P.scenario}")
 
@@ -128,9 +135,9 @@ def _make_node_class():
             self._pending_cfg = cfg.wbc  # applied at the next tick
 
         # -------------------------------------------------------------- inputs
-        def _tick_key(self, msg) -> int | None:
+        def _tick_key(self, value) -> int | None:
             """The tick of a sample (``tick_grid``; None between ticks) or its stamp [ns] (``sample``)."""
-            return ros_io.tick_from_stamp(msg.header.stamp) if self.samples is None else ros_io.stamp_ns(msg)
+            return ros_io.tick_from_stamp(value.stamp_ns) if self.samples is None else value.stamp_ns
 
         def _slot(self, tick: int | None, key: str, value) -> None:
             if tick is None:
@@ -146,43 +153,43 @@ def _make_node_class():
 
         def _resend(self) -> None:
             """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
-            for pub, msg in self._last_out:
-                pub.publish(msg)
+            for pub, value in self._last_out:
+                pub.publish_value(value)
 
         def _reject(self, what: str, reason: str) -> None:
             self.rejected += 1
             self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
 
-        def _on_js(self, msg) -> None:
+        def _on_js(self, msg: adapters.JointSample) -> None:
             tick = self._tick_key(msg)
             if tick is None or (self.samples is not None and self.samples.status(tick) == ros_io.SampleTicks.SKIP):
                 return                      # between ticks (1 kHz samples): nothing to parse
             try:
-                pos, vel, _ = self.order.arrays(msg)
+                pos, vel, _ = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
             except ValueError as exc:
                 return self._reject("joint state", str(exc))
             if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(vel))):
                 return self._reject("joint state", "NaN/inf or missing position/velocity")
             self._slot(tick, "js", (pos, vel))
 
-        def _on_odom(self, msg) -> None:
-            qb, vb = ros_io.odometry_arrays(msg)
+        def _on_odom(self, msg: adapters.OdomSample) -> None:
+            qb, vb = msg.q, msg.v
             if not (np.all(np.isfinite(qb)) and np.all(np.isfinite(vb))):
                 return self._reject("odometry", "NaN/inf")
             self._slot(self._tick_key(msg), "odom", (qb, vb))
 
-        def _on_support(self, msg) -> None:
+        def _on_support(self, msg: adapters.JointSample) -> None:
             try:
-                sup, _, _ = self.legs_order.arrays(msg)
+                sup, _, _ = self.legs_order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
             except ValueError as exc:
                 return self._reject("support", str(exc))
             if not np.all(np.isfinite(sup)):
                 return self._reject("support", "NaN")
             self._slot(self._tick_key(msg), "support", sup > 0.5)
 
-        def _on_tau_ext(self, msg) -> None:
+        def _on_tau_ext(self, msg: adapters.JointSample) -> None:
             try:
-                _, _, eff = self.order.arrays(msg)
+                _, _, eff = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
             except ValueError as exc:
                 return self._reject("tau_ext", str(exc))
             if not np.all(np.isfinite(eff)):
@@ -220,14 +227,13 @@ def _make_node_class():
                     diag.total_failures, diag.safe_stop, self.rejected, diag.body_error_rpy[0], diag.body_error_rpy[1]]
             if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
                 self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
-            stamp = ros_io.time_msg(t_ns)
-            ros_io.fill_joint_state(self.msg_pitch, stamp, diag.theta, diag.theta_dot, diag.cbf_active.astype(float))
-            self.msg_diag.data = ros_io.dvec(vals)
-            ros_io.fill_torque_command(self.msg_cmd, stamp, out.tau)
-            self._last_out = [(self.pub_pitch, self.msg_pitch), (self.pub_diag, self.msg_diag), (self.pub_cmd, self.msg_cmd)]
+            self._last_out = [
+                (self.pub_pitch, adapters.JointSample(t_ns, self.leg_names, diag.theta, diag.theta_dot,
+                                                      diag.cbf_active.astype(float))),
+                (self.pub_diag, np.array(vals, dtype=float)),
+                (self.pub_cmd, adapters.JointSample(t_ns, self.joint_names, self._nan_n, self._nan_n, out.tau))]
             if self.pub_forward is not None:
-                self.msg_forward.data = ros_io.dvec(out.tau[self._forward_idx])
-                self._last_out.append((self.pub_forward, self.msg_forward))
+                self._last_out.append((self.pub_forward, out.tau[self._forward_idx]))
             if first:
                 # the first command must reach every subscriber (bridge, recorder) that is in the graph
                 ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)

@@ -38,6 +38,7 @@ from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
 KIND_DATA, KIND_RAW, KIND_TOPIC = 0, 1, 2
 POLL_S = 0.002          # recorder process: sleep when the ring is empty [s]
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
+COMMIT_BYTES = 1 << 16  # write_message: publish at the latest after this many bytes (else at flush())
 
 
 class RecorderProcessError(RuntimeError):
@@ -62,6 +63,7 @@ class ShmBagSink:
         self.counts: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._layouts: dict[str, object] = {}
+        self._value_ok: dict[str, bool] = {}    # adapted topics whose payload was checked against the message
         self._lock = threading.Lock()
         self.closed = False
         ctx = mp.get_context("spawn")     # never fork a process that runs DDS threads
@@ -102,6 +104,7 @@ class ShmBagSink:
                 self._layouts[topic] = None
             if self.ring.put(KIND_RAW, self._ids[topic], t_ns, data):
                 self.counts[topic] += 1
+            self.ring.commit()                # from DDS (the executor thread): no batch to wait for
 
     def write_message(self, topic: str, t_ns: int, msg) -> None:
         """An rclpy message object of ``topic`` (in-process): packed into a fixed-layout record."""
@@ -132,6 +135,41 @@ class ShmBagSink:
                 payload = layout.pack(msg)
             if self.ring.put(KIND_DATA, self._ids[topic], t_ns, payload):
                 self.counts[topic] += 1
+            if self.ring.uncommitted > COMMIT_BYTES:
+                self.ring.commit()
+
+    def write_value(self, topic: str, t_ns: int, value, adapter) -> None:
+        """A value of an adapted publisher (:mod:`legged_wbc.ros.adapters`): its record comes from
+        ``adapter.payload`` without filling a message, once the first message of the topic showed that
+        payload to equal the one packed from the filled message (else every message is filled)."""
+        with self._lock:
+            layout = self._layouts.get(topic)
+            if self._value_ok.get(topic) and layout is not None and not self.closed:
+                payload = adapter.payload(value)
+                if len(payload) == layout.splicer.payload_size:
+                    if self.ring.put(KIND_DATA, self._ids[topic], t_ns, payload):
+                        self.counts[topic] += 1
+                    if self.ring.uncommitted > COMMIT_BYTES:
+                        self.ring.commit()
+                    return
+        msg = adapter.to_ros(value)
+        self.write_message(topic, t_ns, msg)
+        with self._lock:
+            layout = self._layouts.get(topic)
+            if layout is not None and topic not in self._value_ok:
+                ok = adapter.payload(value) == layout.pack(msg)
+                self._value_ok[topic] = ok
+                if not ok:
+                    self.log(f"{topic}: {type(adapter).__name__}.payload differs from the message's record; "
+                             "filling every message of the topic instead")
+            elif layout is not None and self._value_ok.get(topic):
+                pass                    # a new layout (the shape changed): the adapter still holds
+
+    def flush(self) -> None:
+        """Publish what was written to the recorder process (the container: after each sample)."""
+        with self._lock:
+            if not self.closed:
+                self.ring.commit()
 
     @property
     def dropped(self) -> int:
@@ -152,6 +190,7 @@ class ShmBagSink:
         return dropped
 
     def _shutdown(self, timeout: float) -> None:
+        self.ring.commit()
         self.ring.close()
         self.proc.join(timeout)
         if self.proc.is_alive():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import struct
 import sys
 import time
 from datetime import datetime
@@ -188,6 +189,19 @@ def qos_to_rosbags(profile):
     )
 
 
+_MCAP_MESSAGE = struct.Struct("<BQHIQQ")   # opcode, record length, channel id, sequence, log time, publish time
+_MCAP_CHUNK_BYTES = 2**20                  # rosbags closes a chunk past 1 MiB
+
+
+def _has_mcap_internals(writer) -> bool:
+    """The ``rosbags`` MCAP writer internals :meth:`BagWriter._mcap_write` relies on (pinned rosbags 0.11.9);
+    without them every message goes through ``Writer.write``."""
+    s = getattr(writer, "storage", None)
+    return (writer.compression_mode.name in ("NONE", "STORAGE") and type(s).__name__ == "McapWriter"
+            and all(hasattr(s, a) for a in ("chunk", "channel_stats", "close_chunk", "message_start_time"))
+            and all(hasattr(writer, a) for a in ("counts", "min_timestamp", "max_timestamp")))
+
+
 def default_output() -> str:
     return datetime.now().strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
 
@@ -210,6 +224,7 @@ class BagWriter:
             key, _, value = item.partition("=")
             self.writer.set_custom_data(key.strip(), value.strip())
         self.writer.open()
+        self._mcap = self.writer.storage if storage == "mcap" and _has_mcap_internals(self.writer) else None
         self.describe = describe or (lambda topic: ([], None))
         self.types: dict[str, str] = {}
         self.counts: dict[str, int] = {}
@@ -224,8 +239,42 @@ class BagWriter:
 
     def write(self, topic: str, t_ns: int, data: bytes) -> None:
         """Write one serialized message of ``topic`` stamped ``t_ns``."""
-        self.writer.write(self._connection(topic), t_ns, data)
+        conn = self._connection(topic)
+        if self._mcap is not None:
+            self._mcap_write(conn, t_ns, data)
+        else:
+            self.writer.write(conn, t_ns, data)
         self.counts[topic] += 1
+
+    def _mcap_write(self, conn, t_ns: int, data) -> None:
+        """``rosbags``' ``Writer.write`` for MCAP, the same bytes in ~4 instead of ~11 us: one MCAP Message
+        record (opcode 0x05, length, channel id, sequence 0, log and publish time, data) appended to the
+        open chunk with one ``struct`` call instead of a ``BytesIO`` per message, and the same bookkeeping
+        (chunk index, channel statistics, time range, per-connection counts). Checked byte for byte against
+        ``Writer.write`` by ``test/test_bag_process.py``."""
+        w, s = self.writer, self._mcap
+        cid = conn.id
+        if t_ns < s.message_start_time:
+            s.message_start_time = t_ns
+        if t_ns > s.message_end_time:
+            s.message_end_time = t_ns
+        s.channel_stats[cid] += 1
+        chunk = s.chunk
+        if t_ns < chunk.message_start_time:
+            chunk.message_start_time = t_ns
+        if t_ns > chunk.message_end_time:
+            chunk.message_end_time = t_ns
+        bio = chunk.bio
+        chunk.msgs[cid].append((t_ns, bio.tell()))
+        bio.write(_MCAP_MESSAGE.pack(0x05, 22 + len(data), cid, 0, t_ns, t_ns))
+        bio.write(data)
+        if bio.tell() > _MCAP_CHUNK_BYTES:
+            s.close_chunk()
+        w.counts[cid] += 1
+        if t_ns < w.min_timestamp:
+            w.min_timestamp = t_ns
+        if t_ns > w.max_timestamp:
+            w.max_timestamp = t_ns
 
     def set_custom_data(self, key: str, value: str) -> None:
         """A ``metadata.yaml`` custom-data entry (before :meth:`close`)."""

@@ -112,7 +112,16 @@ def main(argv: list[str] | None = None) -> int:
                                                                  Parameter("writer_process", value=True)])
                 recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
                 nodes.append(recorder)
-        bridge.after_sample = bus.flush
+        if recorder is not None and hasattr(recorder.bag, "flush"):
+            sink = recorder.bag
+
+            def _after_sample():
+                bus.flush()         # the recorder's deferred records, then one publication to its process
+                sink.flush()
+
+            bridge.after_sample = _after_sample
+        else:
+            bridge.after_sample = bus.flush
         external = bus.finalize()
         if recorder is not None:
             recorder.subscribe_topics(bus.published_topics())

@@ -11,11 +11,15 @@ publishers and subscriptions through :func:`legged_wbc.ros.io.create_publisher` 
   ``ros2 topic echo`` from another process works): :meth:`IntraPublisher.publish` calls the
   co-located subscriptions' callbacks directly (a function call in the publisher's thread,
   depth-first, in subscription order), then publishes on DDS **only if** a subscription outside the
-  process is matched (``get_subscription_count() > 0``; 0.5 us to ask, 4 us saved per message);
+  process is matched (kept up to date by the publisher's matched events);
 * a subscription to a topic that has a publisher in the process gets its messages from the bus
   only (no DDS subscription is created, so a message is never delivered twice); a subscription to
   a topic nobody in the process publishes becomes an ordinary rclpy subscription when the bus is
   :meth:`finalized <IntraProcessBus.finalize>` (or at once, after that);
+* type adaptation (:mod:`legged_wbc.ros.adapters`, ROS 2's REP 2007): a publisher created with an
+  adapter publishes *values* (:meth:`IntraPublisher.publish_value`); subscriptions created with a
+  ``value_callback`` get the value itself, and the message is filled only for subscriptions that take
+  messages and for DDS (the stack's nodes fill and parse nothing in the container);
 * ``raw=True`` subscriptions get the CDR bytes, serialized once per message
   (``rclpy.serialization.serialize_message``, ~7-20 us for an 18-joint JointState), unless they
   have a ``tap``: the container's bag recorder takes the message object and packs its numbers into
@@ -37,6 +41,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 _active = threading.local()
 
@@ -51,10 +56,11 @@ class _Subscription:
     node: object
     msg_type: type
     topic: str
-    callback: object
+    callback: object                    # takes a message (bytes if raw)
     qos: object
     raw: bool
     tap: object = None                  # raw subscriptions in-process: takes the message object instead of bytes
+    value_cb: object = None             # adapted subscriptions: takes the value of an adapted publisher
     dds: object = None                  # the rclpy subscription, if it had to go through DDS
     errors: int = 0
     _last_log: float = field(default=-1e9, repr=False)
@@ -64,43 +70,95 @@ class _Subscription:
         return self.topic
 
 
-class IntraPublisher:
-    """A real rclpy publisher plus direct delivery to the subscriptions of the same process."""
+class AdaptedValue(NamedTuple):
+    """What a recorder tap gets from an adapted publisher: the value and the publisher's adapter."""
+    value: object
+    adapter: object
 
-    def __init__(self, bus: "IntraProcessBus", node, pub):
+
+DDS_RECHECK_S = 1.0     # a publisher asks rclpy for its matched DDS subscriptions at most this often [s]
+
+
+class IntraPublisher:
+    """A real rclpy publisher plus direct delivery to the subscriptions of the same process.
+
+    ``adapter`` (:mod:`legged_wbc.ros.adapters`): :meth:`publish_value` hands the value to adapted
+    subscriptions and to recorder taps, and fills the message only for whoever needs one."""
+
+    def __init__(self, bus: "IntraProcessBus", node, pub, adapter=None):
         self.bus = bus
         self.node = node
         self.pub = pub
+        self.adapter = adapter
         self.topic_name = pub.topic_name
         self._local: list[_Subscription] = bus._subs.setdefault(self.topic_name, [])
         self.dds_published = 0
         self.local_deliveries = 0
+        self._dds_n = 0
+        self._dds_next = -1.0
 
     def publish(self, msg) -> None:
+        self._deliver(msg, None)
+
+    def publish_value(self, value) -> None:
+        self._deliver(None, value)
+
+    def _deliver(self, msg, value) -> None:
         raw = None
         bus = self.bus
         for sub in self._local:
-            if sub.raw:
-                if bus.defer_raw:                 # recorder: after the control chain, see IntraProcessBus.flush
-                    bus._deferred.append((sub, msg))
-                    continue
-                if sub.tap is not None:
-                    sub.tap(msg)
-                    self.local_deliveries += 1
-                    continue
-                if raw is None:
-                    raw = _serialize(msg)
-                arg = raw
-            else:
-                arg = msg
             try:
-                sub.callback(arg)
+                if value is not None and sub.value_cb is not None:
+                    sub.value_cb(value)
+                elif sub.tap is not None:          # recorder: the object, packed by the recorder itself
+                    item = msg if value is None else AdaptedValue(value, self.adapter)
+                    if bus.defer_raw:             # after the control chain, see IntraProcessBus.flush
+                        bus._deferred.append((sub, item))
+                        continue
+                    sub.tap(item)
+                else:
+                    if msg is None:
+                        msg = self.adapter.to_ros(value)
+                    if not sub.raw:
+                        sub.callback(msg)
+                    elif bus.defer_raw:
+                        bus._deferred.append((sub, msg))
+                        continue
+                    else:
+                        if raw is None:
+                            raw = _serialize(msg)
+                        sub.callback(raw)
             except Exception:  # a subscriber's bug must not take the publisher down
                 bus._callback_failed(sub)
             self.local_deliveries += 1
-        if self.pub.get_subscription_count():     # somebody outside the process listens
+        if self._dds_subscribers():               # somebody outside the process listens
+            if msg is None:
+                msg = self.adapter.to_ros(value)
             self.pub.publish(msg)
             self.dds_published += 1
+
+    def _on_matched(self, current_count: int) -> None:
+        """The publisher's matched event (executor thread): DDS subscriptions now matched."""
+        self._dds_n = int(current_count)
+        self._dds_next = time.monotonic() + DDS_RECHECK_S
+
+    def _dds_subscribers(self) -> int:
+        """Matched DDS subscriptions: kept by the publisher's matched events, and asked again at most
+        every :data:`DDS_RECHECK_S` as a safety net (``get_subscription_count`` goes through the rmw
+        graph: asked on every publication it cost ~3 % of the control thread)."""
+        now = time.monotonic()
+        if now >= self._dds_next:
+            self._dds_next = now + DDS_RECHECK_S
+            self._dds_n = self.pub.get_subscription_count()
+        return self._dds_n
+
+    def dds_subscription_count(self) -> int:
+        """Matched DDS subscriptions as this publisher knows them (matched events)."""
+        return self._dds_subscribers()
+
+    def has_subscribers(self) -> bool:
+        """Any co-located subscription, or a matched DDS one."""
+        return bool(self._local) or self._dds_subscribers() > 0
 
     def get_subscription_count(self) -> int:
         """Co-located subscriptions + matched DDS subscriptions."""
@@ -158,9 +216,16 @@ class IntraProcessBus:
 
         return _Ctx()
 
-    def create_publisher(self, node, msg_type, topic: str, qos, **kw) -> IntraPublisher:
+    def create_publisher(self, node, msg_type, topic: str, qos, adapter=None, **kw) -> IntraPublisher:
+        holder: list[IntraPublisher] = []
+        if "event_callbacks" not in kw:          # DDS matches reported by events: nothing asked per publish
+            from rclpy.event_handler import PublisherEventCallbacks
+
+            kw["event_callbacks"] = PublisherEventCallbacks(
+                matched=lambda info: holder and holder[0]._on_matched(info.current_count))
         pub = node.create_publisher(msg_type, topic, qos, **kw)
-        ip = IntraPublisher(self, node, pub)
+        ip = IntraPublisher(self, node, pub, adapter)
+        holder.append(ip)
         with self._lock:
             self._pubs.setdefault(ip.topic_name, []).append(ip)
             late = [s for s in self._dds_subs if s.topic == ip.topic_name]
@@ -169,13 +234,16 @@ class IntraProcessBus:
                                       f"{len(late)} co-located subscription(s) keep receiving through DDS")
         return ip
 
-    def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, **kw):
-        """``tap`` (raw subscriptions only): called with the message object for in-process deliveries,
-        instead of ``callback`` with its serialization (the recorder packs it itself, see
-        :mod:`legged_wbc.ros.bag_process`); messages through DDS still reach ``callback`` as bytes."""
+    def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None,
+                            value_callback=None, **kw):
+        """``tap`` (raw subscriptions only): called with the message object (or, from an adapted
+        publisher, an :class:`AdaptedValue`) for in-process deliveries, instead of ``callback`` with its
+        serialization (the recorder packs it itself, see :mod:`legged_wbc.ros.bag_process`); messages
+        through DDS still reach ``callback`` as bytes. ``value_callback``: called with the value of an
+        adapted publisher in the process (``callback`` then takes messages: DDS, plain publishers)."""
         name = node.resolve_topic_name(topic)
         sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
-                            tap=tap if raw else None)
+                            tap=tap if raw else None, value_cb=value_callback)
         with self._lock:
             if self._finalized and name not in self._pubs:
                 sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)
@@ -208,7 +276,7 @@ class IntraProcessBus:
         for sub, msg in items:
             try:
                 if sub.tap is not None:
-                    sub.tap(msg)
+                    sub.tap(msg)              # a message or an AdaptedValue
                     continue
                 if msg is not last_msg:
                     last_msg, last_raw = msg, _serialize(msg)

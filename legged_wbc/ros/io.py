@@ -202,10 +202,14 @@ class JointOrder:
 
     def arrays(self, msg) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(position, velocity, effort)`` of a JointState in this order (empty fields -> NaN)."""
-        idx = self.index(msg.name)
-        n = len(msg.name)
+        return self.arrays_of(msg.name, msg.position, msg.velocity, msg.effort)
+
+    def arrays_of(self, names, position, velocity, effort) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`arrays` of a JointState's fields (e.g. an adapted value, :mod:`legged_wbc.ros.adapters`)."""
+        idx = self.index(names)
+        n = len(names)
         out = []
-        for field in (msg.position, msg.velocity, msg.effort):
+        for field in (position, velocity, effort):
             a = np.asarray(field, dtype=float)
             out.append(a[idx] if len(a) == n else np.full(len(idx), np.nan))
         if self._bounds is not None:
@@ -551,25 +555,28 @@ class TorqueCommandDecoder:
         return perm
 
     def decode(self, msg) -> TorqueCommand:
+        return self.decode_fields(stamp_ns(msg.header.stamp), msg.name, msg.effort)
+
+    def decode_fields(self, t_ns: int, names, effort) -> TorqueCommand:
+        """:meth:`decode` of a command's stamp [ns], names and efforts (e.g. an adapted value)."""
         tick, stamp = UNTIMED_TICK, None
         if not self.timed:
-            stamp = stamp_ns(msg.header.stamp)
+            stamp = t_ns
         else:
-            t_ns = stamp_ns(msg.header.stamp)
             tick, rem = divmod(t_ns, self.period_ns)
             if rem:
                 raise CommandError(f"stamp {t_ns * 1e-9:.6f} s is not a control tick (a multiple of "
                                    f"{self.period_ns * 1e-9:g} s); answer the stamp of the tick's sensor sample", "tick")
         try:
-            perm = self._order(msg.name)
+            perm = self._order(names)
         except CommandError as exc:
             raise CommandError(f"{exc} (tick {tick})", exc.kind) from None
-        eff = np.asarray(msg.effort, dtype=float)
+        eff = np.array(effort, dtype=float)         # a copy: the sender may reuse its array
         if eff.shape != (self.n,):
             raise CommandError(f"expected {self.n} efforts (one per name), got {eff.size} (tick {tick})", "length")
         bad = np.flatnonzero(~np.isfinite(eff))
         if bad.size:
-            names = [msg.name[i] for i in bad[:3]]
+            names = [names[i] for i in bad[:3]]
             raise CommandError(f"non-finite effort for joint(s) {names} (tick {tick})", "nonfinite")
         if perm is None:
             return TorqueCommand(tick=int(tick), tau=eff, stamp_ns=stamp)
@@ -579,30 +586,46 @@ class TorqueCommandDecoder:
 
 
 # ----------------------------------------------------------------------------- publishers / subscriptions
-def create_publisher(node, msg_type, topic: str, qos, **kw):
+def create_publisher(node, msg_type, topic: str, qos, adapter=None, **kw):
     """``node.create_publisher``, or, when the node is being composed into a container, an
     :class:`legged_wbc.ros.intra_process.IntraPublisher` that hands messages to co-located
-    subscriptions directly. Every node of the stack creates its publishers through this."""
+    subscriptions directly. Every node of the stack creates its publishers through this. With an
+    ``adapter`` (:mod:`legged_wbc.ros.adapters`) the publisher also has ``publish_value``."""
     from legged_wbc.ros.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
     if bus is None:
-        return node.create_publisher(msg_type, topic, qos, **kw)
+        pub = node.create_publisher(msg_type, topic, qos, **kw)
+        if adapter is None:
+            return pub
+        from legged_wbc.ros.adapters import AdaptedPublisher
+
+        return AdaptedPublisher(pub, adapter)
     node._intra_bus = bus
-    return bus.create_publisher(node, msg_type, topic, qos, **kw)
+    return bus.create_publisher(node, msg_type, topic, qos, adapter=adapter, **kw)
 
 
-def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, **kw):
+def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, adapter=None,
+                        **kw):
     """``node.create_subscription``, or the in-process subscription of a composed node (see
     :func:`create_publisher`; ``tap``: :meth:`IntraProcessBus.create_subscription`, ignored outside a
-    container)."""
+    container). With an ``adapter`` class (:mod:`legged_wbc.ros.adapters`) ``callback`` takes values:
+    an adapted publisher's in the process as they are, any other message through ``adapter.to_value``."""
     from legged_wbc.ros.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
+    on_msg = callback if adapter is None else (lambda msg: callback(adapter.to_value(msg)))
     if bus is None:
-        return node.create_subscription(msg_type, topic, callback, qos, raw=raw, **kw)
+        return node.create_subscription(msg_type, topic, on_msg, qos, raw=raw, **kw)
     node._intra_bus = bus
-    return bus.create_subscription(node, msg_type, topic, callback, qos, raw=raw, tap=tap, **kw)
+    return bus.create_subscription(node, msg_type, topic, on_msg, qos, raw=raw, tap=tap,
+                                   value_callback=callback if adapter is not None else None, **kw)
+
+
+def has_subscribers(pub) -> bool:
+    """Whether anybody takes ``pub``'s messages (in-process or through DDS; cheap in a container)."""
+    fast = getattr(pub, "has_subscribers", None)
+    return fast() if fast is not None else pub.get_subscription_count() > 0
 
 
 # ----------------------------------------------------------------------------- start-up helper

@@ -40,6 +40,7 @@ from pathlib import Path
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.bag_writer import (BagWriter, RecorderConfig, StartupGate, default_output, describe_publishers,
                                        message_class)
+from legged_wbc.ros.intra_process import AdaptedValue
 from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
 
@@ -196,16 +197,21 @@ def _make_node_class():
             self.bag.write(topic, t, data)
             self.last_rx = time.monotonic()
 
-        def _on_local_message(self, topic: str, msg) -> None:
-            """An in-process message object (container): handed to the recorder process, not serialized."""
+        def _on_local_message(self, topic: str, item) -> None:
+            """An in-process message object or adapted value (container): handed to the recorder
+            process, not serialized."""
             if self.closed:
                 return
+            adapted = isinstance(item, AdaptedValue)
             if self._sim_time and topic == "/clock":
-                clk = msg.clock
-                self._clock_ns = max(self._clock_ns, clk.sec * 1_000_000_000 + clk.nanosec)
+                clock_ns = item.value if adapted else ros_io.stamp_ns(item.clock)
+                self._clock_ns = max(self._clock_ns, clock_ns)
             t = self._clock_ns if self._clock_topic_stamps else max(self.get_clock().now().nanoseconds,
                                                                     self._clock_ns if self._sim_time else 0)
-            self._tap(topic, t, msg)
+            if adapted:
+                self.bag.write_value(topic, t, item.value, item.adapter)
+            else:
+                self._tap(topic, t, item)
             self.last_rx = time.monotonic()
 
         def close(self) -> None:

@@ -6,9 +6,10 @@ variable-length records, each ``[u32 payload size][u16 kind][u16 topic id][i64 s
 padded to 8 bytes. A record never wraps: when it does not fit before the end of the ring, the
 producer writes a :data:`WRAP` marker (or leaves fewer than 16 bytes) and starts again at offset 0.
 
-Positions are byte counters that only grow (offset = position % capacity). The producer appends and
-then publishes its write position, the consumer reads up to the published position and then
-publishes its read position; both publications and their loads go through one
+Positions are byte counters that only grow (offset = position % capacity). The producer appends records and
+then publishes its write position (:meth:`RecordRing.commit`, once per batch: the container commits
+after each sample), the consumer reads up to the published position and then publishes its read
+position; both publications and their loads go through one
 ``multiprocessing.Lock`` (a futex: a memory barrier on every architecture, ~0.3 us uncontended), so a
 record's bytes are visible before the position that covers them. The producer never waits: a record
 that does not fit is **dropped and counted** (``dropped`` in the header), never lost silently.
@@ -26,7 +27,8 @@ from multiprocessing import shared_memory
 import numpy as np
 
 HEADER_BYTES = 64
-REC = struct.Struct("<IHHq")        # payload size, kind, topic id, stamp [ns]
+REC = struct.Struct("<IHHq")        # payload size, kind, topic id, stamp [ns] (16 bytes)
+_REC_PACK = REC.pack_into
 ALIGN = 8
 WRAP = 0xFFFF                       # kind: skip to the start of the ring
 
@@ -49,7 +51,7 @@ class RecordRing:
         self._hdr = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf[:HEADER_BYTES])
         self.capacity = int(self._hdr[_CAP])
         self.buf = shm.buf[HEADER_BYTES:HEADER_BYTES + self.capacity]
-        self._w = int(self._hdr[_W])          # producer: next write position (published by commit)
+        self._w = self._w_pub = int(self._hdr[_W])   # producer: next write position, published position
         self._r_seen = int(self._hdr[_R])     # producer: the consumer's read position, last looked up
         self._r = self._r_next = int(self._hdr[_R])   # consumer: next read position
 
@@ -113,31 +115,41 @@ class RecordRing:
 
     # ------------------------------------------------------------------ producer
     def put(self, kind: int, topic_id: int, t_ns: int, payload) -> bool:
-        """Append one record and publish it; False (and counted in ``dropped``) if the ring is full."""
+        """Append one record (the consumer sees it after :meth:`commit`); False (and counted in
+        ``dropped``) if the ring is full."""
         n = len(payload)
-        need = REC.size + _padded(n)
+        need = 16 + ((n + 7) & ~7)                  # REC.size + the payload padded to 8 bytes
         cap = self.capacity
         w = self._w
         off = w % cap
-        tail = cap - off
-        skip = tail if tail < need else 0          # the record starts again at offset 0
+        skip = cap - off if cap - off < need else 0  # the record starts again at offset 0
         if w + skip + need - self._r_seen > cap:
             with self.lock:
                 self._r_seen = int(self._hdr[_R])
             if w + skip + need - self._r_seen > cap:
                 self._hdr[_DROPPED] += 1         # only the producer writes this word
                 return False
+        buf = self.buf
         if skip:
-            if tail >= REC.size:
-                REC.pack_into(self.buf, off, 0, WRAP, 0, 0)
+            if skip >= 16:
+                _REC_PACK(buf, off, 0, WRAP, 0, 0)
             w += skip
             off = 0
-        REC.pack_into(self.buf, off, n, kind, topic_id, t_ns)
-        self.buf[off + REC.size:off + REC.size + n] = payload
+        _REC_PACK(buf, off, n, kind, topic_id, t_ns)
+        buf[off + 16:off + 16 + n] = payload
         self._w = w + need
+        return True
+
+    def commit(self) -> None:
+        """Publish every record put so far to the consumer."""
         with self.lock:
             self._hdr[_W] = self._w
-        return True
+        self._w_pub = self._w
+
+    @property
+    def uncommitted(self) -> int:
+        """Bytes put since the last :meth:`commit`."""
+        return self._w - self._w_pub
 
     # ------------------------------------------------------------------ consumer
     def read(self, limit: int = 4096) -> list[tuple[int, int, int, memoryview]]:

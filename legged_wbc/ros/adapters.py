@@ -1,0 +1,190 @@
+"""Type adaptation for the stack's topics (the idea of ROS 2's REP 2007): values in-process, messages on the wire.
+
+A node publishes a *value* (a small named tuple of numpy arrays and an integer stamp) through an
+adapted publisher. Subscribers in the same process (the container) get the value itself: no message
+is filled for them and none is parsed. The ROS message is filled (:meth:`Adapter.to_ros`) only when
+somebody needs one: a subscriber outside the process (DDS), or a subscriber that asked for messages.
+The recorder takes the value too and writes its fixed-layout record (:meth:`Adapter.payload`), the
+bytes :class:`~legged_wbc.ros.cdr_layout.MessageLayout` would pack from the filled message; the
+recorder checks that equality on each topic's first message and falls back to filling the message
+if it ever fails. A message that arrives from DDS is turned into the same value
+(:meth:`Adapter.to_value`), so a subscriber has one callback whatever the transport.
+
+This module is the one place where the stack's values and its messages meet: units and frames are
+the messages' (``sensor_msgs/JointState`` [rad, rad/s, N m]; ``Imu`` orientation base->world
+``x, y, z, w``, gyro [rad/s] and specific force [m/s^2] in the base frame; ``Odometry`` pose in the
+world frame, twist in the base frame).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from legged_wbc.ros import io as ros_io
+
+_STAMP = struct.Struct("<iI")
+_NS = 1_000_000_000
+
+
+def _f64(x) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def _stamp_bytes(t_ns: int) -> tuple[int, int]:
+    t_ns = int(t_ns)
+    return t_ns // _NS, t_ns % _NS
+
+
+class JointSample(NamedTuple):
+    """A ``JointState`` as a value: ``names`` in the publisher's order, arrays in that order."""
+    stamp_ns: int
+    names: list
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
+
+
+class ImuSample(NamedTuple):
+    stamp_ns: int
+    quat_xyzw: np.ndarray
+    gyro: np.ndarray
+    accel: np.ndarray
+
+
+class OdomSample(NamedTuple):
+    """``q = [p_world(3), quat_xyzw(4)]``, ``v = [v_base_in_base(3), w_base_in_base(3)]``."""
+    stamp_ns: int
+    q: np.ndarray
+    v: np.ndarray
+
+
+class Adapter:
+    """Value <-> message of one publisher's topic. ``msg`` is the publisher's message, built once with
+    the constant parts (names, frames, labels, covariances) and refilled by :meth:`to_ros`."""
+
+    def __init__(self, msg):
+        self.msg = msg
+        self.msg_type = type(msg)
+
+    def to_ros(self, value):
+        """Fill and return the publisher's message."""
+        raise NotImplementedError
+
+    @staticmethod
+    def to_value(msg):
+        """The value of a message that came from elsewhere (DDS)."""
+        raise NotImplementedError
+
+    def payload(self, value) -> bytes:
+        """The fixed-layout record of ``value`` (== ``MessageLayout.pack(self.to_ros(value))``)."""
+        raise NotImplementedError
+
+
+class JointStateAdapter(Adapter):
+    """``sensor_msgs/JointState`` with the names of ``msg`` (see :func:`legged_wbc.ros.io.joint_state_msg`)."""
+
+    def to_ros(self, v: JointSample):
+        ros_io.fill_joint_state(self.msg, ros_io.time_msg(v.stamp_ns), v.position, v.velocity, v.effort)
+        return self.msg
+
+    @staticmethod
+    def to_value(msg) -> JointSample:
+        return JointSample(ros_io.stamp_ns(msg.header.stamp), msg.name, np.asarray(msg.position, dtype=float),
+                           np.asarray(msg.velocity, dtype=float), np.asarray(msg.effort, dtype=float))
+
+    def payload(self, v: JointSample) -> bytes:
+        return b"".join((_STAMP.pack(*_stamp_bytes(v.stamp_ns)), _f64(v.position), _f64(v.velocity),
+                         _f64(v.effort)))
+
+
+class ImuAdapter(Adapter):
+    """``sensor_msgs/Imu`` with the frame and covariances of ``msg``."""
+
+    _SCALARS = struct.Struct("<iI10d")
+
+    def __init__(self, msg):
+        super().__init__(msg)
+        self._cov = b"".join(_f64(c).tobytes() for c in (msg.orientation_covariance, msg.angular_velocity_covariance,
+                                                         msg.linear_acceleration_covariance))
+
+    def to_ros(self, v: ImuSample):
+        ros_io.fill_imu(self.msg, ros_io.time_msg(v.stamp_ns), v.quat_xyzw, v.gyro, v.accel)
+        return self.msg
+
+    @staticmethod
+    def to_value(msg) -> ImuSample:
+        return ImuSample(ros_io.stamp_ns(msg.header.stamp), *ros_io.imu_arrays(msg))
+
+    def payload(self, v: ImuSample) -> bytes:
+        return self._SCALARS.pack(*_stamp_bytes(v.stamp_ns), *v.quat_xyzw, *v.gyro, *v.accel) + self._cov
+
+
+class OdometryAdapter(Adapter):
+    """``nav_msgs/Odometry`` with the frames and covariances of ``msg``."""
+
+    _SCALARS = struct.Struct("<iI13d")
+
+    def __init__(self, msg):
+        super().__init__(msg)
+        self._cov = _f64(msg.pose.covariance).tobytes() + _f64(msg.twist.covariance).tobytes()
+
+    def to_ros(self, v: OdomSample):
+        ros_io.fill_odometry(self.msg, ros_io.time_msg(v.stamp_ns), v.q, v.v)
+        return self.msg
+
+    @staticmethod
+    def to_value(msg) -> OdomSample:
+        return OdomSample(ros_io.stamp_ns(msg.header.stamp), *ros_io.odometry_arrays(msg))
+
+    def payload(self, v: OdomSample) -> bytes:
+        return self._SCALARS.pack(*_stamp_bytes(v.stamp_ns), *v.q[:7], *v.v[:6]) + self._cov
+
+
+class ArrayAdapter(Adapter):
+    """``std_msgs/Float64MultiArray`` with the layout (label) of ``msg``; the value is the data."""
+
+    _OFFSET = struct.Struct("<I")
+
+    def to_ros(self, data):
+        self.msg.data = ros_io.dvec(data)
+        return self.msg
+
+    @staticmethod
+    def to_value(msg) -> np.ndarray:
+        return ros_io.array_data(msg)
+
+    def payload(self, data) -> bytes:
+        return self._OFFSET.pack(self.msg.layout.data_offset) + _f64(data).tobytes()
+
+
+class ClockAdapter(Adapter):
+    """``rosgraph_msgs/Clock``; the value is the time [ns]."""
+
+    def to_ros(self, t_ns: int):
+        self.msg.clock = ros_io.time_msg(t_ns)
+        return self.msg
+
+    @staticmethod
+    def to_value(msg) -> int:
+        return ros_io.stamp_ns(msg.clock)
+
+    def payload(self, t_ns: int) -> bytes:
+        return _STAMP.pack(*_stamp_bytes(t_ns))
+
+
+class AdaptedPublisher:
+    """An rclpy publisher with :meth:`publish_value` (outside a container: fill, then publish)."""
+
+    def __init__(self, pub, adapter: Adapter):
+        self.pub = pub
+        self.adapter = adapter
+        self.topic_name = pub.topic_name
+
+    def publish_value(self, value) -> None:
+        self.pub.publish(self.adapter.to_ros(value))
+
+    def __getattr__(self, name):
+        return getattr(self.pub, name)
