@@ -19,9 +19,10 @@ nodes by name, e.g. ``-p scenario:=paper``, ``--params-file config/wbc_controlle
   says so once and goes on with normal scheduling.
 * ``cpu``: realtime mode only, CPU to pin the control thread to (-1 = no pinning).
 
-The recorder writes from a thread of its own (``writer_thread``: closing an MCAP chunk takes ~10 ms),
-and the interpreter's thread switch interval is 0.5 ms (Python's default 5 ms would let that thread
-hold the GIL for up to 5 ms while the control thread waits). The garbage collector is frozen after start-up (``gc.freeze()``: the start-up objects are never
+The recorder's bag is written by a process of its own (``writer_process``, :mod:`legged_wbc.ros.bag_process`:
+the control thread only packs each message's numbers into shared memory), and the interpreter's thread
+switch interval is 0.5 ms (Python's default 5 ms would let another thread hold the GIL for up to 5 ms
+while the control thread waits). The garbage collector is frozen after start-up (``gc.freeze()``: the start-up objects are never
 scanned again), so a collection during the run only looks at what the run allocated.
 Exit status: the bridge's (0 at the end of ``duration`` or on Ctrl-C / SIGTERM, after the bag is
 closed), 2 for a bad parameter or configuration, 1 if a node raised.
