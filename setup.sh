@@ -37,3 +37,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# Compile the numba kernels of the estimator and controller into their on-disk cache (__pycache__
+# next to them) so the first launch does not: ~20-30 s after an install, a change of a kernel
+# module or of numba, or on another CPU (says so in one line); < 1 s when the cache is valid, so it
+# runs on every call.
+.venv/bin/python -m legged_wbc.jit || { echo "setup.sh: compiling the numba kernels failed (see above)" >&2; exit 1; }

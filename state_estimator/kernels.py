@@ -18,7 +18,8 @@ the base frame. Array shapes: ``L`` legs, ``k`` joints per leg, ``n = 2 k`` touc
 
 The first call of each kernel compiles it (or loads it from numba's on-disk cache next to this
 file, ``__pycache__``); :func:`warm_up` does that once for the estimator's argument types so the
-first control cycle does not pay for it.
+first control cycle does not pay for it. A process that has to compile says so once on stderr
+(:mod:`legged_wbc.jit`); ``setup.sh`` fills the cache.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import numpy as np
 from numba import njit
 
 from legged_wbc.gait import SUPPORT, SWING_DOWN, SWING_UP
+from legged_wbc.jit import announce_compiles
+
+announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 # status codes of the kernels that can fail
 OK = -1

@@ -8,6 +8,8 @@ Frames and units as in the controller: leg quantities in the base frame (the fix
 world frame) [m, rad, s]; contact forces ``lambda_i = [f_x, f_y, f_z, m_theta]`` in the base frame
 [N, N m]; torques [N m] in Pinocchio joint order. Array layout: the controller passes C-contiguous
 float64 / int64 / bool arrays only (one compiled signature per kernel, see :func:`warmup`).
+The kernels are cached on disk (``__pycache__``); a process that has to compile them says so once
+on stderr (:mod:`legged_wbc.jit`); ``setup.sh`` fills the cache.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import math
 
 import numpy as np
 from numba import njit
+
+from legged_wbc.jit import announce_compiles
+
+announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 R2_EPS = 1e-10          # legged_wbc.model.R2_EPS: foot-link x-axis along base z
 LEG_CHAIN_WORK = 75     # scratch sizes (floats) of the kernels that take a ``work`` array
