@@ -109,3 +109,23 @@ class CommandQueue:
 
     def newest(self):
         return self._q[-1][1] if self._q else self.current
+
+
+class CommandDelayLine:
+    """The scenario's ``command_delay_ticks`` ``N`` in the headless loop and the lockstep bridge: the
+    torque entered for control tick ``k`` comes out at tick ``k + N``, i.e. drives control period
+    ``k + 1 + N`` (tick ``k + N`` to ``k + N + 1``). ``N = 0``: it comes out at once (the same array)."""
+
+    def __init__(self, ticks: int):
+        self.ticks = int(ticks)
+        if self.ticks < 0:
+            raise ValueError(f"command delay must be >= 0 ticks, got {ticks}")
+        self._line: deque = deque()
+
+    def push(self, tau):
+        """Enter tick ``k``'s torque (None: none, e.g. the watchdog's tick) and return tick ``k - N``'s
+        (a copy; None during the first ``N`` ticks or when that tick had none)."""
+        if self.ticks == 0:
+            return tau
+        self._line.append(None if tau is None else np.array(tau, dtype=float))
+        return self._line.popleft() if len(self._line) > self.ticks else None
