@@ -89,21 +89,26 @@ class CommandTiming:
 
 
 class CommandQueue:
-    """Commands in arrival order, so a physics step applies only what had arrived by its
-    *scheduled* wall time: a step that runs late (the process was busy, e.g. computing the very
-    command in the same thread) behaves as if it had run on time."""
+    """Realtime: the accepted commands in arrival order, each with the tick it answers, so a physics
+    step applies the newest command that exists for a tick it may answer (:meth:`due`). Whether the
+    bridge runs on its schedule or behind it, a step takes what is there when it runs: behind the
+    schedule (the machine is busy) the physics is not held on an older torque because the newest
+    one came after the step's scheduled time (the deadline accounting, :class:`CommandTiming`, still
+    judges every command by the schedule)."""
 
     def __init__(self, maxlen: int = 64):
         self._q: deque = deque(maxlen=maxlen)
         self.current = None
 
-    def push(self, wall: float, cmd) -> None:
-        self._q.append((wall, cmd))
+    def push(self, tick: int, cmd) -> None:
+        """A command that answers ``tick`` (commands come in non-decreasing ticks: older ones are
+        stale and never pushed)."""
+        self._q.append((tick, cmd))
 
-    def due(self, scheduled: float):
-        """The newest command that arrived at or before ``scheduled`` (else the one applied before)."""
+    def due(self, max_tick: int):
+        """The newest command answering a tick ``<= max_tick`` (else the one applied before, or None)."""
         q = self._q
-        while q and q[0][0] <= scheduled:
+        while q and q[0][0] <= max_tick:
             self.current = q.popleft()[1]
         return self.current
 
