@@ -9,7 +9,8 @@ tick (:meth:`CommandTiming.close_tick`):
 * **command latency** of tick ``k`` = arrival of its command - publication of its sample [us]
   (NaN when no command came by the deadline);
 * **deadline miss**: no command for ``k`` arrived by the deadline (realtime mode: the scheduled wall
-  time of the physics step that starts period ``k + 1``, i.e. the command is applied from then on).
+  time of the physics step that starts tick ``k + 1 + N``, ``N`` = the scenario's command delay in
+  ticks; from then on the next tick's command may act).
 
 :meth:`CommandTiming.take_window` returns the statistics of the ticks closed since the last call
 (``/bridge/diagnostics``) and their per-tick latencies (``/bridge/command_latency``, from which
