@@ -192,15 +192,15 @@ def _make_node_class():
             if ns - imu_ns > ros_io.IMU_MAX_AGE_NS:
                 return self._reject("sample", f"the newest /imu is {(ns - imu_ns) * 1e-6:.1f} ms older than the "
                                     f"joint state (at most {ros_io.IMU_MAX_AGE_NS * 1e-6:g} ms)")
-            first = self.samples.take(ns) == 0   # tick 0 = the first answered (waits for matched subscribers)
-            self._tick_ready(0 if first else 1, {"js": js, "imu": imu}, ns, self.samples.t(ns))
+            self.samples.take(ns)
+            self._tick_ready(None, {"js": js, "imu": imu}, ns, self.samples.t(ns))
 
-        def _tick_ready(self, tick: int, d: dict | None, stamp: int | None = None, t: float | None = None) -> None:
+        def _tick_ready(self, tick: int | None, d: dict | None, stamp: int | None = None, t: float | None = None) -> None:
             if d is not None:               # else the tick still lacks an input
                 self.ticks.submit(tick, d, stamp, t)
 
-        def _run_tick(self, tick: int, d: dict, stamp: int | None = None, t: float | None = None) -> None:
-            """One update; ``stamp`` [ns] and ``t`` [s] in sample mode (else ``tick * 2 ms``, both)."""
+        def _run_tick(self, tick: int | None, d: dict, stamp: int | None = None, t: float | None = None) -> None:
+            """One update of ``tick``; in sample mode (``tick`` None) ``stamp`` [ns] and ``t`` [s]."""
             cfg = self._new_cfg
             if cfg is not self._cfg_applied:
                 self.est.set_config(cfg)
@@ -208,6 +208,7 @@ def _make_node_class():
             pos, vel, eff = d["js"]
             quat, gyro, acc = d["imu"]
             t_ns = tick * ros_io.CONTROL_PERIOD_NS if stamp is None else stamp
+            first = tick == 0 if stamp is None else not self._last_out
             try:
                 e = self.est.update(t_ns * 1e-9 if t is None else t, pos, vel, eff, quat, gyro, acc)
             except ValueError as exc:
@@ -224,7 +225,7 @@ def _make_node_class():
             ros_io.fill_odometry(self.msg_odom, stamp, e.q, e.v)
             self._last_out = [(self.pub_diag, self.msg_diag), (self.pub_tau_ext, self.msg_tau_ext),
                               (self.pub_support, self.msg_support), (self.pub_odom, self.msg_odom)]
-            if tick == 0:
+            if first:                       # the first answer: wait until the subscribers are matched
                 ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
             self._resend()
 
