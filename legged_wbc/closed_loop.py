@@ -7,6 +7,13 @@ deterministic for a given scenario (MuJoCo and the QP solvers are deterministic;
 Per control tick ``k`` (t = 0.002 k): read sensors -> estimator -> controller -> hold the torque
 for two physics steps, adding the scenario disturbance when its window is open and the disturbed
 leg is in the *estimated* support set.
+
+With the scenario's ``command_delay_ticks`` ``N`` > 0 the torque held from tick ``k`` is the one
+computed at tick ``k - N`` (the command answering tick ``k`` acts from control period ``k + 1 + N``,
+exactly as in the lockstep bridge); during the first ``N`` ticks, which no command reaches yet, the
+joints are damped as by the bridge before its first command (its watchdog's ``-watchdog_damping * dq``,
+``config/mujoco_bridge.yaml``, clipped to the effort limits, recomputed every physics step). The
+logged ``tau`` stays the command computed at each tick.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from mujoco_bridge.config import load_bridge_config
+from mujoco_bridge.scheduler import damping_torque
 from mujoco_bridge.sim import MujocoSim, SensorNoise
+from mujoco_bridge.timing import CommandDelayLine
 from state_estimator.config import load_estimator_config
 from state_estimator.estimator import StateEstimator
 from wbc_controller.config import load_wbc_config
@@ -114,6 +124,9 @@ class ClosedLoop:
         self.est = make_estimator(rm, self.gait_cfg, self.ecfg, impl)
         self.disturbance = DisturbanceModel(scenario, rm)
         self.dist_leg = self.disturbance.leg
+        self.command_delay = CommandDelayLine(scenario.command_delay_ticks)
+        # before the first delayed command arrives: the bridge's damping (as before its first command)
+        self.no_command_damping = load_bridge_config().watchdog_damping if scenario.command_delay_ticks else 0.0
         self._leg_joint_flat = np.array(rm.leg_joints).reshape(-1)
         q0 = rm.stance_configuration(scenario.initial_height)
         self.q0 = q0
@@ -149,6 +162,7 @@ class ClosedLoop:
                                                          S["joint_pos"])
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
+        delay_push, effort = self.command_delay.push, self.rm.effort
         min_height, max_tilt = sc.fall_min_height, sc.fall_max_tilt_deg
         t_standing = sc.stand_up_start + sc.stand_up_duration
         gc_state = _GcPause.start()
@@ -170,7 +184,9 @@ class ClosedLoop:
                 tau_ext = np.empty(n)
                 tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
                 out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext))
-                sim.set_torque(out.tau)
+                tau_applied = delay_push(out.tau)      # command_delay_ticks = 0: out.tau itself
+                if tau_applied is not None:
+                    sim.set_torque(tau_applied)
                 tau_dist = self.disturbance.torque(t, f.joint_pos, bool(est.support[dist_leg]))
                 sim.set_disturbance(tau_dist)
                 if on_tick is not None:
@@ -197,7 +213,12 @@ class ClosedLoop:
                 s_est_pos[k] = est.q[:3]
                 s_est_vel[k] = est.v_world
                 s_joint_pos[k] = f.joint_pos
-                sim.step(PHYSICS_PER_CONTROL)
+                if tau_applied is not None:
+                    sim.step(PHYSICS_PER_CONTROL)
+                else:                               # no (delayed) command yet: damping, every physics step
+                    for _ in range(PHYSICS_PER_CONTROL):
+                        sim.set_torque(damping_torque(sim.joint_velocities(), self.no_command_damping, effort))
+                        sim.step(1)
                 # fall detection on ground truth (evaluation only)
                 qx, qy, z = float(q_gt[3]), float(q_gt[4]), float(q_gt[2])
                 tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (qx ** 2 + qy ** 2)))))

@@ -11,11 +11,17 @@ defaults filled in for scenario files that do not have them, so ``--set`` works 
 * ``payload.mass_kg``: mass added to the body [kg] (negative: lighter), its inertia scaled with it;
 * ``push``: a world-frame lateral force ``force_n`` [N] (signed, along world y) on the body's centre
   of mass from ``t_s + start_offset`` for ``duration`` s.
+
+And the command path's latency: ``command_delay_ticks`` (int >= 0, default 0): the torque command
+that answers control tick ``k`` is applied from control period ``k + 1 + N`` (the one from tick
+``k + N`` to ``k + N + 1``) instead of ``k + 1``; the headless loop and the bridge honour it alike (see
+:mod:`legged_wbc.closed_loop` and :mod:`mujoco_bridge.scheduler`).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import yaml
@@ -53,6 +59,8 @@ PHYSICS_DEFAULTS = {
     "payload": {"mass_kg": 0.0},
     "push": {"enabled": False, "force_n": 0.0, "start_offset": 0.0, "duration": 0.0},
 }
+# Top-level keys a scenario file may omit, with their defaults.
+SCALAR_DEFAULTS = {"command_delay_ticks": 0}
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,7 @@ class Scenario:
     friction: float | None             # foot-floor friction (None: the robot config's)
     payload_kg: float                  # mass added to the body [kg]
     push: Push
+    command_delay_ticks: int = 0       # the command answering tick k acts from period k + 1 + N
 
     def physics(self) -> dict:
         """What :meth:`mujoco_bridge.sim.MujocoSim.set_physics` takes for this scenario."""
@@ -144,8 +153,11 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
 
 
 def with_physics_defaults(raw: dict) -> dict:
-    """A deep copy of ``raw`` with the keys of :data:`PHYSICS_DEFAULTS` it lacks."""
+    """A deep copy of ``raw`` with the keys of :data:`PHYSICS_DEFAULTS` and :data:`SCALAR_DEFAULTS`
+    it lacks."""
     raw = copy.deepcopy(raw)
+    for k, v in SCALAR_DEFAULTS.items():
+        raw.setdefault(k, v)
     for sec, vals in PHYSICS_DEFAULTS.items():
         cur = raw.get(sec)
         if not isinstance(cur, dict):
@@ -155,8 +167,17 @@ def with_physics_defaults(raw: dict) -> dict:
     return raw
 
 
+def _delay_ticks(value) -> int:
+    """``command_delay_ticks``: an integer >= 0 (``2`` or ``2.0``; not ``2.5``, ``true`` or ``-1``)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or value < 0):
+        raise ConfigError(f"scenario.command_delay_ticks: must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
 def scenario_from_dict(raw: dict) -> Scenario:
     raw = with_physics_defaults(raw)
+    delay = _delay_ticks(raw["command_delay_ticks"])
     try:
         walk, su, dist = raw["walk"], raw["stand_up"], raw["disturbance"]
         t_s = float(walk["t_s"])
@@ -176,7 +197,8 @@ def scenario_from_dict(raw: dict) -> Scenario:
             friction=None if raw["ground"]["friction"] is None else float(raw["ground"]["friction"]),
             payload_kg=float(raw["payload"]["mass_kg"]),
             push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),
-                      start=t_s + float(raw["push"]["start_offset"]), duration=float(raw["push"]["duration"])))
+                      start=t_s + float(raw["push"]["start_offset"]), duration=float(raw["push"]["duration"])),
+            command_delay_ticks=delay)
     except KeyError as exc:
         raise ConfigError(f"scenario: missing key {exc}") from exc
     except (TypeError, ValueError) as exc:

@@ -13,7 +13,8 @@ Initial state: ``RobotModel.stance_configuration(h)`` (level, at the origin, fee
 rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial_height`` (see
 ``config/scenarios/``), else the robot config's stance height. Sensor noise: the ``noise_*``
 parameters, or the scenario's ``noise`` block when they are all zero. Ground friction, payload and
-push: the scenario's (:func:`scenario_sim`), as in the headless loop.
+push: the scenario's (:func:`scenario_sim`), as in the headless loop. Command delay: the scenario's
+``command_delay_ticks``, which the node hands to :class:`~mujoco_bridge.scheduler.BridgeScheduler`.
 """
 
 from __future__ import annotations

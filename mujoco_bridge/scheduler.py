@@ -76,6 +76,14 @@ Control tick ``k`` is sim time ``t_k = k * control_period`` (``control_period`` 
    with ``k + 1``. Commands stamped before tick ``k`` are stale (counted, dropped); stamped after
    it, rejected.
 
+Command delay (the scenario's ``command_delay_ticks`` ``N``, default 0): the command answering tick
+``k`` is still waited for at tick ``k`` (the handshake is unchanged), but it drives the physics steps
+of tick ``k + N`` (control period ``k + 1 + N``); the steps of tick ``k`` get tick ``k - N``'s command.
+During the first ``N`` ticks, which no command reaches yet, the joints are damped as before the
+first command (``-watchdog_damping * dq``, clipped). This is exactly the headless loop's behaviour
+(:mod:`legged_wbc.closed_loop`), bit for bit. A tick whose command did not come (watchdog) is
+damped at once, not ``N`` ticks later; ``commands_applied`` counts commands that drove the physics.
+
 Nothing depends on wall time except the watchdog: if the command for tick ``k`` has not arrived
 within ``watchdog_timeout`` WALL seconds (``startup_timeout`` for tick 0), the bridge logs an
 error, applies joint damping ``tau = -watchdog_damping * dq`` (clipped to the joint effort limits)
@@ -90,13 +98,25 @@ Physics is paced by the wall clock (``realtime_factor`` sim seconds per wall sec
 first command (or ``startup_timeout``). The latest valid command is applied at every physics step
 (commands with a tick older than the applied one are stale; with ``command_timing: untimed`` every
 command is untimed and the newest applies).
-The command answering tick ``k`` is due before the bridge starts period ``k + 1``; when it has not
-arrived by then, ``deadline_misses`` is incremented. A physics step applies the newest command that
-had arrived by the step's *scheduled* wall time (:class:`~mujoco_bridge.timing.CommandQueue`), so a
-step that runs late (in a container the bridge's thread computes the command itself) behaves as if
-it had run on time and a late command is never applied early. More than 0.1 s behind the schedule,
-the bridge re-anchors it at the current wall time (``overruns``). With no valid command for
-``watchdog_timeout`` SIM seconds the watchdog applies joint damping until a command arrives.
+Physics step ``s`` (sim time ``s`` ms, tick ``j = s // control_period_steps``) applies the newest
+command that exists when the step runs and answers a tick ``<= j - N`` (``N``: the scenario's
+``command_delay_ticks``, default 0; :class:`~mujoco_bridge.timing.CommandQueue`): a command answering
+tick ``k`` may act from the first step of tick ``k + N`` (period ``k + 1 + N``), never earlier, and a
+command never acts before the sim time of the tick it answers. An untimed command answers the tick
+of the sample whose stamp it carries (:meth:`BridgeScheduler.note_sample`), else the tick of the
+newest sample published when it arrived. Before any command may act (the first ``N`` ticks) the
+joints are damped as before the first command.
+The command answering tick ``k`` is due by the scheduled wall time of the step that starts tick
+``k + 1 + N`` (for ``N = 0``: before the bridge starts the period after tick ``k``'s); when it has
+not arrived by then, ``deadline_misses`` is incremented. The physics does not wait for the schedule
+to judge a command, though: a step that runs behind its scheduled time (the machine is busy; in a
+container the bridge's own thread computes the command) applies the newest command that is there
+when it runs, so the torques are as fresh as the machine allows, while the deadline accounting
+stays on the schedule (a command that came after its deadline is a miss even if a late step still
+applied it). More than 0.1 s behind the schedule, the bridge re-anchors it at the current wall time
+(``overruns``); the closing log line and ``/bridge/diagnostics`` give the real-time factor (sim
+seconds per wall second). With no valid command for ``watchdog_timeout`` SIM seconds the watchdog
+applies joint damping until a command arrives.
 
 Live parameters (``legged-wbc param set /mujoco_bridge ...``) act from the next tick (realtime: the
 next physics step): ``watchdog_timeout``, ``watchdog_damping``, ``startup_timeout``,
@@ -116,7 +136,7 @@ import time
 import numpy as np
 
 from legged_wbc.conventions import PHYSICS_DT_NS, UNTIMED_TICK
-from mujoco_bridge.timing import CommandQueue, CommandTiming
+from mujoco_bridge.timing import CommandDelayLine, CommandQueue, CommandTiming
 
 OVERRUN_S = 0.1                  # realtime: this far behind the schedule [wall s] -> re-anchor
 PEER_POLL_S = 0.01               # start-up: period of the subscriber check [wall s]
@@ -163,7 +183,7 @@ class BridgeScheduler:
     """
 
     def __init__(self, cfg, ports, *, lockstep: bool, steps_per_tick: int, effort_limit, log,
-                 clock=None, wait_for_support: bool = False):
+                 clock=None, wait_for_support: bool = False, command_delay_ticks: int = 0):
         self.cfg = cfg
         self.ports = ports
         self.lockstep = bool(lockstep)
@@ -175,7 +195,10 @@ class BridgeScheduler:
         self.cond = threading.Condition()
         self.timing = CommandTiming()       # command latency / deadlines per tick (wall clock)
         self._stamp_steps: dict[int, tuple[int, float]] = {}   # untimed: sample stamp [ns] -> (step, wall)
-        self.cmd_queue = CommandQueue()     # realtime: commands in arrival order
+        # the scenario's command_delay_ticks N: the command answering tick k acts from period k + 1 + N
+        self.command_delay_ticks = int(command_delay_ticks)
+        self.command_delay = CommandDelayLine(self.command_delay_ticks)   # lockstep
+        self.cmd_queue = CommandQueue(64 + 4 * self.command_delay_ticks)  # realtime: commands in arrival order
         self.step_count = 0                 # physics steps since reset; sim time = step_count * 1 ms
         self.tick = 0                       # current control tick (lockstep: the one we wait a command for)
         self.tau = None                     # the torque of the last applied command
@@ -193,6 +216,7 @@ class BridgeScheduler:
         self._reject_log: dict[str, tuple[float, int]] = {}
         self._diag_wall = (self.clock.monotonic(), 0)
         self._progress = None
+        self._run_wall0 = None              # realtime: (wall, step) when stepping started
 
     @property
     def t_ns(self) -> int:
@@ -204,12 +228,16 @@ class BridgeScheduler:
         if accepted. Stale ones are counted and dropped, future ones (lockstep) rejected."""
         now = self.clock.monotonic()
         with self.cond:
+            answers = cmd.tick              # the tick it answers (realtime: for the command delay)
             if cmd.tick != UNTIMED_TICK:
                 self.timing.command_arrived(cmd.tick, now)
             else:                           # untimed: the sample it answers, if its stamp is one we published
                 answered = self._stamp_steps.get(cmd.stamp_ns)
                 if answered is not None:
-                    self.timing.answer_arrived(answered[0] // self.steps_per_tick, answered[1], now)
+                    answers = answered[0] // self.steps_per_tick
+                    self.timing.answer_arrived(answers, answered[1], now)
+                else:                       # at most the tick of the newest sample
+                    answers = self.step_count // self.steps_per_tick
             if self.lockstep:
                 if cmd.tick < self.tick:
                     self.counters["stale_commands"] += 1
@@ -225,7 +253,7 @@ class BridgeScheduler:
                     self.counters["stale_commands"] += 1
                     return False
                 self._latest = cmd
-                self.cmd_queue.push(now, cmd)
+                self.cmd_queue.push(answers, cmd)
                 self._last_cmd_step = self.step_count
             self.cond.notify_all()
         return True
@@ -398,10 +426,13 @@ class BridgeScheduler:
             if self.stop_requested:
                 break
             if tau is not None:
-                self.counters["commands_applied"] += 1
-                self.tau = tau
                 with self.cond:
                     self.timing.close_tick(self.tick)      # latency only: lockstep has no deadline
+            delayed = self.command_delay.push(tau)         # tick - N's command (N = 0: tau itself)
+            tau = None if tau is None else delayed         # the watchdog damps at once, undelayed
+            if tau is not None:
+                self.counters["commands_applied"] += 1
+                self.tau = tau
             for i in range(spt):
                 physics_step(self.damping_torque() if tau is None else tau, self.step_count)
                 self.step_count += 1
@@ -437,9 +468,10 @@ class BridgeScheduler:
         monotonic, sleep = self.clock.monotonic, self.clock.sleep
         physics_step, publish_sample, physics_dt = self.ports.physics_step, self.ports.publish_sample, 1e-3
         timing, queue, counters, cond = self.timing, self.cmd_queue, self.counters, self.cond
-        spt = self.steps_per_tick
+        spt, lag = self.steps_per_tick, self.command_delay_ticks
         wall0 = monotonic()
         step0 = self.step_count
+        self._run_wall0 = (wall0, step0)
         rtf = float(self.cfg.realtime_factor)
         while not self.done():
             cfg = self.cfg
@@ -455,18 +487,20 @@ class BridgeScheduler:
                 counters["overruns"] += 1
                 wall0, step0 = monotonic(), step
                 target = wall0
+            tick = step // spt
             with cond:
-                if step % spt == 0 and self.got_first_command and step > 0:
-                    # the command answering the previous tick is due when this period starts
-                    if timing.close_tick(step // spt - 1, deadline=target):
+                self.got_first_command = self._latest is not None
+                if step % spt == 0 and self.got_first_command and tick > lag:
+                    # the command answering tick k is due when period k + 2 + N starts (from period
+                    # k + 1 + N on it is applied; from this one on the next tick's may be)
+                    if timing.close_tick(tick - 1 - lag, deadline=target):
                         counters["deadline_misses"] += 1
-                # what had arrived by the scheduled time (not by now: a step that runs late,
-                # e.g. because this process computed the command, acts as if it had run on time)
-                cmd, last_step = queue.due(target), self._last_cmd_step
-            self.tick = step // spt
+                # the newest command there is (now, even if this step runs behind its scheduled
+                # time) for a tick this step may answer: none after tick - N
+                cmd, last_step = queue.due(tick - lag), self._last_cmd_step
+            self.tick = tick
             tau = None
             if cmd is not None:
-                self.got_first_command = True
                 wd = cfg.watchdog_timeout
                 if (step - last_step) * physics_dt > wd:
                     self._engage_watchdog(f"no command for {wd:g} s of sim time")
@@ -525,8 +559,18 @@ class BridgeScheduler:
                 f"misses, command latency p99 {lat:.0f} us (last {cfg.diagnostics_period:g} s)")
 
     def summary(self) -> str:
-        """The closing log line."""
+        """The closing log line (realtime: also deadline misses, overruns and the real-time factor of
+        the whole run, sim seconds per wall second since the first step)."""
+        c = self.counters
         if self.stop_requested:
-            return f"stopped at t = {self.t_ns * 1e-9:.3f} s"
-        return (f"duration reached: t = {self.t_ns * 1e-9:.3f} s, {self.counters['commands_applied']} commands "
-                f"applied, {self.counters['watchdog_events']} watchdog events")
+            line = f"stopped at t = {self.t_ns * 1e-9:.3f} s"
+        else:
+            line = (f"duration reached: t = {self.t_ns * 1e-9:.3f} s, {c['commands_applied']} commands "
+                    f"applied, {c['watchdog_events']} watchdog events")
+        if not self.lockstep and self._run_wall0 is not None:
+            wall0, step0 = self._run_wall0
+            wall = self.clock.monotonic() - wall0
+            rtf = f"{(self.step_count - step0) * 1e-3 / wall:.2f}x" if wall > 0 else "n/a"
+            line += (f"; realtime: {c['deadline_misses']} deadline misses, {c['overruns']} overruns, {rtf} real time"
+                     + (f", command delay {self.command_delay_ticks} ticks" if self.command_delay_ticks else ""))
+        return line

@@ -9,7 +9,8 @@ tick (:meth:`CommandTiming.close_tick`):
 * **command latency** of tick ``k`` = arrival of its command - publication of its sample [us]
   (NaN when no command came by the deadline);
 * **deadline miss**: no command for ``k`` arrived by the deadline (realtime mode: the scheduled wall
-  time of the physics step that starts period ``k + 1``, i.e. the command is applied from then on).
+  time of the physics step that starts tick ``k + 1 + N``, ``N`` = the scenario's command delay in
+  ticks; from then on the next tick's command may act).
 
 :meth:`CommandTiming.take_window` returns the statistics of the ticks closed since the last call
 (``/bridge/diagnostics``) and their per-tick latencies (``/bridge/command_latency``, from which
@@ -89,23 +90,48 @@ class CommandTiming:
 
 
 class CommandQueue:
-    """Commands in arrival order, so a physics step applies only what had arrived by its
-    *scheduled* wall time: a step that runs late (the process was busy, e.g. computing the very
-    command in the same thread) behaves as if it had run on time."""
+    """Realtime: the accepted commands in arrival order, each with the tick it answers, so a physics
+    step applies the newest command that exists for a tick it may answer (:meth:`due`). Whether the
+    bridge runs on its schedule or behind it, a step takes what is there when it runs: behind the
+    schedule (the machine is busy) the physics is not held on an older torque because the newest
+    one came after the step's scheduled time (the deadline accounting, :class:`CommandTiming`, still
+    judges every command by the schedule)."""
 
     def __init__(self, maxlen: int = 64):
         self._q: deque = deque(maxlen=maxlen)
         self.current = None
 
-    def push(self, wall: float, cmd) -> None:
-        self._q.append((wall, cmd))
+    def push(self, tick: int, cmd) -> None:
+        """A command that answers ``tick`` (commands come in non-decreasing ticks: older ones are
+        stale and never pushed)."""
+        self._q.append((tick, cmd))
 
-    def due(self, scheduled: float):
-        """The newest command that arrived at or before ``scheduled`` (else the one applied before)."""
+    def due(self, max_tick: int):
+        """The newest command answering a tick ``<= max_tick`` (else the one applied before, or None)."""
         q = self._q
-        while q and q[0][0] <= scheduled:
+        while q and q[0][0] <= max_tick:
             self.current = q.popleft()[1]
         return self.current
 
     def newest(self):
         return self._q[-1][1] if self._q else self.current
+
+
+class CommandDelayLine:
+    """The scenario's ``command_delay_ticks`` ``N`` in the headless loop and the lockstep bridge: the
+    torque entered for control tick ``k`` comes out at tick ``k + N``, i.e. drives control period
+    ``k + 1 + N`` (tick ``k + N`` to ``k + N + 1``). ``N = 0``: it comes out at once (the same array)."""
+
+    def __init__(self, ticks: int):
+        self.ticks = int(ticks)
+        if self.ticks < 0:
+            raise ValueError(f"command delay must be >= 0 ticks, got {ticks}")
+        self._line: deque = deque()
+
+    def push(self, tau):
+        """Enter tick ``k``'s torque (None: none, e.g. the watchdog's tick) and return tick ``k - N``'s
+        (a copy; None during the first ``N`` ticks or when that tick had none)."""
+        if self.ticks == 0:
+            return tau
+        self._line.append(None if tau is None else np.array(tau, dtype=float))
+        return self._line.popleft() if len(self._line) > self.ticks else None

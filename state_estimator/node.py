@@ -13,7 +13,12 @@ updates, and publishes with the same stamp:
   joint torque [N m] ("opposes the motor", see :mod:`state_estimator.touchdown`);
 * ``/estimator/diagnostics`` (Float64MultiArray, label ``estimator[<fields>]``): per leg, in robot
   leg order, blocks of ``vel_d2`` (squared Mahalanobis distance), ``vel_inflation``, ``vel_excluded``
-  (1/0), ``vel_used`` (1/0), then ``height_raw`` [m].
+  (1/0), ``vel_used`` (1/0), then ``height_raw`` [m] and ``skipped_ticks`` (see below).
+
+Falling behind (``layout:=processes``): the updates run in a worker thread and always on the newest
+complete tick; complete ticks that a newer one overtook while an update ran are skipped and counted
+(``skipped_ticks``, and in the closing log line), :class:`legged_wbc.ros.io.NewestTickRunner`. In a
+container the update runs in the bridge's thread, where nothing can pile up.
 
 ``input_timing: sample`` (hardware stamps, off the grid; :class:`legged_wbc.ros.io.SampleTicks`): a
 ``/joint_states`` sample due by a 2 ms schedule (+-0.5 ms) is a tick, paired with the newest
@@ -72,7 +77,7 @@ def _make_node_class():
             gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
             self.est = StateEstimator(self.rm, GaitScheduler(gait, self.rm.cfg.leg_names), cfg.estimator)
             self.est.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
-            self._pending_cfg = None
+            self._new_cfg = self._cfg_applied = None   # written by the parameter callback only
             self.joint_names = list(self.rm.joint_names)
             self.leg_names = list(self.rm.cfg.leg_names)
             self.leg_joint_flat = np.array(self.rm.leg_joints).reshape(-1)
@@ -94,7 +99,7 @@ def _make_node_class():
             self._zeros_n = np.zeros(n)
             # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
             diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),vel_used({legs}),"
-                          "height_raw_m]")
+                          "height_raw_m,skipped_ticks]")
             self.pub_odom, self.pub_support, self.pub_tau_ext, self.pub_diag = [
                 ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
                     (A.OdometryAdapter(ros_io.odometry_msg(0, self.rm.stance_configuration(), np.zeros(6),
@@ -103,11 +108,19 @@ def _make_node_class():
                                                                 zeros_legs)), ros_io.TOPIC_EST_SUPPORT),
                     (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, np.zeros(n), np.zeros(n),
                                                                 np.zeros(n))), ros_io.TOPIC_EST_TAU_EXT),
-                    (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 1), diag_label)),
+                    (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 2), diag_label)),
                      ros_io.TOPIC_EST_DIAG))]
+            # the updates: at once (a container, tests), in a process of its own by a worker (main())
+            self.ticks = ros_io.NewestTickRunner(self._run_tick, name="estimator_ticks")
+
+        def destroy_node(self):
+            self.ticks.close()
+            self.get_logger().info(f"{self.ticks.ran} ticks updated, {self.ticks.skipped} stale ticks skipped, "
+                                   f"{self.rejected} inputs rejected")
+            super().destroy_node()
 
         def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:
-            self._pending_cfg = cfg.estimator   # applied at the next tick (StateEstimator.set_config)
+            self._new_cfg = cfg.estimator       # applied at the next tick (StateEstimator.set_config)
 
         def _resend(self) -> None:
             """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
@@ -129,7 +142,7 @@ def _make_node_class():
                 return self._resend() if status == TickSync.REPEAT else None
             arrays = self._joint_arrays(msg)
             if arrays is not None:
-                self._run_tick(tick, self.sync.add(tick, "js", arrays))
+                self._tick_ready(tick, self.sync.add(tick, "js", arrays))
 
         def _joint_arrays(self, msg):
             """The sample's (position, velocity, effort) in our joint order, or None (rejected, logged)."""
@@ -150,7 +163,7 @@ def _make_node_class():
             arrays = msg[1:]
             if not all(np.all(np.isfinite(a)) for a in arrays):
                 return self._reject("imu", "NaN/inf")
-            self._run_tick(tick, self.sync.add(tick, "imu", arrays))
+            self._tick_ready(tick, self.sync.add(tick, "imu", arrays))
 
         # ---------------------------------------------------- input_timing: sample
         def _on_js_sample(self, msg: adapters.JointSample) -> None:
@@ -183,19 +196,23 @@ def _make_node_class():
             if ns - imu_ns > ros_io.IMU_MAX_AGE_NS:
                 return self._reject("sample", f"the newest /imu is {(ns - imu_ns) * 1e-6:.1f} ms older than the "
                                     f"joint state (at most {ros_io.IMU_MAX_AGE_NS * 1e-6:g} ms)")
-            self.samples.take(ns)           # tick 0 = the first answered (waits for matched subscribers)
-            self._run_tick(1 if self._last_out else 0, {"js": js, "imu": imu}, ns, self.samples.t(ns))
+            self.samples.take(ns)
+            self._tick_ready(None, {"js": js, "imu": imu}, ns, self.samples.t(ns))
 
-        def _run_tick(self, tick: int, d: dict | None, stamp: int | None = None, t: float | None = None) -> None:
-            """One update; ``stamp`` [ns] and ``t`` [s] in sample mode (else ``tick * 2 ms``, both)."""
-            if d is None:                   # the tick still lacks an input
-                return
-            if self._pending_cfg is not None:
-                self.est.set_config(self._pending_cfg)
-                self._pending_cfg = None
+        def _tick_ready(self, tick: int | None, d: dict | None, stamp: int | None = None, t: float | None = None) -> None:
+            if d is not None:               # else the tick still lacks an input
+                self.ticks.submit(tick, d, stamp, t)
+
+        def _run_tick(self, tick: int | None, d: dict, stamp: int | None = None, t: float | None = None) -> None:
+            """One update of ``tick``; in sample mode (``tick`` None) ``stamp`` [ns] and ``t`` [s]."""
+            cfg = self._new_cfg
+            if cfg is not self._cfg_applied:
+                self.est.set_config(cfg)
+                self._cfg_applied = cfg
             pos, vel, eff = d["js"]
             quat, gyro, acc = d["imu"]
             t_ns = tick * ros_io.CONTROL_PERIOD_NS if stamp is None else stamp
+            first = tick == 0 if stamp is None else not self._last_out
             try:
                 e = self.est.update(t_ns * 1e-9 if t is None else t, pos, vel, eff, quat, gyro, acc)
             except ValueError as exc:
@@ -203,7 +220,7 @@ def _make_node_class():
             tau_ext = np.zeros(self.rm.n)
             tau_ext[self.leg_joint_flat] = e.tau_ext.reshape(-1)
             diag = np.concatenate([e.vel_d2, e.vel_inflation, e.vel_excluded.astype(float), e.vel_used.astype(float),
-                                   [e.height_raw]])
+                                   [e.height_raw, self.ticks.skipped]])
             z = self._zeros_n
             self._last_out = [
                 (self.pub_diag, diag),
@@ -211,7 +228,7 @@ def _make_node_class():
                 (self.pub_support, adapters.JointSample(t_ns, self.leg_names, e.support.astype(float),
                                                         e.touchdown.astype(float), np.asarray(e.td_score, dtype=float))),
                 (self.pub_odom, adapters.OdomSample(t_ns, e.q[:7], e.v[:6]))]
-            if tick == 0:
+            if first:                       # the first answer: wait until the subscribers are matched
                 ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
             self._resend()
 
@@ -219,7 +236,11 @@ def _make_node_class():
 
 
 def main(argv: list[str] | None = None) -> int:
-    return ros_io.spin_node(lambda: _make_node_class()(), argv)
+    def make():
+        node = _make_node_class()()
+        node.ticks.start_worker()       # a process of its own: when behind, the newest tick first
+        return node
+    return ros_io.spin_node(make, argv)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ class Rig:
     ``latency(k)`` -> wall seconds until the command for tick ``k`` arrives after its sample was
     published (None: never answered)."""
 
-    def __init__(self, lockstep=True, latency=lambda k: 1e-4, peers_after=0.0, **cfg):
+    def __init__(self, lockstep=True, latency=lambda k: 1e-4, peers_after=0.0, delay=0, **cfg):
         self.clock = FakeClock()
         self.log = Log()
         self.log.clock = self.clock
@@ -104,7 +104,7 @@ class Rig:
         self.step_cost = {}                                       # step -> wall seconds the step takes
         cfg = BridgeConfig(**{"duration": 0.02, "mode": "lockstep" if lockstep else "realtime", **cfg})
         self.sched = BridgeScheduler(cfg, self, lockstep=lockstep, steps_per_tick=SPT, effort_limit=LIMIT,
-                                     log=self.log, clock=self.clock)
+                                     log=self.log, clock=self.clock, command_delay_ticks=delay)
 
     # ports
     def physics_step(self, tau, step):
@@ -246,11 +246,11 @@ def test_stop_request_ends_the_run():
 
 
 # ---------------------------------------------------------------- realtime
-def test_realtime_late_command_counts_a_miss_and_is_never_applied_early():
+def test_realtime_late_command_counts_a_miss_and_a_late_step_applies_it():
     # tick k's sample goes out after step 2k-1 (scheduled at wall0 + (2k-1) ms), its command is due at
-    # the scheduled start of period k+1 (step 2k+2). Tick 4's answer takes 3.5 ms: it arrives at
-    # wall0 + 10.5 ms, during step 9, which runs 2 ms late: step 10 starts after the arrival, but
-    # its scheduled time (wall0 + 10 ms) is before it.
+    # the scheduled start of the period after tick k's (step 2k+2). Tick 4's answer takes 3.5 ms: it
+    # arrives at wall0 + 10.5 ms, during step 9, which runs 2 ms late: step 10 starts after the arrival,
+    # though its scheduled time (wall0 + 10 ms) is before it.
     r = Rig(lockstep=False, latency=lambda k: 0.0035 if k == 4 else 5e-4, duration=0.03)
     r.step_cost[9] = 0.002
     r.run()
@@ -259,14 +259,96 @@ def test_realtime_late_command_counts_a_miss_and_is_never_applied_early():
     taus, walls = r.taus(), r.step_walls()
     wall0 = walls[0]
     assert walls[10] > r.answered[4] and r.answered[4] == pytest.approx(wall0 + 0.0105)
-    assert taus[10] == 3.0 and taus[11] == 4.0
-    assert np.array_equal(taus[:10], [0, 0, 1, 1, 2, 2, 3, 3, 3, 3])   # tick 4's: not there by step 8's time
+    assert np.array_equal(taus[:10], [0, 0, 1, 1, 2, 2, 3, 3, 3, 3])   # tick 4's: not there for step 8
+    # step 10 runs behind its schedule: it applies the newest command there is (tick 4's), not the
+    # older one that was there by its scheduled time; the miss is counted all the same
+    assert taus[10] == 4.0 and taus[11] == 4.0
     # steps 10 and 11 both ran at wall0 + 11 ms: the answers to ticks 5 and 6 were both there for step 12
     assert taus[12] == 6.0 and 5.0 not in taus
     assert s.counters["commands_applied"] == len(np.unique(taus)) == 14
     fields, ticks, lat, _ = s.diagnostics()
     assert list(fields) == list(DIAG_FIELDS) and fields["deadline_misses"] == 1.0
     assert np.isnan(lat[ticks.index(4)]) and lat[ticks.index(3)] == pytest.approx(500.0)
+
+
+class SyncChainRig(Rig):
+    """Realtime with the control chain in the bridge's thread (the container): publishing tick k's
+    sample computes its command, which takes ``cost(k)`` wall seconds, then offers it."""
+
+    def __init__(self, cost, **cfg):
+        super().__init__(lockstep=False, latency=lambda k: None, **cfg)
+        self.cost = cost
+
+    def publish_sample(self, step):
+        super().publish_sample(step)
+        if step % SPT == 0:
+            k = step // SPT
+            self.clock._advance(self.clock.t + self.cost(k))
+            self.answered[k] = self.clock.t
+            self.sched.offer_command(cmd(k))
+
+
+def test_realtime_overload_applies_the_newest_command_not_a_stale_one():
+    """A control chain that takes longer than a period (2.5 ms per 2 ms tick): the bridge falls behind
+    its schedule by 0.5 ms a tick. Every step still applies the command of its own tick (the newest,
+    computed just before it), where judging arrivals by the scheduled time applied ever older ones
+    (up to 50 ticks old at 0.1 s behind); every tick answered after its deadline is a miss, the
+    schedule is re-anchored each time it is 0.1 s behind, and the run reports 0.8x real time."""
+    r = SyncChainRig(cost=lambda k: 0.0025, duration=1.0).run()
+    s = r.sched
+    taus = r.taus()
+    ticks = np.arange(len(taus)) // SPT
+    assert len(taus) == 1000 and np.array_equal(taus, ticks)            # never stale
+    # behind by 0.5 ms per tick: a re-anchor after every ~200 ticks (0.1 s); the answers arrive 2.5 ms
+    # after their sample, i.e. after their deadline once the bridge is > 1 ms behind: most ticks missed
+    assert s.counters["overruns"] == 2
+    assert 0.9 * 499 <= s.counters["deadline_misses"] < 499
+    assert s.counters["deadline_misses"] == s.timing.deadline_misses
+    assert "0 watchdog events; realtime: " in s.summary() and "overruns, 0.80x real time" in s.summary()
+    # a chain that takes 1.5 ms keeps up: no miss, no overrun, fresh commands as well
+    ok = SyncChainRig(cost=lambda k: 0.0015, duration=0.2).run()
+    assert ok.sched.counters["deadline_misses"] == 0 and ok.sched.counters["overruns"] == 0
+    assert np.array_equal(ok.taus(), np.arange(200) // SPT)
+
+
+def test_command_delay_lockstep_applies_tick_k_minus_n_and_damps_before():
+    """``command_delay_ticks`` N = 2 in lockstep: the handshake waits for each tick's command, the
+    steps of tick k get tick k-2's; the first two ticks are damped (as before a first command)."""
+    r = Rig(latency=lambda k: 0.05, duration=0.02, delay=2).run()
+    damp = np.clip(-5.0 * DQ, -LIMIT, LIMIT)
+    for step, wall, tau in r.steps:
+        k = step // SPT
+        assert wall >= r.answered[k]                       # still lockstep: tick k's command was there
+        assert np.array_equal(tau, damp if k < 2 else np.full(N, k - 2.0)), step
+    assert r.sched.counters["commands_applied"] == 8 and r.sched.tick == 10
+    assert r.sched.summary() == "duration reached: t = 0.020 s, 8 commands applied, 0 watchdog events"
+    # a tick without a command (watchdog) is damped at once, and its slot in the line stays empty
+    r = Rig(latency=lambda k: None if k == 4 else 1e-4, duration=0.02, delay=2, watchdog_timeout=0.1).run()
+    expect = [damp if k in (0, 1, 4, 6) else np.full(N, k - 2.0) for k in range(10)]
+    for step, _, tau in r.steps:
+        assert np.array_equal(tau, expect[step // SPT]), step
+
+
+def test_command_delay_realtime_acts_from_tick_k_plus_n_and_gives_n_more_periods():
+    """Realtime, N = 2: a command answering tick k acts from the first step of tick k+2, never before
+    (even when it came early), the steps before get damping; its deadline is the start of tick k+3,
+    so answers 3.5 ms after the sample (a miss every tick with N = 0) are all in time."""
+    damp = np.clip(-5.0 * DQ, -LIMIT, LIMIT)
+    for latency in (1e-4, 0.0035):
+        r = Rig(lockstep=False, latency=lambda k, lat=latency: lat, duration=0.04, delay=2).run()
+        for step, _, tau in r.steps:
+            k = step // SPT
+            assert np.array_equal(tau, damp if k < 2 else np.full(N, k - 2.0)), (latency, step)
+        assert r.sched.counters["deadline_misses"] == 0 and r.sched.timing.ticks_closed == 17
+        assert r.sched.summary().endswith("real time, command delay 2 ticks")
+    late = Rig(lockstep=False, latency=lambda k: 0.0035, duration=0.04).run()
+    assert late.sched.counters["deadline_misses"] == 18     # all of ticks 1..18 (tick 0's answer starts the clock)
+    # untimed commands (hardware stamps) answer the tick of the sample they name: N = 1, answers to the
+    # odd steps (the second sample of each tick) act from the next tick on
+    u = WallStampRig(answers=lambda step: step % 2 == 1, duration=0.02, delay=1).run()
+    for step, _, tau in u.steps:
+        k = step // SPT
+        assert np.array_equal(tau, damp if k < 1 else np.full(N, 2.0 * (k - 1) + 1)), step
 
 
 class WallStampRig(Rig):
@@ -370,7 +452,8 @@ def test_duration_stops_and_is_live():
     r.set_cfg(0.0105, duration=0.03)                                # ... or, set live, 30 ms of sim time
     r.run()
     assert len(r.steps) == 30 and r.sched.t_ns == 30_000_000
-    assert r.sched.summary() == "duration reached: t = 0.030 s, 15 commands applied, 0 watchdog events"
+    assert r.sched.summary().startswith("duration reached: t = 0.030 s, 15 commands applied, 0 watchdog events; "
+                                        "realtime: 0 deadline misses, 0 overruns, ")
 
 
 # ---------------------------------------------------------------- live parameters

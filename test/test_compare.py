@@ -124,6 +124,36 @@ def test_bag_series_bit_identical_to_headless(recorded):
     assert load_run(recorded["bag"]).disturbed_leg == b.leg_names.index("lh")
 
 
+@pytest.mark.ros
+def test_command_delay_bag_bit_identical_to_headless(recorded, tmp_path):
+    """``command_delay_ticks=2`` (the command answering tick k acts from period k + 3): the lockstep ROS
+    stack and the headless loop apply it alike, bit for bit, and it changes the run."""
+    from legged_wbc.closed_loop import load_log
+    from legged_wbc.scenario import dump_scenario, load_scenario
+    from legged_wbc.tools.bag_metrics import load_run
+
+    sc_path = tmp_path / "short_delay2.yaml"
+    sc_path.write_text(dump_scenario(load_scenario("paper", SHORT + ["command_delay_ticks=2"])))
+    bag = tmp_path / "bag"
+    run = subprocess.run([str(BIN / "legged-wbc"), "launch", "walking_sim", "controller:=damping",
+                          f"scenario:={sc_path}", f"record:={bag}", f"duration:={DURATION}"],
+                         env=ros_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "command delay 2 ticks" in run.stdout + run.stderr
+    b = load_run(bag)
+    h, _ = load_log(headless(str(sc_path), "damping", tmp_path / "headless"))
+    assert len(b.series["t"]) == len(h["t"]) == round(DURATION / 0.002)
+    ok = b.complete if b.complete is not None else np.ones(len(b.series["t"]), bool)
+    assert np.count_nonzero(~ok) <= 20, b.gaps
+    for k in ("theta", "tau", "support", "touchdown", "qp_accepted", "base_pos", "base_quat", "est_pos",
+              "contact_gt", "disturbance"):
+        x, y = np.asarray(b.series[k]), np.asarray(h[k])
+        assert x.shape == y.shape and np.array_equal(x[ok], y[ok]), k
+    undelayed, _ = load_log(recorded["headless"])        # the same scenario without the delay
+    assert np.abs(undelayed["base_pos"] - h["base_pos"]).max() > 1e-5
+    assert b.bridge.get("watchdog_events") == 0, b.bridge
+
+
 # ------------------------------------------------------------------------------------ report and figures
 @pytest.mark.ros
 def test_report_and_figures(recorded):

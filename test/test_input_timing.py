@@ -328,6 +328,100 @@ def test_bridge_wall_stamps_sensors_keeps_sim_time_for_ground_truth(ros_context)
         node.destroy_node()
 
 
+# ------------------------------------------------------------------------------ falling behind: newest tick first
+def _wait_for(cond, timeout=10.0):
+    import time
+
+    t_end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < t_end:
+        time.sleep(0.001)
+    return cond()
+
+
+def test_newest_tick_runner_skips_the_ticks_a_newer_one_overtook():
+    import threading
+
+    ran, gate = [], threading.Event()
+
+    def run(k):
+        if k == "boom":
+            raise RuntimeError("tick failed")
+        if not ran:
+            gate.wait(10.0)                      # the first tick is slow
+        ran.append(k)
+
+    r = ros_io.NewestTickRunner(run)
+    r.submit(-1)                                 # no worker: at once, in this thread
+    assert ran == [-1] and r.ran == 1 and not r.threaded
+    ran.clear()
+    r.start_worker()
+    r.submit(0)
+    assert _wait_for(lambda: r._ready is None)   # the worker took tick 0 (and is stuck in it)
+    for k in (1, 2, 3):                          # complete meanwhile: only the newest will run
+        r.submit(k)
+    gate.set()
+    assert _wait_for(lambda: r.ran == 3) and ran == [0, 3] and r.skipped == 2
+    r.submit("boom")
+    assert _wait_for(lambda: r._error is not None)
+    with pytest.raises(RuntimeError, match="tick failed"):
+        r.submit(4)                              # raised in the submitting (executor) thread
+    r.close()
+    assert not r._thread.is_alive()
+
+
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def info(self, text, **kw):
+        self.lines.append(text)
+
+    warning = error = info
+
+
+@pytest.mark.ros
+def test_controller_behind_answers_the_newest_tick_and_counts_the_skipped(ros_context):
+    """A controller in its own process (worker started) whose tick 0 takes long: ticks 1-3 complete
+    meanwhile; it then answers tick 4 only (the newest), counts 3 skipped ticks in its diagnostics
+    and its closing log line. The estimator, driven synchronously, runs every tick."""
+    import threading
+
+    est, est_t = _estimator(ros_context, "tick_grid")
+    ctl, ctl_t = _controller(ros_context, "tick_grid")
+    gate, update = threading.Event(), ctl.ctl.update
+
+    def slow_first(inp):
+        if inp.t == 0.0:
+            gate.wait(10.0)
+        return update(inp)
+    ctl.ctl.update = slow_first
+    ctl.ticks.start_worker()
+    samples, stamps = _samples(est.rm, 9), [i * MS for i in range(9)]     # ticks 0..4: every other sample
+    _feed(est, ctl, est.rm, samples[:1], stamps[:1])
+    assert _wait_for(lambda: ctl.ticks._ready is None)                    # the worker is in tick 0
+    _feed(est, ctl, est.rm, samples[1:], stamps[1:])
+    assert est_t == [k * 2 * MS * 1e-9 for k in range(5)] and est.ticks.skipped == 0
+    gate.set()
+    assert _wait_for(lambda: ctl.ticks.ran == 2) and ctl.ticks._error is None
+    assert ctl_t == [0.0, 4 * 2 * MS * 1e-9] and ctl.ticks.skipped == 3
+    assert [ros_io.stamp_ns(m) for m in ctl.pub_cmd.msgs] == [0, 8 * MS]
+    from wbc_controller.node import DIAG_FIELDS
+
+    diag = [list(m.data) for m in ctl.pub_diag.msgs]
+    # cumulative, as of the publication (tick 0's went out after ticks 1-3 had been overtaken)
+    assert [d[DIAG_FIELDS.index("skipped_ticks")] for d in diag] == [3.0, 3.0]
+    assert [d[0] for d in diag] == [0.0, 4.0]
+    assert ros_io.array_label(est.pub_diag.msgs[-1]).endswith(",height_raw_m,skipped_ticks]")
+    assert est.pub_diag.msgs[-1].data[-1] == 0.0
+    logs = {}
+    for name, node in (("ctl", ctl), ("est", est)):
+        logs[name] = log = _Log()
+        node.get_logger = lambda log=log: log
+        node.destroy_node()
+    assert logs["ctl"].lines[-1] == "2 ticks answered, 3 stale ticks skipped, 0 inputs rejected"
+    assert logs["est"].lines[-1] == "5 ticks updated, 0 stale ticks skipped, 0 inputs rejected"
+
+
 # ------------------------------------------------------------------------------ end to end
 @pytest.mark.ros
 def test_realtime_wall_stamps_untimed_sample_mode_walks(tmp_path):

@@ -53,16 +53,17 @@ def test_command_timing_forgets_old_ticks():
     assert len(t._published) <= 11
 
 
-def test_command_queue_applies_only_what_arrived_by_the_scheduled_time():
+def test_command_queue_applies_the_newest_command_for_an_allowed_tick():
     q = CommandQueue()
-    assert q.due(1.0) is None
-    q.push(1.0005, "c0")
-    q.push(1.0031, "c1")                            # arrived late: computed while step 1.003 was due
-    assert q.due(1.001) == "c0"
-    assert q.due(1.003) == "c0"                     # step scheduled at 1.003 runs late: still c0
-    assert q.newest() == "c1"
-    assert q.due(1.004) == "c1"
-    assert q.due(5.0) == "c1"                       # held
+    assert q.due(5) is None
+    q.push(0, "c0")
+    q.push(1, "c1")
+    q.push(3, "c3")                                 # answers a tick the step may not answer yet
+    assert q.due(-1) is None                        # a command delay: nothing may act yet
+    assert q.due(1) == "c1"                         # the newest for a tick <= 1 (c0 is superseded)
+    assert q.due(2) == "c1" and q.newest() == "c3"  # held; c3 waits for its tick
+    assert q.due(3) == "c3"
+    assert q.due(10) == "c3"                        # held
 
 
 # ------------------------------------------------------------------------------------ bus with real nodes

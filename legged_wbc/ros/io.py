@@ -419,6 +419,88 @@ class TickSync:
         return len(self._buf)
 
 
+# ----------------------------------------------------------------------------- newest tick first
+class NewestTickRunner:
+    """Runs a node's control ticks (the estimator's and the controller's ``run(*args)``), always on
+    the newest complete tick.
+
+    By default a tick runs at once, in the caller's thread: so it does when the node is composed in
+    a container, where the whole chain runs in the bridge's thread, one tick after the other, and
+    nothing can pile up. A node in a process of its own (``layout:=processes``; its ``main`` calls
+    :meth:`start_worker`) runs its ticks in a worker thread while the executor thread goes on taking
+    samples, so a node that fell behind (a slow tick, a busy machine) does not work through a
+    backlog: when a tick is done and several complete ticks are waiting, only the newest runs; the
+    older ones are skipped (their answers would come later still) and counted in :attr:`skipped`. In
+    lockstep the bridge publishes the next tick only after this tick's command, so nothing is ever
+    skipped there. An exception in the worker is raised again by the next :meth:`submit` (in the
+    executor thread: the node ends, as when a callback raises)."""
+
+    def __init__(self, run, name: str = "ticks"):
+        import threading
+
+        self._run = run
+        self.name = name
+        self.ran = 0                    # ticks run
+        self.skipped = 0                # complete ticks never run: a newer one was waiting
+        self._ready = None
+        self._error: BaseException | None = None
+        self._stop = False
+        self._cond = threading.Condition()
+        self._thread = None
+
+    @property
+    def threaded(self) -> bool:
+        return self._thread is not None
+
+    def start_worker(self) -> None:
+        """From now on run the ticks in a worker thread, the newest first (see the class docstring)."""
+        import threading
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self._thread.start()
+
+    def submit(self, *args) -> None:
+        """A complete tick: run it now (no worker), or when the worker is free unless a newer one comes
+        first."""
+        if self._thread is None:
+            self._run(*args)
+            self.ran += 1
+            return
+        with self._cond:
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
+            if self._ready is not None:
+                self.skipped += 1
+            self._ready = args
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._ready is None and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                args, self._ready = self._ready, None
+            try:
+                self._run(*args)
+                self.ran += 1
+            except BaseException as exc:  # noqa: BLE001  (handed to the executor thread)
+                with self._cond:
+                    self._error = exc
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the worker, if any (a tick in progress is finished; one still waiting is not run)."""
+        if self._thread is None:
+            return
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+
 # ----------------------------------------------------------------------------- input_timing: sample
 INPUT_TIMINGS = ("tick_grid", "sample")
 # How early a sample may be and still be the tick the schedule (SampleTicks) expects: half a 1 kHz
