@@ -529,6 +529,9 @@ class _CountingPub:
     def publish(self, msg):
         self.msgs += 1
 
+    def publish_value(self, value):
+        self.msgs += 1
+
 
 def test_node_live_parameters_reach_the_scheduler_and_the_publishers():
     """Every live bridge parameter set on the node (as ``legged-wbc param set`` does) lands in the
