@@ -211,6 +211,31 @@ def _parent_alive(pid: int) -> bool:
     return True
 
 
+def _splice_batches(records: list, topics: dict) -> dict:
+    """Record index -> CDR bytes for the data records of a read batch whose topic description precedes
+    the batch (each topic's records spliced together, :meth:`CdrSplicer.build_many`); the others (a
+    description inside the batch, a record of the wrong size) are built one by one by the caller."""
+    by_topic: dict[int, list[int]] = {}
+    for i, (kind, tid, _, _) in enumerate(records):
+        if kind == KIND_TOPIC:         # a (new) layout inside the batch: this topic's records one by one
+            by_topic[tid] = None
+        elif kind == KIND_DATA and tid in topics:
+            lst = by_topic.setdefault(tid, [])
+            if lst is not None:
+                lst.append(i)
+    out: dict[int, bytes] = {}
+    for tid, idx in by_topic.items():
+        if not idx:
+            continue
+        splicer = topics[tid]["splicer"]
+        size = splicer.payload_size
+        if any(len(records[i][3]) != size for i in idx):
+            continue
+        for i, data in zip(idx, splicer.build_many([records[i][3] for i in idx])):
+            out[i] = data
+    return out
+
+
 def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_pid: int) -> int:
     """The recorder process: ring -> rosbag2 until the producer closes the ring (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
@@ -246,7 +271,8 @@ def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_
                     break
             time.sleep(POLL_S)
             continue
-        for kind, tid, t_ns, payload in records:
+        built = _splice_batches(records, topics)
+        for i, (kind, tid, t_ns, payload) in enumerate(records):
             if kind == KIND_TOPIC:
                 info = pickle.loads(payload)
                 topics[tid] = info
@@ -265,7 +291,9 @@ def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_
             if topic in errors:
                 continue
             try:
-                data = info["splicer"].build(payload) if kind == KIND_DATA else bytes(payload)
+                data = built.get(i)
+                if data is None:
+                    data = info["splicer"].build(payload) if kind == KIND_DATA else bytes(payload)
                 writer.write(topic, t_ns, data)
             except Exception as exc:   # keep writing the other topics; say it once per topic
                 errors.add(topic)

@@ -33,6 +33,8 @@ import struct
 from dataclasses import dataclass
 from operator import attrgetter
 
+import numpy as np
+
 CDR_LE_HEADER = b"\x00\x01\x00\x00"
 
 # ROS 2 primitive type -> (struct code, size)
@@ -153,6 +155,34 @@ class CdrSplicer:
     consts: tuple[bytes, ...]            # len(slices) + 1 constant segments (possibly empty)
     slices: tuple[tuple[int, int], ...]  # (start, end) in the payload of each variable segment, CDR order
     payload_size: int
+
+    def build_many(self, payloads: list) -> list:
+        """:meth:`build` of many payloads at once (one numpy gather for all of them, ~1 us a message
+        instead of ~3-10 us): the recorder process splices each batch of a topic's records this way."""
+        k = len(payloads)
+        if k == 0:
+            return []
+        gather = self.__dict__.get("_gather")
+        if gather is None:                 # output byte j <- byte gather[j] of (consts | payload)
+            parts, o = [], 0
+            base = sum(len(c) for c in self.consts)
+            for i, const in enumerate(self.consts):
+                parts.append(np.arange(o, o + len(const)))
+                o += len(const)
+                if i < len(self.slices):
+                    a, b = self.slices[i]
+                    parts.append(np.arange(base + a, base + b))
+            gather = np.concatenate(parts).astype(np.intp)
+            object.__setattr__(self, "_gather", gather)
+            object.__setattr__(self, "_consts", np.frombuffer(b"".join(self.consts), dtype=np.uint8))
+        pay = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+        if pay.size != k * self.payload_size:
+            raise LayoutError(f"payloads of {pay.size} bytes for {k} records, layout expects {self.payload_size} each")
+        src = np.empty((k, self._consts.size + self.payload_size), dtype=np.uint8)
+        src[:, :self._consts.size] = self._consts
+        src[:, self._consts.size:] = pay.reshape(k, self.payload_size)
+        out = src[:, gather]
+        return [row.tobytes() for row in out]
 
     def build(self, payload) -> bytes:
         """The CDR bytes of the message whose variable segments are ``payload``."""
