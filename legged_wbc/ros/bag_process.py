@@ -38,7 +38,7 @@ from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
 KIND_DATA, KIND_RAW, KIND_TOPIC = 0, 1, 2
 POLL_S = 0.002          # recorder process: sleep when the ring is empty [s]
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
-COMMIT_BYTES = 1 << 16  # write_message: publish at the latest after this many bytes (else at flush())
+COMMIT_RECORDS = 256    # publish to the recorder process at the latest after this many records (else at flush())
 
 
 class RecorderProcessError(RuntimeError):
@@ -63,6 +63,7 @@ class ShmBagSink:
         self.counts: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._layouts: dict[str, object] = {}
+        self._unpublished = 0                   # records put since the last commit
         self._value_ok: dict[str, bool] = {}    # adapted topics whose payload was checked against the message
         self._lock = threading.Lock()
         self.closed = False
@@ -135,8 +136,13 @@ class ShmBagSink:
                 payload = layout.pack(msg)
             if self.ring.put(KIND_DATA, self._ids[topic], t_ns, payload):
                 self.counts[topic] += 1
-            if self.ring.uncommitted > COMMIT_BYTES:
-                self.ring.commit()
+            self._commit_soon()
+
+    def _commit_soon(self) -> None:
+        self._unpublished += 1
+        if self._unpublished >= COMMIT_RECORDS:
+            self.ring.commit()
+            self._unpublished = 0
 
     def write_value(self, topic: str, t_ns: int, value, adapter) -> None:
         """A value of an adapted publisher (:mod:`legged_wbc.ros.adapters`): its record comes from
@@ -149,8 +155,10 @@ class ShmBagSink:
                 if len(payload) == layout.splicer.payload_size:
                     if self.ring.put(KIND_DATA, self._ids[topic], t_ns, payload):
                         self.counts[topic] += 1
-                    if self.ring.uncommitted > COMMIT_BYTES:
+                    self._unpublished += 1
+                    if self._unpublished >= COMMIT_RECORDS:
                         self.ring.commit()
+                        self._unpublished = 0
                     return
         msg = adapter.to_ros(value)
         self.write_message(topic, t_ns, msg)
@@ -162,14 +170,13 @@ class ShmBagSink:
                 if not ok:
                     self.log(f"{topic}: {type(adapter).__name__}.payload differs from the message's record; "
                              "filling every message of the topic instead")
-            elif layout is not None and self._value_ok.get(topic):
-                pass                    # a new layout (the shape changed): the adapter still holds
 
     def flush(self) -> None:
         """Publish what was written to the recorder process (the container: after each sample)."""
         with self._lock:
             if not self.closed:
                 self.ring.commit()
+                self._unpublished = 0
 
     @property
     def dropped(self) -> int:

@@ -76,9 +76,6 @@ class AdaptedValue(NamedTuple):
     adapter: object
 
 
-DDS_RECHECK_S = 1.0     # a publisher asks rclpy for its matched DDS subscriptions at most this often [s]
-
-
 class IntraPublisher:
     """A real rclpy publisher plus direct delivery to the subscriptions of the same process.
 
@@ -94,8 +91,7 @@ class IntraPublisher:
         self._local: list[_Subscription] = bus._subs.setdefault(self.topic_name, [])
         self.dds_published = 0
         self.local_deliveries = 0
-        self._dds_n = 0
-        self._dds_next = -1.0
+        self._dds_n = pub.get_subscription_count()   # then kept by the matched events
 
     def publish(self, msg) -> None:
         self._deliver(msg, None)
@@ -131,25 +127,19 @@ class IntraPublisher:
             except Exception:  # a subscriber's bug must not take the publisher down
                 bus._callback_failed(sub)
             self.local_deliveries += 1
-        if self._dds_subscribers():               # somebody outside the process listens
+        if self._dds_n:                           # somebody outside the process listens (matched events)
             if msg is None:
                 msg = self.adapter.to_ros(value)
             self.pub.publish(msg)
             self.dds_published += 1
 
     def _on_matched(self, current_count: int) -> None:
-        """The publisher's matched event (executor thread): DDS subscriptions now matched."""
+        """The publisher's matched event (executor thread): the DDS subscriptions matched now.
+        (``get_subscription_count`` goes through the rmw graph: asked on every publication it cost
+        ~3 % of the control thread.)"""
         self._dds_n = int(current_count)
-        self._dds_next = time.monotonic() + DDS_RECHECK_S
 
     def _dds_subscribers(self) -> int:
-        """Matched DDS subscriptions: kept by the publisher's matched events, and asked again at most
-        every :data:`DDS_RECHECK_S` as a safety net (``get_subscription_count`` goes through the rmw
-        graph: asked on every publication it cost ~3 % of the control thread)."""
-        now = time.monotonic()
-        if now >= self._dds_next:
-            self._dds_next = now + DDS_RECHECK_S
-            self._dds_n = self.pub.get_subscription_count()
         return self._dds_n
 
     def dds_subscription_count(self) -> int:
