@@ -216,6 +216,7 @@ m = ros_io.joint_state_msg(0, [f"j{i}" for i in range(18)], np.zeros(18), np.zer
 for k in range(500):
     ros_io.fill_joint_state(m, ros_io.time_msg(k * 1000000), np.full(18, k), np.zeros(18), np.zeros(18))
     sink.write_message("/joint_states", k * 1000000, m)
+    sink.flush()                          # as the container does after each sample
 print(sink.proc.pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)      # dies without closing anything
 """
