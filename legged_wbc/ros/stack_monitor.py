@@ -7,9 +7,10 @@ own context, its own executor thread) and subscribes to
   ``on_bridge_diagnostics(wall_monotonic, fields)`` from the executor thread (the bench samples the
   stack's CPU time there, so each CPU sample is paired with the bridge's tick count) and kept;
 * ``record_topics`` (optional): subscribed by a second node that no executor spins, so nothing in
-  this process wakes up for them while the stack runs: the middleware keeps them in the
-  subscriptions' history (``KEEP_LAST`` of ``depth`` messages, reliable) and :meth:`messages` takes
-  them all once the stack has ended.
+  this process wakes up per message: every ``take_period`` s the monitor's thread takes what the
+  subscriptions' history holds (``KEEP_LAST`` of ``depth`` messages, reliable), serialized, in one
+  loop; :meth:`messages` deserializes them once the stack has ended. (Taking them only at the end
+  loses most of a long run: the middleware's reader history does not hold it all.)
 
 What it costs the stack: a topic that only this node subscribes to is published on DDS by the
 stack for it (in the container, a topic without an outside subscriber is not published at all):
@@ -47,7 +48,8 @@ def _message_class(topic: str):
 class StackMonitor:
     """See the module docstring. ``close()`` (or the ``with`` block's end) stops the node."""
 
-    def __init__(self, domain_id: int, on_bridge_diagnostics=None, record_topics=(), depth: int = 1000):
+    def __init__(self, domain_id: int, on_bridge_diagnostics=None, record_topics=(), depth: int = 2000,
+                 take_period: float = 0.2):
         import rclpy
         from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
@@ -74,17 +76,37 @@ class StackMonitor:
         self._stored = {t: self.store_node.create_subscription(_message_class(t), t, lambda _m: None, qos(depth),
                                                                raw=True)
                         for t in self.record_topics if t != BRIDGE_DIAGNOSTICS}
+        self._taken: dict[str, list[tuple[int, bytes]]] = {t: [] for t in self._stored}
+        self.take_period = float(take_period)
         self.executor = ros_io.make_executor(context=self.ctx)
         self.executor.add_node(self.node)
-        self._spin_until = ros_io.spin_until
         self.thread = threading.Thread(target=self._spin, name="stack_monitor", daemon=True)
         self.thread.start()
 
     def _spin(self) -> None:
+        """The diagnostics callbacks, and every ``take_period`` the stored topics (timeouts always
+        finite: see :func:`legged_wbc.ros.io.spin_until`)."""
+        next_take = time.monotonic()
         try:
-            self._spin_until(self.executor, self._stop.is_set)
+            while not self._stop.is_set():
+                self.executor.spin_once(timeout_sec=min(0.1, self.take_period))
+                if self._stored and time.monotonic() >= next_take:
+                    self._take()
+                    next_take = time.monotonic() + self.take_period
+            self._take()
         except Exception as exc:  # noqa: BLE001 - reported by the bench, never silent
             self.callback_errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _take(self) -> None:
+        for topic, sub in self._stored.items():
+            store, cls = self._taken[topic], sub.msg_type
+            with sub.handle:
+                while True:
+                    taken = sub.handle.take_message(cls, True)
+                    if taken is None:
+                        break
+                    data, info = taken
+                    store.append((int(info.get("received_timestamp", 0)), data))
 
     def _on_diag(self, msg) -> None:
         now = time.monotonic()
@@ -105,22 +127,17 @@ class StackMonitor:
                 last, t_last = len(self.diagnostics), time.monotonic()
 
     def messages(self) -> dict[str, list[tuple[int, object]]]:
-        """``{topic: [(receive ns, message), ...]}`` of ``record_topics``: what the subscriptions' history
-        holds (taken now, in order; call it once the stack has ended, before :meth:`close`)."""
+        """``{topic: [(receive ns, message), ...]}`` of ``record_topics``, deserialized now (call it after
+        :meth:`close`: the last messages are taken when the thread stops)."""
+        from rclpy.serialization import deserialize_message
+
         out: dict[str, list] = {}
         for topic in self.record_topics:
             if topic == BRIDGE_DIAGNOSTICS:
                 out[topic] = list(self._diag_raw)
-                continue
-            sub, cls, lst = self._stored[topic], _message_class(topic), []
-            with sub.handle:
-                while True:
-                    taken = sub.handle.take_message(cls, False)
-                    if taken is None:
-                        break
-                    msg, info = taken
-                    lst.append((int(info.get("received_timestamp", 0)), msg))
-            out[topic] = lst
+            else:
+                cls = _message_class(topic)
+                out[topic] = [(t, deserialize_message(data, cls)) for t, data in self._taken[topic]]
         return out
 
     def close(self) -> None:

@@ -26,17 +26,21 @@ sample (published when ``duration`` is reached, before shutdown). Per process:
 control process's (the one that runs the controller: ``walking_container``, or ``wbc_controller``
 with one process per node) CPU per tick over the headless loop's.
 
-Real-time quality and walk (``deadline_miss_pct``, ``command_latency_p50_us`` / ``_p99_us``,
-``fell``, ``max_violation_rad``, ``qp_failures``) are computed as ``legged-wbc compare`` computes
+Real-time quality (``deadline_miss_pct``, ``command_latency_p50_us`` / ``_p99_us``) and the walk
+(``fell``, ``max_violation_rad``, ``qp_failures``) are computed as ``legged-wbc compare`` computes
 them (:func:`legged_wbc.tools.bag_metrics.run_metrics`), from
 
-* with ``record``: the bag the stack recorded (then deleted);
-* without: the messages the monitor took from the running stack on :data:`WALK_TOPICS` (the bridge's
-  ``/bridge/diagnostics`` and ``/bridge/command_latency``, 10 per sim second, and the 500 Hz
-  ``/wbc/relative_pitch``, ``/wbc/diagnostics``, ``/estimator/support`` and ``/ground_truth/odom``).
-  This costs the stack what one outside subscriber costs: the container publishes those four topics
-  on DDS for the monitor (not at all otherwise), and the bridge computes the ground truth it would
-  skip; ``monitor`` in the result says so, and the monitor's own CPU time is in ``bench_process``.
+* with ``record``: the bag the stack recorded (then deleted): all six;
+* without: the bridge's ``/bridge/diagnostics`` and ``/bridge/command_latency`` as the monitor took
+  them (:data:`TIMING_TOPICS`, 10 messages per sim second each, every tick's command latency
+  inside): the real-time quality, exactly as from a bag. The walk metrics are then None
+  (``stack.walk_metrics_unavailable`` says why): they need the 500 Hz :data:`TICK_TOPICS`, and an
+  outside subscriber to those changes what is measured. In the container a topic nobody outside
+  subscribes to is not published on DDS at all; subscribed, the container publishes four more
+  messages per tick on DDS (two of them, the controller's, before the command) and the bridge
+  computes the ground truth. Measured (20 s runs, alternating, load 4.4-6.4): the container's CPU
+  per tick 1175-1265 -> 1450-1631 us, command latency p50 651-723 -> 856-928 us. ``observe_walk``
+  (Python API) takes them anyway.
 """
 
 from __future__ import annotations
@@ -54,8 +58,9 @@ from pathlib import Path
 from legged_wbc.conventions import CONTROL_DT
 
 CONTROL_PROCESSES = ("walking_container", "wbc_controller")   # the process that runs the controller
-WALK_TOPICS = ("/bridge/diagnostics", "/bridge/command_latency", "/wbc/relative_pitch", "/wbc/diagnostics",
-               "/estimator/support", "/ground_truth/odom")
+TIMING_TOPICS = ("/bridge/diagnostics", "/bridge/command_latency")   # 10 messages per sim second each
+TICK_TOPICS = ("/wbc/relative_pitch", "/wbc/diagnostics", "/estimator/support", "/ground_truth/odom")  # 500 Hz
+WALK_METRICS = ("fell", "max_violation_rad", "qp_failures")     # need TICK_TOPICS (or the bag)
 DOMAIN_RANGE = (101, 230)
 REFERENCE_SECONDS = 2.0
 SAMPLE_PERIOD_S = 0.5
@@ -221,8 +226,11 @@ class _Tee:
             self.stream.flush()
 
 
-def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stream=None) -> dict:
-    """Step 1 of the module docstring: the launch, its CPU per process over the walking window, its metrics."""
+def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stream=None,
+              observe_walk: bool = False) -> dict:
+    """Step 1 of the module docstring: the launch, its CPU per process over the walking window, its
+    metrics. ``observe_walk`` (without ``record``): the monitor also takes :data:`TICK_TOPICS` for the
+    walk metrics, at the cost the module docstring gives."""
     from legged_wbc.ros.launcher import Launcher, load_launch, resolve_launch_file
     from legged_wbc.ros.stack_monitor import StackMonitor
     from legged_wbc.tools import bag_metrics
@@ -254,28 +262,31 @@ def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stre
         cpu, own = sampler.at()
         diag_samples.append((now, fields, cpu, own))
 
-    # the history of each stored topic holds the whole run (500 Hz) plus start-up re-sends
-    depth = int(duration / CONTROL_DT * 1.1) + 2000
-    monitor = StackMonitor(domain_id, on_diag, record_topics=() if record else WALK_TOPICS, depth=depth)
+    topics = () if record else TIMING_TOPICS + (TICK_TOPICS if observe_walk else ())
+    monitor = StackMonitor(domain_id, on_diag, record_topics=topics)
     sampler.start()
     t0 = time.monotonic()
-    msgs = None
     try:
         rc = launcher.run()
     finally:
         sampler.stop()
         monitor.drain()
-        try:
-            if not record:
-                msgs = monitor.messages()
-        finally:
-            monitor.close()
+        monitor.close()
+    msgs = None if record else monitor.messages()
     wall_total = time.monotonic() - t0
     try:
         out = {"launch_command": command, "launch_exit_code": rc, "domain_id": domain_id,
-               "wall_s": wall_total, "monitor": {"topics": [WALK_TOPICS[0]] + ([] if record else list(WALK_TOPICS[1:])),
+               "wall_s": wall_total, "monitor": {"topics": [TIMING_TOPICS[0], *(t for t in topics if t != TIMING_TOPICS[0])],
                                                  "errors": monitor.callback_errors}}
         out.update(_window_cpu(diag_samples, tree, sampler))
+        if msgs is not None:
+            # every 500 Hz topic should hold every tick of the walk (and tick 0, re-sent while starting)
+            counts = {t: len(v) for t, v in msgs.items()}
+            short = {t: n for t, n in counts.items() if t in TICK_TOPICS and n < out["window"]["ticks"]}
+            out["monitor"].update(messages=counts, complete=not short)
+            if short and stream is not None:
+                stream.write(f"[bench] warning: the monitor missed messages of the walk ({short} for "
+                             f"{out['window']['ticks']} ticks in the window): the walk metrics cover less\n")
         if record:
             if not (bag / "metadata.yaml").is_file():
                 raise BenchError(f"the stack exited ({rc}) without closing its bag {bag}")
@@ -285,9 +296,16 @@ def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stre
             run = bag_metrics.run_from_messages(
                 Path("stack_monitor"), msgs,
                 {"controller": "cbf", "scenario": scenario, "mode": "realtime"})
-            out["metrics_source"] = ("the stack's " + ", ".join(WALK_TOPICS) +
+            out["metrics_source"] = ("the stack's " + ", ".join(topics) +
                                      " as the bench's monitor node received them (DDS)")
         out["metrics"] = bag_metrics.run_metrics(run)
+        if not record and not observe_walk:
+            out["metrics"].update({k: None for k in WALK_METRICS})
+            out["walk_metrics_unavailable"] = (
+                "not measured without --record: they come from the 500 Hz topics " + ", ".join(TICK_TOPICS) +
+                ", which the container publishes outside only for a subscriber there; taking them from the "
+                "bench costs the control process about a quarter more CPU per tick and adds ~200 us of "
+                "command latency (docs/realtime.md), so the bench does not")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -378,14 +396,15 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool = False, stream=None) -> dict:
+def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool = False, stream=None,
+                   observe_walk: bool = False) -> dict:
     """The module docstring's three measurements, one after the other; the result's keys are
     ``legged-wbc bench realtime --json``'s. ``stream`` gets the stack's output (None: discarded)."""
     from legged_wbc.scenario import load_scenario
 
     load_scenario(scenario)   # a bad name or file: one line (ConfigError) before anything starts
     load_before = os.getloadavg()
-    stack = run_stack(scenario, duration, record, choose_domain(), stream=stream)
+    stack = run_stack(scenario, duration, record, choose_domain(), stream=stream, observe_walk=observe_walk)
     if stream is not None:
         stream.write("[bench] headless loop and reference path ...\n")
         stream.flush()
@@ -419,6 +438,8 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
         "stack": {"launch_command": stack["launch_command"], "launch_exit_code": stack["launch_exit_code"],
                   "domain_id": stack["domain_id"], "wall_s": stack["wall_s"],
                   "metrics_source": stack["metrics_source"], "monitor": stack["monitor"],
+                  **({"walk_metrics_unavailable": stack["walk_metrics_unavailable"]}
+                     if "walk_metrics_unavailable" in stack else {}),
                   "command_latency_max_us": m.get("command_latency_max_us"), "ticks_timed": m.get("ticks_timed"),
                   "deadline_misses": m.get("deadline_misses"), "watchdog_events": m.get("watchdog_events"),
                   "sim_time_s": m.get("sim_time_s"), "distance_m": m.get("distance_m"),
@@ -453,6 +474,11 @@ def print_summary(res: dict, out=None) -> None:
     print(f"reference path p50 (speed index): {f(res['reference_p50_us'])} us/tick", file=out)
     print(f"deadline misses {f(res['deadline_miss_pct'], '{:.3g}')} %, command latency p50 / p99 "
           f"{f(res['command_latency_p50_us'])} / {f(res['command_latency_p99_us'])} us "
-          f"(max {f(st['command_latency_max_us'])}); fell {res['fell']}, max violation "
-          f"{f(res['max_violation_rad'], '{:.4g}')} rad, QP failures {res['qp_failures']}", file=out)
+          f"(max {f(st['command_latency_max_us'])})", file=out)
+    if "walk_metrics_unavailable" in st:
+        print("walk (fell, max violation, QP failures): not measured without --record", file=out)
+    else:
+        print(f"walk: fell {res['fell']}{' (' + st['fall_reason'] + ')' if st.get('fall_reason') else ''}, "
+              f"max violation {f(res['max_violation_rad'], '{:.4g}')} rad, QP failures {res['qp_failures']}",
+              file=out)
     print(f"metrics from {st['metrics_source']}", file=out)
