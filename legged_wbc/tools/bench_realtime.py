@@ -194,6 +194,9 @@ class CpuSampler:
         """CPU of the stack's processes and of this process, now."""
         return self.tree.sample(), time.process_time()
 
+    def seen_between(self, key, t0: float, t1: float) -> bool:
+        return any(t0 < ts <= t1 and key in sample for ts, sample in self.periodic)
+
     def last_before(self, key, t: float) -> float | None:
         for ts, sample in reversed(self.periodic):
             if ts <= t and key in sample:
@@ -231,12 +234,18 @@ def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stre
     """Step 1 of the module docstring: the launch, its CPU per process over the walking window, its
     metrics. ``observe_walk`` (without ``record``): the monitor also takes :data:`TICK_TOPICS` for the
     walk metrics, at the cost the module docstring gives."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench_realtime_"))
+    try:
+        return _run_stack(scenario, duration, record, domain_id, stream, observe_walk, tmp / "bag")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag: Path) -> dict:
     from legged_wbc.ros.launcher import Launcher, load_launch, resolve_launch_file
     from legged_wbc.ros.stack_monitor import StackMonitor
     from legged_wbc.tools import bag_metrics
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench_realtime_"))
-    bag = tmp / "bag"
     args = {"controller": "cbf", "scenario": scenario, "mode": "realtime", "duration": f"{duration:g}"}
     if record:
         args["record"] = str(bag)
@@ -272,42 +281,41 @@ def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stre
         sampler.stop()
         monitor.drain()
         monitor.close()
+    if rc == 130:                            # Ctrl-C: the launcher stopped the stack; stop here too
+        raise KeyboardInterrupt
     msgs = None if record else monitor.messages()
     wall_total = time.monotonic() - t0
-    try:
-        out = {"launch_command": command, "launch_exit_code": rc, "domain_id": domain_id,
-               "wall_s": wall_total, "monitor": {"topics": [TIMING_TOPICS[0], *(t for t in topics if t != TIMING_TOPICS[0])],
-                                                 "errors": monitor.callback_errors}}
-        out.update(_window_cpu(diag_samples, tree, sampler))
-        if msgs is not None:
-            # every 500 Hz topic should hold every tick of the walk (and tick 0, re-sent while starting)
-            counts = {t: len(v) for t, v in msgs.items()}
-            short = {t: n for t, n in counts.items() if t in TICK_TOPICS and n < out["window"]["ticks"]}
-            out["monitor"].update(messages=counts, complete=not short)
-            if short and stream is not None:
-                stream.write(f"[bench] warning: the monitor missed messages of the walk ({short} for "
-                             f"{out['window']['ticks']} ticks in the window): the walk metrics cover less\n")
-        if record:
-            if not (bag / "metadata.yaml").is_file():
-                raise BenchError(f"the stack exited ({rc}) without closing its bag {bag}")
-            run = bag_metrics.load_run(bag)
-            out["metrics_source"] = "the bag the stack recorded (record:=, deleted after)"
-        else:
-            run = bag_metrics.run_from_messages(
-                Path("stack_monitor"), msgs,
-                {"controller": "cbf", "scenario": scenario, "mode": "realtime"})
-            out["metrics_source"] = ("the stack's " + ", ".join(topics) +
-                                     " as the bench's monitor node received them (DDS)")
-        out["metrics"] = bag_metrics.run_metrics(run)
-        if not record and not observe_walk:
-            out["metrics"].update({k: None for k in WALK_METRICS})
-            out["walk_metrics_unavailable"] = (
-                "not measured without --record: they come from the 500 Hz topics " + ", ".join(TICK_TOPICS) +
-                ", which the container publishes outside only for a subscriber there; taking them from the "
-                "bench costs the control process about a quarter more CPU per tick and adds ~200 us of "
-                "command latency (docs/realtime.md), so the bench does not")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"launch_command": command, "launch_exit_code": rc, "domain_id": domain_id,
+           "wall_s": wall_total, "monitor": {"topics": list(topics) or [TIMING_TOPICS[0]],
+                                             "errors": monitor.callback_errors}}
+    out.update(_window_cpu(diag_samples, tree, sampler))
+    if msgs is not None:
+        # every 500 Hz topic should hold every tick of the walk (and tick 0, re-sent while starting)
+        counts = {t: len(v) for t, v in msgs.items()}
+        short = {t: n for t, n in counts.items() if t in TICK_TOPICS and n < out["window"]["ticks"]}
+        out["monitor"].update(messages=counts, complete=not short)
+        if short and stream is not None:
+            stream.write(f"[bench] warning: the monitor missed messages of the walk ({short} for "
+                         f"{out['window']['ticks']} ticks in the window): the walk metrics cover less\n")
+    if record:
+        if not (bag / "metadata.yaml").is_file():
+            raise BenchError(f"the stack exited ({rc}) without closing its bag {bag}")
+        run = bag_metrics.load_run(bag)
+        out["metrics_source"] = "the bag the stack recorded (record:=, deleted after)"
+    else:
+        run = bag_metrics.run_from_messages(
+            Path("stack_monitor"), msgs,
+            {"controller": "cbf", "scenario": scenario, "mode": "realtime"})
+        out["metrics_source"] = ("the stack's " + ", ".join(topics) +
+                                 " as the bench's monitor node received them (DDS)")
+    out["metrics"] = bag_metrics.run_metrics(run)
+    if not record and not observe_walk:
+        out["metrics"].update({k: None for k in WALK_METRICS})
+        out["walk_metrics_unavailable"] = (
+            "not measured without --record: they come from the 500 Hz topics " + ", ".join(TICK_TOPICS) +
+            ", which the container publishes outside only for a subscriber there; taking them from the "
+            "bench costs the control process about a quarter more CPU per tick and adds ~200 us of "
+            "command latency (docs/realtime.md), so the bench does not")
     return out
 
 
@@ -323,6 +331,8 @@ def _window_cpu(diag_samples, tree: ProcessTree, sampler: CpuSampler) -> dict:
         raise BenchError(f"empty walking window ({ticks} ticks in {wall:.3f} s)")
     per_tick, util, cpu_s, pids = {}, {}, {}, {}
     for key, name in sorted(tree.names.items(), key=lambda kv: kv[1]):
+        if key not in c0 and key not in c1 and not sampler.seen_between(key, w0, w1):
+            continue                           # not alive in the window (e.g. a start-up helper)
         # a process gone before a reading counts with its last periodic sample; one born in the window from 0
         end = c1.get(key)
         if end is None:
