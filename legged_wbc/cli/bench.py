@@ -1,8 +1,10 @@
-"""``legged-wbc bench qp|cycle``: benchmarks that print numbers (see :mod:`wbc_controller.bench`)."""
+"""``legged-wbc bench qp|cycle|realtime``: benchmarks that print numbers (see :mod:`wbc_controller.bench` and
+:mod:`legged_wbc.tools.bench_realtime`)."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 from wbc_controller.bench import BENCH_BACKENDS, bench_cycle, bench_qp
 
@@ -34,10 +36,29 @@ def print_cycle(res: dict) -> None:
               f"{res['startup_s']:.2f} s cached")
 
 
+def cmd_realtime(args) -> int:
+    from legged_wbc.ros.launcher import LaunchError
+    from legged_wbc.tools.bench_realtime import BenchError, bench_realtime, print_summary
+
+    try:
+        res = bench_realtime(duration=52.0 if args.duration is None else args.duration, scenario=args.scenario,
+                             record=args.record, stream=sys.stderr)
+    except (BenchError, LaunchError) as exc:
+        print(f"legged-wbc bench realtime: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print_summary(res)
+    return 0 if res["stack"]["launch_exit_code"] == 0 else 1
+
+
 def cmd_bench(args) -> int:
-    if args.what not in ("qp", "cycle"):
+    if args.what not in ("qp", "cycle", "realtime"):
         print(f"unknown benchmark {args.what!r}")
         return 2
+    if args.what == "realtime":
+        return cmd_realtime(args)
     import warnings
 
     warnings.filterwarnings("ignore")  # solver deprecation / sparse-conversion chatter
@@ -68,14 +89,20 @@ def cmd_bench(args) -> int:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("bench", help="benchmarks that print numbers (bench qp, bench cycle)")
-    s.add_argument("what", choices=["qp", "cycle"], help="qp: QP backends on closed-loop walking instances; "
-                   "cycle: every control tick of closed-loop walking timed per stage, against the reference path")
+    s = sub.add_parser("bench", help="benchmarks that print numbers (bench qp, bench cycle, bench realtime)")
+    s.add_argument("what", choices=["qp", "cycle", "realtime"], help="qp: QP backends on closed-loop walking "
+                   "instances; cycle: every control tick of closed-loop walking timed per stage, against the "
+                   "reference path; realtime: the realtime ROS stack (CPU per tick of each of its processes, "
+                   "deadlines, latency), the headless loop and the reference path in one run")
     s.add_argument("--seconds", type=positive_float, default=None,
                    help="seconds of walking (qp: to collect QPs from, default 3; cycle: timed, default 4)")
     s.add_argument("--impl", choices=["fast", "reference"], default="fast",
                    help="cycle: implementation of the loop's estimator and controller (the shadow is the reference)")
     s.add_argument("--no-startup", action="store_true", help="cycle: skip the start-up / numba compile measurement")
+    s.add_argument("--duration", type=positive_float, default=None,
+                   help="realtime: simulated seconds of the stack and the headless loop (default 52)")
+    s.add_argument("--record", action="store_true", help="realtime: the stack records a bag (record:=, a temporary "
+                   "directory), the metrics are read from it")
     s.add_argument("--scenario", default="paper")
     s.add_argument("--backends", nargs="*", help=f"default: {' '.join(BENCH_BACKENDS)}")
     s.add_argument("--json", action="store_true")

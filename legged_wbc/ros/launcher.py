@@ -503,6 +503,10 @@ class Launcher:
             for p in self.running():
                 self._signal(p, signal.SIGTERM)
 
+    def pids(self) -> dict[str, int]:
+        """``{node name: pid}`` of the node processes started so far (e.g. for ``bench realtime``'s CPU sampling)."""
+        return {p.action.name: p.popen.pid for p in self.procs if p.popen is not None}
+
     def running(self) -> list[_Proc]:
         return [p for p in self.procs if p.popen is not None and p.returncode is None]
 

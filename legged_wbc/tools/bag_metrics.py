@@ -324,9 +324,17 @@ def load_bag(path: Path, label: str | None = None) -> RunData:
         raise RunInputError(f"{path}: unreadable metadata.yaml ({exc})") from exc
     if "rosbag2_bagfile_information" not in meta:
         raise RunInputError(f"{path}: metadata.yaml is not rosbag2 metadata (no rosbag2_bagfile_information)")
-    cd = parse_custom_data(meta)
-    msgs, types = read_bag_messages(path)
-    run = RunData(path=path, kind="bag", label=label or f"{cd.get('controller', '?')} ({path.name})",
+    msgs, _ = read_bag_messages(path)
+    return run_from_messages(path, msgs, parse_custom_data(meta), label)
+
+
+def run_from_messages(path: Path, msgs: dict, custom_data: dict, label: str | None = None) -> RunData:
+    """A bag's :class:`RunData` from its messages, ``{topic: [(log_ns, msg), ...]}`` (rosbags' or rclpy's
+    message objects), and its ``custom_data`` (``controller``, ``scenario``, ``mode``, ``robot``): what
+    :func:`load_bag` does once it has read the bag; ``bench realtime`` passes the messages it took
+    from the running stack. Topics absent from ``msgs`` are reported as missing."""
+    cd = dict(custom_data)
+    run = RunData(path=Path(path), kind="bag", label=label or f"{cd.get('controller', '?')} ({Path(path).name})",
                   controller=cd.get("controller"), scenario_name=cd.get("scenario"), scenario=None,
                   mode=cd.get("mode"), series={}, custom_data=cd)
     if not cd:
