@@ -20,7 +20,7 @@ from legged_wbc.ros import adapters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
-from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, initial_height,  # noqa: F401
+from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, delay_ticks, initial_height,  # noqa: F401
                                           load_scenario_config, scenario_disturbance, scenario_sim, sensor_noise)
 from mujoco_bridge.scheduler import PHYSICS_DT_NS, BridgeScheduler
 
@@ -51,9 +51,8 @@ def _make_node_class():
             self.wall_stamps = cfg.sample_stamps == "wall"       # hardware emulation (BridgeConfig)
             self.q0 = self.robot.stance_configuration(initial_height(cfg.initial_height, self.scenario))
             self.sim.reset(self.q0)
-            delay = getattr(self.scenario, "command_delay_ticks", 0)   # the scenario's command path latency
-            self.sched = BridgeScheduler(cfg, self, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps,
-                                         effort_limit=self.robot.effort, log=log, command_delay_ticks=delay)
+            self.sched = BridgeScheduler(cfg, self, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps, log=log,
+                                         effort_limit=self.robot.effort, command_delay_ticks=delay_ticks(self.scenario))
             self.physics = BridgePhysics(self.sim, self.n, log, scenario_disturbance(self.scenario, self.robot,
                                                                                      self.sched, log))
             self.physics_step = self.physics.step                  # scheduler ports: a bound method, no layer
@@ -104,9 +103,7 @@ def _make_node_class():
                     self.viewer = None
             log.info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
                      f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
-                     f"initial base height {self.q0[2]:.3f} m"
-                     + (f", command delay {delay} ticks (the command answering tick k acts from tick k + {delay})"
-                        if delay else ""))
+                     f"initial base height {self.q0[2]:.3f} m")
 
         # the disturbance hook ``disturbance_fn(t, sim) -> torque | None`` (see mujoco_bridge.scenario_setup)
         disturbance_fn = property(lambda self: self.physics.disturbance_fn,

@@ -14,7 +14,8 @@ rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial
 ``config/scenarios/``), else the robot config's stance height. Sensor noise: the ``noise_*``
 parameters, or the scenario's ``noise`` block when they are all zero. Ground friction, payload and
 push: the scenario's (:func:`scenario_sim`), as in the headless loop. Command delay: the scenario's
-``command_delay_ticks``, which the node hands to :class:`~mujoco_bridge.scheduler.BridgeScheduler`.
+``command_delay_ticks`` (:func:`delay_ticks`), which the node hands to
+:class:`~mujoco_bridge.scheduler.BridgeScheduler`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def scenario_sim(robot, scenario, noise: SensorNoise) -> MujocoSim:
     if scenario is not None:
         sim.set_physics(**scenario.physics())
     return sim
+
+
+def delay_ticks(scenario) -> int:
+    """The scenario's ``command_delay_ticks`` (0 without a scenario)."""
+    return int(getattr(scenario, "command_delay_ticks", 0))
 
 
 def initial_height(param: float, scenario) -> float | None:

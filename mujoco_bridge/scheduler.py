@@ -320,6 +320,9 @@ class BridgeScheduler:
         self.wait_for_peers()
         if self.stop_requested:
             return False
+        if self.command_delay_ticks:
+            n = self.command_delay_ticks
+            self.log.info(f"command delay {n} ticks: the command answering tick k acts from tick k + {n}")
         self._publish()  # the tick-0 sample
         if self.lockstep:
             self.run_lockstep()

@@ -15,10 +15,8 @@ updates, and publishes with the same stamp:
   leg order, blocks of ``vel_d2`` (squared Mahalanobis distance), ``vel_inflation``, ``vel_excluded``
   (1/0), ``vel_used`` (1/0), then ``height_raw`` [m] and ``skipped_ticks`` (see below).
 
-Falling behind (``layout:=processes``): the updates run in a worker thread and always on the newest
-complete tick; complete ticks that a newer one overtook while an update ran are skipped and counted
-(``skipped_ticks``, and in the closing log line), :class:`legged_wbc.ros.io.NewestTickRunner`. In a
-container the update runs in the bridge's thread, where nothing can pile up.
+Falling behind (own process): updates run on the newest complete tick, the stale ones are skipped
+and counted (``skipped_ticks``, closing log line; :class:`legged_wbc.ros.io.NewestTickRunner`).
 
 ``input_timing: sample`` (hardware stamps, off the grid; :class:`legged_wbc.ros.io.SampleTicks`): a
 ``/joint_states`` sample due by a 2 ms schedule (+-0.5 ms) is a tick, paired with the newest
@@ -110,13 +108,10 @@ def _make_node_class():
                                                                 np.zeros(n))), ros_io.TOPIC_EST_TAU_EXT),
                     (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 2), diag_label)),
                      ros_io.TOPIC_EST_DIAG))]
-            # the updates: at once (a container, tests), in a process of its own by a worker (main())
             self.ticks = ros_io.NewestTickRunner(self._run_tick, name="estimator_ticks")
 
         def destroy_node(self):
-            self.ticks.close()
-            self.get_logger().info(f"{self.ticks.ran} ticks updated, {self.ticks.skipped} stale ticks skipped, "
-                                   f"{self.rejected} inputs rejected")
+            self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")
             super().destroy_node()
 
         def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:
@@ -236,11 +231,7 @@ def _make_node_class():
 
 
 def main(argv: list[str] | None = None) -> int:
-    def make():
-        node = _make_node_class()()
-        node.ticks.start_worker()       # a process of its own: when behind, the newest tick first
-        return node
-    return ros_io.spin_node(make, argv)
+    return ros_io.spin_node(lambda: _make_node_class()(), argv)      # starts the ticks' worker
 
 
 if __name__ == "__main__":

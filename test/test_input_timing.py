@@ -418,8 +418,8 @@ def test_controller_behind_answers_the_newest_tick_and_counts_the_skipped(ros_co
         logs[name] = log = _Log()
         node.get_logger = lambda log=log: log
         node.destroy_node()
-    assert logs["ctl"].lines[-1] == "2 ticks answered, 3 stale ticks skipped, 0 inputs rejected"
-    assert logs["est"].lines[-1] == "5 ticks updated, 0 stale ticks skipped, 0 inputs rejected"
+    assert logs["ctl"].lines[-1] == "2 ticks run, 3 stale ticks skipped, 0 inputs rejected"
+    assert logs["est"].lines[-1] == "5 ticks run, 0 stale ticks skipped, 0 inputs rejected"
 
 
 # ------------------------------------------------------------------------------ end to end

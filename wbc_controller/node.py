@@ -24,12 +24,7 @@ With ``input_timing: sample`` (hardware stamps) the inputs are paired by equal s
 estimator's outputs carry its joint-state sample's), ``t = stamp - first tick's stamp`` (for samples
 stamped ``k * 2 ms`` from 0, exactly tick_grid's ``t``), the command carries the sample's stamp (the
 bridge then needs ``command_timing: untimed``), and the diagnostics' ``tick`` is ``t`` on the 2 ms grid.
-
-Falling behind (``layout:=processes``): the ticks run in a worker thread and always on the newest
-complete one; complete ticks that a newer one overtook while a tick ran are skipped and counted
-(``skipped_ticks`` in the diagnostics, and the closing log line),
-:class:`legged_wbc.ros.io.NewestTickRunner`. In a container the controller runs in the bridge's
-thread, where nothing can pile up.
+Falling behind in a process of its own: :class:`legged_wbc.ros.io.NewestTickRunner` (``skipped_ticks``).
 
 A sample with NaN or the wrong length is rejected (logged, counted in the diagnostics) and that tick
 gets no command: the bridge's watchdog takes over, a NaN never reaches the torque output.
@@ -61,7 +56,8 @@ def _make_node_class():
     from std_msgs.msg import Float64MultiArray
 
     from legged_wbc.gait import GaitConfig
-    from legged_wbc.model import RobotModel
+    from legged_wbc.model import RobotModel, joint_permutation
+    from legged_wbc.robot import ConfigError
     from legged_wbc.scenario import load_scenario
 
     from .config import WbcConfig, WbcNodeConfig
@@ -103,8 +99,7 @@ def _make_node_class():
             A = adapters
             JS = A.JointStateAdapter
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos, adapter=JS)
-            ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos,
-                                       adapter=A.OdometryAdapter)
+            ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos, adapter=A.OdometryAdapter)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos, adapter=JS)
             ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos, adapter=JS)
             # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
@@ -120,28 +115,20 @@ def _make_node_class():
                      ros_io.TOPIC_WBC_DIAG))]
             self.pub_forward, self._forward_idx = None, None
             if P.forward_command_topic:
-                # ros2_control's forward_command_controller (e.g. effort_controllers/JointGroupEffortController)
-                # takes exactly the efforts, in the order of its `joints` parameter
+                # ros2_control's forward_command_controller takes exactly the efforts, in its `joints` order
                 joints = list(P.forward_command_joints) or self.joint_names
-                from legged_wbc.model import joint_permutation
-
                 try:
                     self._forward_idx = joint_permutation(self.joint_names, joints)
                 except ValueError as exc:
-                    from legged_wbc.robot import ConfigError
-
                     raise ConfigError(f"forward_command_joints: {exc}") from None
                 self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos,
                                                            adapter=A.ArrayAdapter(Float64MultiArray()))
-            # the ticks: at once (a container, tests), in a process of its own by a worker (main())
             self.ticks = ros_io.NewestTickRunner(self._run_tick, name="controller_ticks")
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                    f"scenario {P.scenario}")
 
         def destroy_node(self):
-            self.ticks.close()
-            self.get_logger().info(f"{self.ticks.ran} ticks answered, {self.ticks.skipped} stale ticks skipped, "
-                                   f"{self.rejected} inputs rejected")
+            self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")
             super().destroy_node()
 
         # -------------------------------------------------------------- parameters
@@ -162,8 +149,8 @@ def _make_node_class():
                     self._resend()
                 return
             d = self.sync.add(tick, key, value)
-            if d is not None:
-                self._tick_ready(tick, d)
+            if d is not None:               # sample mode: SampleTicks' schedule advances in completion order
+                self.ticks.submit(tick, d, tick == 0 if self.samples is None else self.samples.take(tick) == 0)
 
         def _resend(self) -> None:
             """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
@@ -215,32 +202,21 @@ def _make_node_class():
             """The topics a tick waits for (tau_ext only with null-space compensation)."""
             return ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
 
-        def _tick_ready(self, key: int, d: dict) -> None:
-            """A complete tick to run; with ``input_timing: sample`` its clock is taken here, in the
-            order the ticks complete (``SampleTicks.take``), also for a tick that will be skipped."""
-            clock = None
-            if self.samples is not None:    # key = the stamp [ns]; the diagnostics: t's tick on the 2 ms grid
-                first = self.samples.take(key) == 0
-                tick = (key - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
-                clock = (key, self.samples.t(key), tick, first)
-            self.ticks.submit(key, d, clock)
-
-        def _run_tick(self, tick: int, d: dict, clock: tuple | None = None) -> None:
-            """One tick: ``clock`` = ``(t_ns, t, tick, first)`` in sample mode (else from ``tick``)."""
-            cfg = self._new_cfg
-            if cfg is not self._cfg_applied:
-                self.cfg = self._cfg_applied = cfg
-                self.ctl.set_config(cfg)
+        def _run_tick(self, tick: int, d: dict, first: bool | None = None) -> None:
+            if self._new_cfg is not self._cfg_applied:
+                self.cfg = self._cfg_applied = self._new_cfg
+                self.ctl.set_config(self.cfg)
                 self.sync.required = self._required_inputs()   # from the next tick on
             pos, vel = d["js"]
             qb, vb = d["odom"]
             q = np.concatenate([qb, pos])
             v = np.concatenate([vb, vel])
-            if clock is None:
-                t_ns, first = tick * ros_io.CONTROL_PERIOD_NS, tick == 0
-                t = t_ns * 1e-9
-            else:
-                t_ns, t, tick, first = clock
+            first = tick == 0 if first is None else first
+            if self.samples is None:
+                t_ns, t = tick * ros_io.CONTROL_PERIOD_NS, tick * ros_io.CONTROL_PERIOD_NS * 1e-9
+            else:                           # tick = the stamp [ns]; the diagnostics: t's tick on the 2 ms grid
+                t_ns, t = tick, self.samples.t(tick)
+                tick = (t_ns - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
             try:
                 out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext")))
             except InputError as exc:
@@ -248,8 +224,7 @@ def _make_node_class():
             diag = out.diag
             vals = [tick, diag.qp_accepted, diag.qp_time_us, diag.solve_time_us, diag.cycle_time_us,
                     diag.qp_iterations, diag.eq_residual, diag.ineq_violation, diag.consecutive_failures,
-                    diag.total_failures, diag.safe_stop, self.rejected, diag.body_error_rpy[0], diag.body_error_rpy[1],
-                    self.ticks.skipped]
+                    diag.total_failures, diag.safe_stop, self.rejected, *diag.body_error_rpy[:2], self.ticks.skipped]
             if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
                 self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
             self._last_out = [
@@ -268,11 +243,7 @@ def _make_node_class():
 
 
 def main(argv: list[str] | None = None) -> int:
-    def make():
-        node = _make_node_class()()
-        node.ticks.start_worker()       # a process of its own: when behind, the newest tick first
-        return node
-    return ros_io.spin_node(make, argv)
+    return ros_io.spin_node(lambda: _make_node_class()(), argv)      # starts the ticks' worker
 
 
 if __name__ == "__main__":

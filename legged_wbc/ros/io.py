@@ -426,8 +426,8 @@ class NewestTickRunner:
 
     By default a tick runs at once, in the caller's thread: so it does when the node is composed in
     a container, where the whole chain runs in the bridge's thread, one tick after the other, and
-    nothing can pile up. A node in a process of its own (``layout:=processes``; its ``main`` calls
-    :meth:`start_worker`) runs its ticks in a worker thread while the executor thread goes on taking
+    nothing can pile up. A node in a process of its own (``layout:=processes``; :func:`spin_node`
+    calls :meth:`start_worker` of the node's ``ticks``) runs its ticks in a worker thread while the executor thread goes on taking
     samples, so a node that fell behind (a slow tick, a busy machine) does not work through a
     backlog: when a tick is done and several complete ticks are waiting, only the newest runs; the
     older ones are skipped (their answers would come later still) and counted in :attr:`skipped`. In
@@ -491,14 +491,15 @@ class NewestTickRunner:
                 with self._cond:
                     self._error = exc
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Stop the worker, if any (a tick in progress is finished; one still waiting is not run)."""
-        if self._thread is None:
-            return
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        self._thread.join(timeout)
+    def close(self, timeout: float = 2.0) -> str:
+        """Stop the worker, if any (a tick in progress is finished; one still waiting is not run);
+        returns ``"R ticks run, S stale ticks skipped"`` for the node's closing log line."""
+        if self._thread is not None:
+            with self._cond:
+                self._stop = True
+                self._cond.notify()
+            self._thread.join(timeout)
+        return f"{self.ran} ticks run, {self.skipped} stale ticks skipped"
 
 
 # ----------------------------------------------------------------------------- input_timing: sample
@@ -790,6 +791,8 @@ def spin_until(executor, done, period: float = SPIN_PERIOD) -> None:
 
 def spin_node(make_node, argv=None) -> int:
     """``main()`` of a node: init, spin ``make_node()`` until Ctrl-C / SIGTERM / shutdown, clean up.
+    The node is in a process of its own: if it has a :class:`NewestTickRunner` ``ticks``, its
+    worker is started (when behind, the newest tick first).
 
     The executor is :func:`make_executor`'s (``$LEGGED_WBC_EXECUTOR``: ``events`` by default, or
     ``single``). SIGINT and SIGTERM only set a flag that the spin loop reads at least every
@@ -818,6 +821,8 @@ def spin_node(make_node, argv=None) -> int:
                 raise
             print(f"{os.path.basename(sys.argv[0])}: {exc}", file=sys.stderr, flush=True)
             return 2
+        if isinstance(getattr(node, "ticks", None), NewestTickRunner):
+            node.ticks.start_worker()
         executor = make_executor()
         executor.add_node(node)
         spin_until(executor, lambda: bool(stop) or not rclpy.ok())
