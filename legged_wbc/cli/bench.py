@@ -57,6 +57,19 @@ def cmd_bench(args) -> int:
     if args.what not in ("qp", "cycle", "realtime"):
         print(f"unknown benchmark {args.what!r}")
         return 2
+    if args.slowdown > 1.0:          # the whole benchmark on an emulated slower machine
+        from legged_wbc.tools.slow_cpu import slow_cpus
+
+        try:
+            with slow_cpus(args.slowdown):
+                return _run_bench(args)
+        except PermissionError as exc:
+            print(f"legged-wbc bench: --slowdown: {exc}", file=sys.stderr)
+            return 2
+    return _run_bench(args)
+
+
+def _run_bench(args) -> int:
     if args.what == "realtime":
         return cmd_realtime(args)
     import warnings
@@ -103,7 +116,11 @@ def register(sub) -> None:
                    help="realtime: simulated seconds of the stack and the headless loop (default 52)")
     s.add_argument("--record", action="store_true", help="realtime: the stack records a bag (record:=, a temporary "
                    "directory), the metrics are read from it")
-    s.add_argument("--scenario", default="paper")
+    s.add_argument("--scenario", default="paper", help="scenario the states come from (cycle, qp) / the stack walks "
+                   "(realtime)")
+    s.add_argument("--slowdown", type=positive_float, default=1.0,
+                   help="run on an emulated machine this many times slower: SCHED_FIFO tasks take 1 - 1/FACTOR of "
+                   "every CPU in 0.3 ms slices (legged_wbc.tools.slow_cpu; needs root)")
     s.add_argument("--backends", nargs="*", help=f"default: {' '.join(BENCH_BACKENDS)}")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_bench)
