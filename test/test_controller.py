@@ -178,16 +178,22 @@ def test_infeasible_qp_held_then_safe_stop(rm):
     good = ctl.update(standing_input(rm))
     assert good.diag.qp_accepted
     # inject infeasibility: contradictory bounds on the first torque row, solved by the real backend
-    real_solve = ctl.backend.solve
+    # (with DAQP the fast cycle solves the QP in least-distance form: the same row is broken there)
     broken = {"on": True}
 
-    def infeasible_solve(p):
-        if broken["on"]:
-            r = ctl.row_tau
-            p.l[r], p.u[r] = 1.0, -1.0
-        return real_solve(p)
+    def breaking(backend, lo, up, row):
+        real_solve = backend.solve
 
-    ctl.backend.solve = infeasible_solve
+        def infeasible_solve(p):
+            if broken["on"]:
+                getattr(p, lo)[row], getattr(p, up)[row] = 1.0, -1.0
+            return real_solve(p)
+
+        backend.solve = infeasible_solve
+
+    breaking(ctl.backend, "l", "u", ctl.row_tau)
+    assert ctl.ldp_backend is not None                    # the default: DAQP
+    breaking(ctl.ldp_backend, "bl", "bu", ctl.ldp.ms + ctl._row_tau_ldp)
     for k in range(1, ctl.cfg.max_failures + 1):
         out = ctl.update(standing_input(rm))
         assert not out.diag.qp_accepted and not out.diag.safe_stop

@@ -96,6 +96,133 @@ def test_fast_equals_reference_on_recorded_states(walk, over):
         assert binding > 0                   # and binding barrier rows
 
 
+def kkt_violation(p, x):
+    """How far ``x`` is from satisfying the KKT conditions of ``p`` (the full QP, solved as it is by
+    nobody here): ``(primal, stationarity)``. Primal: the normalized residual / violation of
+    :meth:`QpProblem.residuals`. Stationarity: the smallest ``|H x + g + A_act^T mu|_inf`` over
+    multipliers of the right sign (``>= 0`` on the side of a bound a row is at, free on equalities;
+    non-negative least squares over the rows within 1e-6 of a bound), relative to
+    ``max(1, |H x|_inf, |g|_inf)``."""
+    from scipy.optimize import nnls
+
+    eq, viol = p.residuals(x)
+    Cx = p.C @ x
+    up = (p.u < INF) & (Cx >= p.u - 1e-6 * np.maximum(1.0, np.abs(p.u)))
+    lo = (p.l > -INF) & (Cx <= p.l + 1e-6 * np.maximum(1.0, np.abs(p.l)))
+    G = np.hstack([p.A_eq.T, -p.A_eq.T, p.C[up].T, -p.C[lo].T])
+    r = p.H @ x + p.g
+    mu, _ = nnls(G, -r, maxiter=50 * G.shape[1])
+    scale = max(1.0, np.abs(p.H @ x).max(), np.abs(p.g).max())
+    return max(eq, viol), float(np.abs(r + G @ mu).max() / scale)
+
+
+@pytest.mark.parametrize("over", [{}, {"cbf_slack": True, "torque_limit_mode": "realistic"},
+                                  {"relative_pitch_mode": "none"}],
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_ldp_solution_is_the_full_qp_optimum(walk, over):
+    """The fast cycle gives DAQP the QP in least-distance form (``m_theta`` eliminated, the forces'
+    bounds as simple bounds, ``H = I`` after the block Cholesky factor). On recorded walking states
+    (swing legs, binding CBF rows) its solution satisfies the full QP's KKT conditions to the
+    solver's tolerance (1e-6: DAQP's primal and dual tolerance) and equals the full QP solved by
+    DAQP as it is (the reference cycle's way) to a few ulps of the torque scale (both are exact
+    solutions of the same active set)."""
+    loop, inputs = walk
+    fast, ref = pair(loop, **over)
+    assert fast.ldp_backend is not None
+    worst_p, worst_s, worst_tau, binding = 0.0, 0.0, 0.0, 0
+    for k, inp in enumerate(inputs):
+        of, orf = fast.update(inp), ref.update(inp)
+        assert of.diag.qp_accepted and orf.diag.qp_accepted
+        worst_tau = max(worst_tau, float(np.abs(of.tau - orf.tau).max() / max(1.0, np.abs(orf.tau).max())))
+        binding += int(of.diag.cbf_active.any())
+        if k % 5 == 0 or of.diag.cbf_active.any():
+            prim, stat = kkt_violation(fast.problem, fast.last_x)
+            worst_p, worst_s = max(worst_p, prim), max(worst_s, stat)
+        lam = fast.last_x[fast.lam0:fast.lam0 + 4 * fast.N].reshape(fast.N, 4)
+        assert np.all(lam[:, 3] == 0.0)                        # m_theta: eliminated, exactly 0
+        assert np.abs(lam[~inp.support, :3]).max(initial=0.0) <= 1e-12 * np.abs(lam).max()  # no force off support
+    assert worst_p <= 1e-6 and worst_s <= 1e-6, (worst_p, worst_s)
+    assert worst_tau <= 1e-9
+    if over.get("relative_pitch_mode", "cbf") == "cbf":
+        assert binding > 0
+
+
+def test_ldp_of_a_qp_by_hand():
+    """:func:`kernels.ldp_from_qp` on a small QP against numpy: ``H = R^T R`` block by block,
+    ``c = R^-T g``, rows ``A R^-1``, simple force bounds (a foot held at f_z = 0: all three forces 0
+    and its pyramid rows loose), and :func:`kernels.qp_from_ldp` maps ``y`` back to ``x = R^-1 y``."""
+    rng = np.random.default_rng(7)
+    N, nv = 2, 14                                     # 6 base + 2 legs x 4
+    lam0, nx = nv, nv + 4 * N
+    leg_v = np.array([[10, 11, 12, 13], [6, 7, 8, 9]], dtype=np.int64)
+    H = np.zeros((nx, nx))
+    H[np.arange(6), np.arange(6)] = rng.uniform(0.5, 2.0, 6)
+    for i in range(N):
+        B = rng.normal(size=(4, 4))
+        H[np.ix_(leg_v[i], leg_v[i])] = B @ B.T + 0.1 * np.eye(4)
+    H[np.arange(lam0, nx), np.arange(lam0, nx)] = rng.uniform(1e-6, 1e-5, 4 * N)
+    g = rng.normal(size=nx)
+    n_eq, n_in = 6 + N, 5 * N + 3
+    A = rng.normal(size=(n_eq + n_in, nx))
+    bu, bl = rng.normal(size=n_eq + n_in) + 2.0, rng.normal(size=n_eq + n_in) - 2.0
+    fz_rows = n_eq + 5 * np.arange(N, dtype=np.int64) + 4
+    bl[fz_rows], bu[fz_rows] = 0.0, [300.0, 0.0]       # foot 0 in support, foot 1 held at zero force
+    zcol = np.array([lam0 + 4 * i + k for i in range(N) for k in range(3)] + list(range(nv)), dtype=np.int64)
+    nz = zcol.size
+    leg_y = (3 * N + leg_v).astype(np.int64)
+    diag_y = np.setdiff1d(np.arange(nz), leg_y.reshape(-1)).astype(np.int64)
+    fric = [n_eq + 5 * i + k for i in range(N) for k in range(4)]
+    rows = np.array(list(range(6)) + fric + list(range(n_eq + 5 * N, n_eq + n_in)), dtype=np.int64)
+    fric_a = (6 + np.arange(4 * N).reshape(N, 4)).astype(np.int64)
+    c, Ay = np.zeros(nz), np.zeros((rows.size, nz))
+    ubu, ubl, dinv, Rinv = np.zeros(3 * N + rows.size), np.zeros(3 * N + rows.size), np.zeros(nz), np.zeros((N, 4, 4))
+    assert K.ldp_from_qp(H, g, A, bu, bl, zcol, diag_y, leg_y, leg_v, rows, fz_rows, fric_a, c, Ay, ubu, ubl, dinv, Rinv)
+    Hz = H[np.ix_(zcol, zcol)]
+    R = np.linalg.cholesky(Hz).T                       # upper, Hz = R^T R
+    Ri = np.linalg.inv(R)
+    np.testing.assert_allclose(c, np.linalg.solve(R.T, g[zcol]), rtol=1e-12, atol=1e-12 * np.abs(c).max())
+    np.testing.assert_allclose(Ay, A[np.ix_(rows, zcol)] @ Ri, rtol=1e-12, atol=1e-12 * np.abs(Ay).max())
+    np.testing.assert_array_equal(ubu[3 * N:][:6], bu[:6])
+    d = np.sqrt(np.diag(Hz))
+    assert ubl[2] == 0.0 and ubu[2] == pytest.approx(300.0 * d[2], rel=1e-15)
+    assert ubl[0] == -INF and ubu[0] == INF and ubl[1] == -INF and ubu[1] == INF
+    np.testing.assert_array_equal(ubl[3:6], 0.0)
+    np.testing.assert_array_equal(ubu[3:6], 0.0)
+    np.testing.assert_array_equal(ubu[3 * N + fric_a[1]], INF)                      # loose
+    np.testing.assert_array_equal(ubu[3 * N + fric_a[0]], bu[rows[fric_a[0]]])     # as they were
+    y = rng.normal(size=nz)
+    x = np.full(nx, 9.0)
+    K.qp_from_ldp(y, zcol, diag_y, leg_y, leg_v, dinv, Rinv, x)
+    expect = np.zeros(nx)
+    expect[zcol] = Ri @ y
+    np.testing.assert_allclose(x, expect, rtol=1e-12, atol=1e-13)
+    assert np.all(x[lam0 + 3::4] == 0.0)
+    # a (numerically) singular leg block: not formed (the controller then solves the QP as it is)
+    H[np.ix_(leg_v[0], leg_v[0])] = 1e-13 * np.eye(4)
+    assert not K.ldp_from_qp(H, g, A, bu, bl, zcol, diag_y, leg_y, leg_v, rows, fz_rows, fric_a, c, Ay, ubu, ubl,
+                             dinv, Rinv)
+
+
+def test_singular_cost_block_solves_the_qp_as_it_is(walk):
+    """Without force weights and regularization the force block of H is 0: the least-distance form
+    does not exist (the plain Cholesky factor does not), and the cycle solves the full QP with DAQP
+    (which regularizes it) instead, as the reference does. (The optimum is not unique then, so the
+    two need not pick the same one: each is checked against the KKT conditions.)"""
+    loop, inputs = walk
+    fast, ref = pair(loop, w_lambda_t=0.0, w_lambda_n=0.0, hessian_reg=0.0)
+    calls = {"ldp": 0, "full": 0}
+    for name, be in (("ldp", fast.ldp_backend), ("full", fast.backend)):
+        real = be.solve
+        be.solve = lambda p, real=real, name=name: (calls.__setitem__(name, calls[name] + 1), real(p))[1]
+    for inp in inputs[:40:4]:
+        of, orf = fast.update(inp), ref.update(inp)
+        assert of.diag.qp_accepted and orf.diag.qp_accepted
+        for c in (fast, ref):
+            prim, stat = kkt_violation(c.problem, c.last_x)
+            assert prim <= 1e-6 and stat <= 1e-6, (prim, stat)
+    assert calls == {"ldp": 0, "full": 10}
+
+
 def test_no_recompilation_during_the_walk(walk):
     """Every kernel was compiled once, for the controller's argument types (warm-up = real calls)."""
     loop, inputs = walk

@@ -37,7 +37,7 @@ from legged_wbc.model import RobotModel, cross_rows, null_vectors
 from legged_wbc.conventions import rotation_from_quat_xyzw
 
 from .config import WbcConfig
-from .qp import INF, QpProblem, QpResult, make_backend
+from .qp import INF, DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend
 from .references import BodyReferenceGenerator, SwingPlanner, body_task, vee
 
 
@@ -454,7 +454,35 @@ class WholeBodyController:
         self._theta_nom = np.ascontiguousarray(self.theta_nominal, dtype=float)
         # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
         self.stage_us = {k: 0.0 for k in STAGES}
+        self._init_ldp()
         self._fill_config_blocks_fast()
+
+    def _init_ldp(self) -> None:
+        """Index arrays and workspace of the QP in DAQP's least-distance form (:func:`kernels.ldp_from_qp`):
+        ``y`` = forces ``(f_x, f_y, f_z)`` of each foot, ``nu_dot``, slacks (scaled by the Cholesky
+        factor of their cost block); general rows: the 6 floating-base equalities, the friction
+        pyramids, torque rows, CBF rows (the ``m_theta = 0`` rows and ``f_z`` rows are gone: the
+        first by elimination, the second as simple bounds). Only for the DAQP backend."""
+        N, nv, n_eq, ns = self.N, self.nv, self.n_eq, self.ns
+        i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+        forces = [self.lam0 + 4 * i + k for i in range(N) for k in range(3)]
+        slacks = [nv + 4 * N + k for k in range(ns)]
+        self._zcol = i64(forces + list(range(nv)) + slacks)
+        nz = self._zcol.size
+        self._leg_y = i64(3 * N + self._leg_vcols)
+        self._diag_y = i64(np.setdiff1d(np.arange(nz), self._leg_y.reshape(-1)))
+        fric = [n_eq + self.row_fric + 5 * i + k for i in range(N) for k in range(4)]
+        self._ldp_rows = i64(list(range(6)) + fric + list(range(n_eq + self.row_tau, n_eq + self.row_cbf + N)))
+        self._fz_rows = i64(n_eq + self.row_fric + 5 * np.arange(N) + 4)
+        self._fric_a = i64(6 + np.arange(4 * N).reshape(N, 4))
+        self._row_tau_ldp = 6 + 4 * N          # first torque row among the LDP's general rows
+        self.ldp = LdpProblem(nz, 3 * N, self._ldp_rows.size, 6)
+        self._ldp_dinv = np.zeros(nz)
+        self._ldp_Rinv = np.zeros((N, 4, 4))
+        self._x = np.zeros(self.nx)
+        cfg = self.cfg
+        self.ldp_backend = (DaqpLdpBackend(nz, 3 * N, self._ldp_rows.size, 6, cfg.solver_tol, cfg.solver_max_iter)
+                            if cfg.solver == "daqp" else None)
 
     def _fill_config_blocks_fast(self) -> None:
         """QP blocks that depend on the configuration only (refilled by :meth:`set_config`):
@@ -571,7 +599,7 @@ class WholeBodyController:
         self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
         t_solve = clock()
         try:
-            res = self.backend.solve(p)
+            res = self._solve_fast(p)
         except Exception as exc:  # a backend error is a failed cycle, not a crash
             res = QpResult(np.zeros(self.nx), False, f"solver error: {exc}", 0)
         t_check = clock()
@@ -610,6 +638,26 @@ class WholeBodyController:
         st["qp_solve"] = (t_check - t_solve) * 1e6
         st["check_torque"] = (t_end - t_check) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
+
+    def _solve_fast(self, p: QpProblem) -> QpResult:
+        """Solve this cycle's QP: with DAQP in least-distance form (:func:`kernels.ldp_from_qp`,
+        the same optimum), else (other backends, or a cost block too close to singular for the
+        plain Cholesky factor) the QP as it is."""
+        K, d = self._K, self.ldp
+        if self.ldp_backend is not None:
+            bu, bl = p.stacked_bounds()
+            if K.ldp_from_qp(p.H, p.g, p.A, bu, bl, self._zcol, self._diag_y, self._leg_y, self._leg_vcols,
+                             self._ldp_rows, self._fz_rows, self._fric_a, d.c, d.A, d.bu, d.bl, self._ldp_dinv,
+                             self._ldp_Rinv):
+                res = self.ldp_backend.solve(d)
+                y = res.x
+                if y.dtype != np.float64 or not y.flags.c_contiguous:
+                    y = np.ascontiguousarray(y, dtype=float)
+                x = np.empty(self.nx)
+                K.qp_from_ldp(y, self._zcol, self._diag_y, self._leg_y, self._leg_vcols, self._ldp_dinv,
+                              self._ldp_Rinv, x)
+                return QpResult(x, res.optimal, res.status, res.iterations)
+        return self.backend.solve(p)
 
     def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float,
                 tau: np.ndarray) -> tuple[np.ndarray, str]:

@@ -620,6 +620,139 @@ def friction_rows(n_legs, lam0, row_fric, mu, A_eq, C, l, u):
         l[r + 4] = 0.0
 
 
+# ---------------------------------------------------------------------------- the QP as DAQP solves it
+# DAQP turns a QP ``min 1/2 x^T H x + g^T x, bl <= A x <= bu`` into a least-distance problem (LDP)
+# through the Cholesky factor ``H = R^T R`` and ``y = R x``: ``min 1/2 ||y||^2 + (R^-T g)^T y`` over
+# the rows ``A R^-1``. For a dense ``H`` it does so in O(n^3 + m n^2) on every update (most of its
+# time here). Our ``H`` is block diagonal (base and force variables: diagonal; each leg's joint
+# accelerations: a 4x4 block), so the LDP is formed here in O(m n) and DAQP is given ``H = I``.
+# Same problem, fewer variables: the ``m_theta`` of every foot is fixed at 0 by its equality row,
+# so it is not a variable of the LDP (its cost and its rows vanish), and a foot whose normal force
+# is bounded to [0, 0] (outside the support set) has its three forces bounded to 0 (what its
+# friction pyramid implies) and its pyramid rows made loose. The forces are DAQP's simple bounds
+# (the first variables of ``y``), the other rows stay general rows.
+LDP_ZERO_TOL = 1e-11    # DAQP's zero_tol: a pivot <= zero_tol * (largest) means H is taken as singular
+
+
+@njit(cache=True)
+def ldp_from_qp(H, g, A, bu, bl, zcol, diag_y, leg_y, leg_v, rows, fz_rows, fric_a, c, Ay, ubu, ubl, dinv, Rinv):
+    """The LDP of the stacked QP ``(H, g, A, bu, bl)`` (rows ``A = [A_eq; C]``, bounds as
+    :meth:`wbc_controller.qp.QpProblem.stacked_bounds`) in the variables ``y = R z``, ``z`` the QP's
+    variables ``x[zcol]`` (forces ``f_x, f_y, f_z`` of each foot first, then ``nu_dot``, slacks).
+
+    Index arrays (set once by the controller): ``diag_y`` the ``y`` entries with a diagonal cost
+    (forces, base, slacks), ``leg_y`` (N, 4) the ``y`` entries and ``leg_v`` (N, 4) the QP columns
+    of each leg's joint accelerations (a 4x4 cost block), ``rows`` the stacked rows that are general
+    rows of the LDP (floating-base equalities first), ``fz_rows`` (N) the stacked ``f_z`` rows (their
+    bounds become the simple bounds of ``y``'s first 3N entries), ``fric_a`` (N, 4) the general rows
+    (indices into ``rows``) of each foot's friction pyramid.
+
+    Fills ``c = R^-T g_z`` (nz), ``Ay = A[rows, zcol] R^-1`` (len(rows), nz), the simple then
+    general bounds ``ubu``, ``ubl`` (3N + len(rows)) and the factors ``dinv`` (nz; ``1/sqrt(H_jj)``
+    of the diagonal entries) and ``Rinv`` (N, 4, 4; upper-triangular inverse Cholesky factor of each
+    leg block), which :func:`qp_from_ldp` uses. Returns False, with nothing usable filled, if a
+    pivot is <= ``LDP_ZERO_TOL`` times the largest diagonal entry of ``H`` (then the QP must be
+    solved as it is: DAQP regularizes such a Hessian)."""
+    n = H.shape[0]
+    hmax = 0.0
+    for k in range(n):
+        if H[k, k] > hmax:
+            hmax = H[k, k]
+    tol = LDP_ZERO_TOL * hmax
+    for k in range(diag_y.shape[0]):
+        j = diag_y[k]
+        h = H[zcol[j], zcol[j]]
+        if not h > tol:
+            return False
+        d = math.sqrt(h)
+        dinv[j] = 1.0 / d
+        c[j] = g[zcol[j]] / d
+    N = leg_y.shape[0]
+    for i in range(N):
+        # upper Cholesky factor R of the leg block (in Rinv[i]'s storage), then its inverse
+        R = Rinv[i]
+        for r in range(4):
+            for k in range(4):
+                R[r, k] = 0.0
+        for r in range(4):
+            s = H[leg_v[i, r], leg_v[i, r]]
+            for k in range(r):
+                s -= R[k, r] * R[k, r]
+            if not s > tol:
+                return False
+            d = math.sqrt(s)
+            R[r, r] = d
+            for k in range(r + 1, 4):
+                s = H[leg_v[i, r], leg_v[i, k]]
+                for m in range(r):
+                    s -= R[m, r] * R[m, k]
+                R[r, k] = s / d
+        # in place: R -> R^-1 (upper triangular, back substitution column by column)
+        for k in range(3, -1, -1):
+            R[k, k] = 1.0 / R[k, k]
+            for r in range(k - 1, -1, -1):
+                s = 0.0
+                for m in range(r + 1, k + 1):
+                    s += R[r, m] * R[m, k]
+                R[r, k] = -s / R[r, r]
+        # c = R^-T g on the block
+        for r in range(4):
+            s = 0.0
+            for k in range(r + 1):
+                s += R[k, r] * g[leg_v[i, k]]
+            c[leg_y[i, r]] = s
+    ms = 3 * fz_rows.shape[0]
+    for a in range(rows.shape[0]):
+        row = rows[a]
+        for k in range(diag_y.shape[0]):
+            j = diag_y[k]
+            Ay[a, j] = A[row, zcol[j]] * dinv[j]
+        for i in range(N):
+            R = Rinv[i]
+            for r in range(4):
+                s = 0.0
+                for k in range(r + 1):
+                    s += A[row, leg_v[i, k]] * R[k, r]
+                Ay[a, leg_y[i, r]] = s
+        ubu[ms + a] = bu[row]
+        ubl[ms + a] = bl[row]
+    # simple bounds of the forces; a foot held at f_z = 0: all three forces 0, pyramid rows loose
+    for i in range(fz_rows.shape[0]):
+        lo, hi = bl[fz_rows[i]], bu[fz_rows[i]]
+        if lo == 0.0 and hi == 0.0:
+            for k in range(3):
+                ubl[3 * i + k] = 0.0
+                ubu[3 * i + k] = 0.0
+            for k in range(4):
+                ubu[ms + fric_a[i, k]] = INF
+        else:
+            for k in range(2):
+                ubl[3 * i + k] = -INF
+                ubu[3 * i + k] = INF
+            d = 1.0 / dinv[3 * i + 2]
+            ubl[3 * i + 2] = lo * d
+            ubu[3 * i + 2] = hi * d
+    return True
+
+
+@njit(cache=True)
+def qp_from_ldp(y, zcol, diag_y, leg_y, leg_v, dinv, Rinv, x):
+    """The QP's solution ``x`` from the LDP's ``y`` (:func:`ldp_from_qp`): ``z = R^-1 y`` at
+    ``x[zcol]``, every other entry (the ``m_theta``) 0."""
+    for k in range(x.shape[0]):
+        x[k] = 0.0
+    for k in range(diag_y.shape[0]):
+        j = diag_y[k]
+        x[zcol[j]] = y[j] * dinv[j]
+    for i in range(leg_y.shape[0]):
+        R = Rinv[i]
+        for r in range(4):
+            s = 0.0
+            for k in range(r, 4):
+                s += R[r, k] * y[leg_y[i, k]]
+            x[leg_v[i, r]] = s
+
+
 # ---------------------------------------------------------------------------- checks
 @njit(cache=True)
 def all_finite(x):
@@ -778,9 +911,19 @@ def warmup() -> None:
     cbf_active(b1, C, lo, up, x, 5 * N + n, np.zeros(N, dtype=np.bool_))
     start_swings(i1 + 1, i1, i1 - 1, P, -0.4, 0.5, 0.6, 0.4, R, f1(3), P, v_p, P.copy(), P.copy(), P.copy(), P.copy(),
                  f1(N), b1.copy())
+    nz = 3 * N + nv
+    zcol = np.arange(nz, dtype=np.int64)
+    leg_y = 3 * N + leg_v
+    diag_y = np.arange(3 * N + 6, dtype=np.int64)
+    rows = np.arange(ne + ni, dtype=np.int64)
+    Hs = np.eye(nx)
+    ldp_from_qp(Hs, x, np.vstack([A_eq, C]), f1(ne + ni), f1(ne + ni), zcol, diag_y, leg_y, leg_v, rows,
+                np.arange(N, dtype=np.int64), np.zeros((N, 4), dtype=np.int64), f1(nz), np.zeros((ne + ni, nz)),
+                f1(3 * N + ne + ni), f1(3 * N + ne + ni), f1(nz), np.zeros((N, 4, 4)))
+    qp_from_ldp(f1(nz), zcol, diag_y, leg_y, leg_v, f1(nz), np.zeros((N, 4, 4)), x)
 
 
 KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, leg_chain_kinematics, body_reference, body_task, gait_state,
            task_targets, swing_torques, null_space_compensation, task_cost, floating_base_rows,
            normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
-           cbf_active, start_swings)
+           cbf_active, start_swings, ldp_from_qp, qp_from_ldp)
