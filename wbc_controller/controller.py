@@ -452,6 +452,9 @@ class WholeBodyController:
         self._swing_work = np.zeros(K.SWING_WORK)            # kernel scratch (no allocation per tick)
         self._nvec_work = np.zeros(4)
         self._theta_nom = np.ascontiguousarray(self.theta_nominal, dtype=float)
+        self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
+        self._shape_q, self._shape_v, self._shape_legs, self._shape_n = (rm.nq,), (nv,), (N,), (n,)
+        self._f8, self._b1 = np.dtype(np.float64), np.dtype(np.bool_)
         # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
         self.stage_us = {k: 0.0 for k in STAGES}
         self._init_ldp()
@@ -492,8 +495,8 @@ class WholeBodyController:
         for i in range(self.ns):
             p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
         self._lam_diag_f = np.ascontiguousarray(self._lam_diag, dtype=float)
-        self._gains = tuple(np.ascontiguousarray(g, dtype=float) for g in
-                            (cfg.kp_pos, cfg.kd_pos, cfg.kp_rot, cfg.kd_rot, cfg.kp_swing, cfg.kd_swing))
+        self._gains = np.ascontiguousarray([cfg.kp_pos, cfg.kd_pos, cfg.kp_rot, cfg.kd_rot, cfg.kp_swing, cfg.kd_swing],
+                                           dtype=float)                          # (6, 3)
         self._tmin_f = np.ascontiguousarray(self._tmin, dtype=float)
         self._tmax_f = np.ascontiguousarray(self._tmax, dtype=float)
         self._tau_tol_f = np.ascontiguousarray(self._tau_tol, dtype=float)
@@ -505,8 +508,7 @@ class WholeBodyController:
                            mode == "none", c.support_foot_acceleration == "consistent", float(c.k_dtheta),
                            float(c.theta_ddot_max), bool(c.swing_pitch_recenter), float(c.kp_swing_pitch),
                            float(c.kd_swing_pitch))
-        self._p_cost = (float(c.w_body), self._lam_diag_f, int(self.ns), float(c.cbf_slack_weight),
-                        float(c.hessian_reg))
+        self._p_cost = (float(c.w_body), int(self.ns), float(c.cbf_slack_weight), float(c.hessian_reg))
         self._p_cbf = (mode == "cbf", float(c.kp_b), float(c.kd_b), float(c.theta_min + c.cbf_margin),
                        float(c.theta_max - c.cbf_margin))
         gc = self.gait.cfg
@@ -516,11 +518,30 @@ class WholeBodyController:
         self._p_start = (float(-c.stand_height + self.rm.foot_radius - c.touchdown_depth), float(c.raibert_gain),
                          float(self.gait.support_duration), float(self.gait.swing_duration))
         self._p_misc = (float(c.compensation_limit), float(c.fz_max))
+        self._p_rows = (int(self.lam0), int(self.row_fric), int(self.row_tau), int(self.row_cbf))
 
     def _check_input_fast(self, inp: ControllerInput):
-        """:meth:`_check_input` (same errors) with one compiled finiteness test per vector.
+        """:meth:`_check_input` (same errors). Inputs that are already what the kernels take
+        (C-contiguous float64 vectors and a bool support of the right sizes) are checked in one
+        compiled call (:func:`kernels.inputs_ok`: finite, t finite, unit quaternion); anything else,
+        and any input that fails, goes through :meth:`_check_input_general` (which raises).
 
         Returns ``(q, v, support, tau_ext)`` as the kernels take them (C-contiguous float64, bool)."""
+        q, v, sup, te = inp.q, inp.v, inp.support, inp.tau_ext
+        nd, f8 = np.ndarray, self._f8
+        if (type(q) is nd and type(v) is nd and type(sup) is nd and q.shape == self._shape_q
+                and v.shape == self._shape_v and sup.shape == self._shape_legs and q.dtype == f8 and v.dtype == f8
+                and sup.dtype == self._b1 and q.flags.c_contiguous and v.flags.c_contiguous
+                and sup.flags.c_contiguous
+                and (te is None or (type(te) is nd and te.shape == self._shape_n and te.dtype == f8
+                                    and te.flags.c_contiguous))
+                and self._K.inputs_ok(q, v, self._no_tau_ext if te is None else te, inp.t)):
+            return q, v, sup, te
+        return self._check_input_general(inp)
+
+    def _check_input_general(self, inp: ControllerInput):
+        """:meth:`_check_input_fast` for any input: the same checks in the order of :meth:`_check_input`,
+        converting vectors to C-contiguous float64 (one compiled finiteness test per vector)."""
         rm, K = self.rm, self._K
         for name, arr, size in (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N),
                                 ("tau_ext", inp.tau_ext, self.n)):
@@ -557,35 +578,22 @@ class WholeBodyController:
         return lb
 
     def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> None:
-        """Fill the QP of this cycle block by block (paper sec. 4): references and task targets,
-        swing and compensation torques, task costs, floating-base rows, contact state (friction
-        cone's normal-force bounds), torque bounds, CBF rows."""
-        K, c, p, sw, g = self._K, self.cfg, self.problem, self.swing, self._gains
-        K.body_reference(t, self.refs.p0, *self._p_ref, self._ref_p, self._ref_v, self._ref_a)
-        K.body_task(self._ref_p, self._ref_v, self._ref_a, q, self._R, v, g[0], g[1], g[2], g[3], self._acc_body,
-                    self._e_rpy)
-        K.gait_state(t, *self._p_gait, self._gait_offset, self._gait_group, self._phases, self._progress, self._cycles)
-        K.task_targets(support, lb.p, lb.v_p, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self._acc_body,
-                       v[3:6], self._theta_nom, *self._p_targets, self._W, self._b)
-        # the swings that begin this cycle: from where the foot is to the touchdown target
-        K.start_swings(self._phases, self._cycles, self._swing_cycle, self._stance_p, *self._p_start, self._R,
-                       self._ref_v, lb.p, lb.v_p, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned)
-        K.swing_torques(support, self._phases, self._progress, sw.planned, sw.start, sw.target, sw.v_start, sw.v_end,
-                        sw.duration, self._p_swing[0], lb.p, lb.v_p, lb.J, self._M, self._leg_vcols, self._leg_cols,
-                        g[4], g[5], self._p_swing[1], self._b, self._tau_sw, self._swing_work)
-        if c.null_space_compensation and tau_ext is not None:
-            K.null_space_compensation(support, lb.J, self._leg_cols, tau_ext, self._p_misc[0], self._tau_comp,
-                                      self._nvec_work)
-        else:
-            self._tau_comp[:] = 0.0
-        np.add(self._tau_sw, self._tau_comp, out=self._tau_sw_total)
-        K.task_cost(lb.J, self._W, self._b, self._acc_body, *self._p_cost, self._leg_vcols, self.lam0, p.H, p.g)
-        K.floating_base_rows(self._M, self._h, lb.p, self.lam0, p.A_eq, p.b_eq)
-        K.normal_force_bounds(support, self._p_misc[1], self.row_fric, p.u)
-        K.torque_rows(self._M, self._h, lb.J, self._leg_cols, self.lam0, self.row_tau, self._tmin_f, self._tmax_f,
-                      self._tau_sw_total, p.C, p.l, p.u)
-        K.cbf_rows(support, lb.J, lb.theta, lb.theta_dot, lb.dJ_theta_dq, self._leg_vcols, self.row_cbf, *self._p_cbf,
-                   p.C, p.l, p.u)
+        """Fill the QP of this cycle block by block (paper sec. 4), in one compiled call
+        (:func:`kernels.build_qp`): references and task targets, swing and compensation torques,
+        task costs, floating-base rows, contact state (friction cone's normal-force bounds), torque
+        bounds, CBF rows."""
+        p, sw = self.problem, self.swing
+        compensate = self.cfg.null_space_compensation and tau_ext is not None
+        self._K.build_qp(
+            t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate,
+            lb.p, lb.v_p, lb.J, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self._M, self._h, self._R,
+            self.refs.p0, self._gait_offset, self._gait_group, self._stance_p, self._theta_nom, self._gains,
+            self._lam_diag_f, self._tmin_f, self._tmax_f, self._leg_cols, self._leg_vcols, self._p_ref, self._p_gait,
+            self._p_targets, self._p_start, self._p_swing, self._p_cost, self._p_cbf, self._p_misc, self._p_rows,
+            self._swing_cycle, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned,
+            self._ref_p, self._ref_v, self._ref_a, self._acc_body, self._e_rpy, self._phases, self._progress,
+            self._cycles, self._W, self._b, self._tau_sw, self._tau_comp, self._tau_sw_total, self._swing_work,
+            self._nvec_work, p.H, p.g, p.A_eq, p.b_eq, p.C, p.l, p.u, p.bl)
 
     def _update_fast(self, inp: ControllerInput) -> ControllerOutput:
         """One control cycle on the compiled QP blocks; the same result as :meth:`_update_reference`."""
@@ -606,19 +614,14 @@ class WholeBodyController:
         x = res.x
         if x.dtype != np.float64 or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=float)
-        finite = K.all_finite(x)
-        eq_res, viol = K.residuals(p.A_eq, p.b_eq, p.C, p.l, p.u, x) if finite else (np.inf, np.inf)
-        in_bounds = K.command_torque(self._M, self._h, lb.J, self._leg_cols, x, self.lam0, self._tau_sw_total,
-                                     self._tmin_f, self._tmax_f, self._tau_tol_f, self._tau_wbc, self._tau)
+        finite, eq_res, viol, in_bounds = K.check_solution(
+            p.A_eq, p.b_eq, p.C, p.l, p.u, x, self._M, self._h, lb.J, self._leg_cols, self.lam0, self._tau_sw_total,
+            self._tmin_f, self._tmax_f, self._tau_tol_f, support, self.row_cbf, self._p_cbf[0], self._tau_wbc,
+            self._tau, self._cbf_act)
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
         t_done = clock()
         out_tau, status = self._accept(res, accepted, eq_res, viol, self._tau)
-        mode = cfg.relative_pitch_mode
-        if mode == "cbf" and accepted:
-            K.cbf_active(support, p.C, p.l, p.u, x, self.row_cbf, self._cbf_act)
-            cbf_active = self._cbf_act.copy()
-        else:
-            cbf_active = np.zeros(N, dtype=bool)
+        cbf_active = self._cbf_act.copy() if accepted else np.zeros(N, dtype=bool)
         diag = Diagnostics(theta=lb.theta.copy(), theta_dot=lb.theta_dot.copy(), cbf_active=cbf_active,
                            support=support.copy(), qp_status=status, qp_accepted=bool(accepted),
                            qp_iterations=res.iterations, qp_time_us=(t_done - t_start) * 1e6,
@@ -645,8 +648,7 @@ class WholeBodyController:
         plain Cholesky factor) the QP as it is."""
         K, d = self._K, self.ldp
         if self.ldp_backend is not None:
-            bu, bl = p.stacked_bounds()
-            if K.ldp_from_qp(p.H, p.g, p.A, bu, bl, self._zcol, self._diag_y, self._leg_y, self._leg_vcols,
+            if K.ldp_from_qp(p.H, p.g, p.A, p.bu, p.bl, self._zcol, self._diag_y, self._leg_y, self._leg_vcols,
                              self._ldp_rows, self._fz_rows, self._fric_a, d.c, d.A, d.bu, d.bl, self._ldp_dinv,
                              self._ldp_Rinv):
                 res = self.ldp_backend.solve(d)

@@ -620,6 +620,77 @@ def friction_rows(n_legs, lam0, row_fric, mu, A_eq, C, l, u):
         l[r + 4] = 0.0
 
 
+# ---------------------------------------------------------------------------- one call per cycle stage
+# Each call of a compiled kernel from Python costs ~0.1 us per argument (numba's dispatch); the
+# stages below call the kernels above from compiled code, once per stage.
+@njit(cache=True)
+def build_qp(t, q, v, support, tau_ext, compensate, P, v_p, J, theta, theta_dot, dJ_p, dJ_theta, M, h, R, p0,
+             gait_offset, gait_group, stance_p, theta_nom, gains, lam_diag, tmin, tmax, leg_j, leg_v, p_ref, p_gait,
+             p_targets, p_start, p_swing, p_cost, p_cbf, p_misc, rows, swing_cycle, sw_start, sw_target, sw_v_start,
+             sw_v_end, sw_duration, planned, ref_p, ref_v, ref_a, acc_body, e_rpy, phases, progress, cycles, W, b,
+             tau_sw, tau_comp, tau_sw_total, swing_work, nvec_work, H, g, A_eq, b_eq, C, l, u, bl):
+    """The QP of one cycle (:meth:`WholeBodyController._build_qp_fast`), block by block: body
+    reference and task, gait state, task targets, the swings that begin, swing and compensation
+    torques, cost, floating-base rows, normal-force bounds, torque rows, CBF rows; the stacked lower
+    bounds ``bl`` get the equality right-hand side. Leg kinematics ``P`` ... ``dJ_theta`` as
+    :class:`legged_wbc.model.LegBatch`; ``gains`` (6, 3): ``kp_pos, kd_pos, kp_rot, kd_rot,
+    kp_swing, kd_swing``; ``rows``: ``(lam0, row_fric, row_tau, row_cbf)``; the ``p_*`` tuples as
+    the controller's ``_fill_config_blocks_fast`` sets them."""
+    lam0, row_fric, row_tau, row_cbf = rows
+    s0, s1, s2, s3, s4, s5 = p_ref
+    body_reference(t, p0, s0, s1, s2, s3, s4, s5, ref_p, ref_v, ref_a)
+    body_task(ref_p, ref_v, ref_a, q, R, v, gains[0], gains[1], gains[2], gains[3], acc_body, e_rpy)
+    g0, g1, g2, g3 = p_gait
+    gait_state(t, g0, g1, g2, g3, gait_offset, gait_group, phases, progress, cycles)
+    w_sup, w_sw, w_pitch, mode_none, consistent, k_dth, thdd_max, recenter, kp_sp, kd_sp = p_targets
+    task_targets(support, P, v_p, theta, theta_dot, dJ_p, dJ_theta, acc_body, v[3:6], theta_nom, w_sup, w_sw,
+                 w_pitch, mode_none, consistent, k_dth, thdd_max, recenter, kp_sp, kd_sp, W, b)
+    z_td, raibert, t_sup, t_sw = p_start
+    start_swings(phases, cycles, swing_cycle, stance_p, z_td, raibert, t_sup, t_sw, R, ref_v, P, v_p, sw_start,
+                 sw_target, sw_v_start, sw_v_end, sw_duration, planned)
+    lift, projection = p_swing
+    swing_torques(support, phases, progress, planned, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, lift,
+                  P, v_p, J, M, leg_v, leg_j, gains[4], gains[5], projection, b, tau_sw, swing_work)
+    comp_limit, fz_max = p_misc
+    if compensate:
+        null_space_compensation(support, J, leg_j, tau_ext, comp_limit, tau_comp, nvec_work)
+    else:
+        for k in range(tau_comp.shape[0]):
+            tau_comp[k] = 0.0
+    for k in range(tau_sw_total.shape[0]):
+        tau_sw_total[k] = tau_sw[k] + tau_comp[k]
+    w_body, n_slack, slack_weight, hessian_reg = p_cost
+    task_cost(J, W, b, acc_body, w_body, lam_diag, n_slack, slack_weight, hessian_reg, leg_v, lam0, H, g)
+    floating_base_rows(M, h, P, lam0, A_eq, b_eq)
+    normal_force_bounds(support, fz_max, row_fric, u)
+    torque_rows(M, h, J, leg_j, lam0, row_tau, tmin, tmax, tau_sw_total, C, l, u)
+    cbf_on, kp_b, kd_b, th_lo, th_hi = p_cbf
+    cbf_rows(support, J, theta, theta_dot, dJ_theta, leg_v, row_cbf, cbf_on, kp_b, kd_b, th_lo, th_hi, C, l, u)
+    for k in range(b_eq.shape[0]):
+        bl[k] = b_eq[k]
+
+
+@njit(cache=True)
+def check_solution(A_eq, b_eq, C, l, u, x, M, h, J, leg_j, lam0, tau_sw_total, tmin, tmax, tau_tol, support, row_cbf,
+                   cbf_on, tau_wbc, tau, cbf_act):
+    """The checks of a solution ``x`` of the QP: ``(finite, equality residual, inequality violation,
+    torque in bounds)`` (:func:`residuals`, :func:`command_torque`), the command torque into
+    ``tau_wbc``, ``tau``, and, with ``cbf_on``, the binding CBF rows into ``cbf_act`` (:func:`cbf_active`;
+    else all False)."""
+    finite = all_finite(x)
+    if finite:
+        eq_res, viol = residuals(A_eq, b_eq, C, l, u, x)
+    else:
+        eq_res, viol = np.inf, np.inf
+    in_bounds = command_torque(M, h, J, leg_j, x, lam0, tau_sw_total, tmin, tmax, tau_tol, tau_wbc, tau)
+    if cbf_on:
+        cbf_active(support, C, l, u, x, row_cbf, cbf_act)
+    else:
+        for i in range(cbf_act.shape[0]):
+            cbf_act[i] = False
+    return finite, eq_res, viol, in_bounds
+
+
 # ---------------------------------------------------------------------------- the QP as DAQP solves it
 # DAQP turns a QP ``min 1/2 x^T H x + g^T x, bl <= A x <= bu`` into a least-distance problem (LDP)
 # through the Cholesky factor ``H = R^T R`` and ``y = R x``: ``min 1/2 ||y||^2 + (R^-T g)^T y`` over
@@ -760,6 +831,16 @@ def all_finite(x):
         if not math.isfinite(x[k]):
             return False
     return True
+
+
+@njit(cache=True)
+def inputs_ok(q, v, tau_ext, t):
+    """The controller's input checks on well-formed vectors: ``q``, ``v``, ``tau_ext`` and ``t``
+    finite, the base quaternion ``q[3:7]`` unit within 2e-3 (as :meth:`WholeBodyController._check_input`)."""
+    if not (all_finite(q) and all_finite(v) and all_finite(tau_ext) and math.isfinite(t)):
+        return False
+    x, y, z, w = q[3], q[4], q[5], q[6]
+    return abs(x * x + y * y + z * z + w * w - 1.0) <= 2e-3
 
 
 @njit(cache=True)
@@ -911,6 +992,17 @@ def warmup() -> None:
     cbf_active(b1, C, lo, up, x, 5 * N + n, np.zeros(N, dtype=np.bool_))
     start_swings(i1 + 1, i1, i1 - 1, P, -0.4, 0.5, 0.6, 0.4, R, f1(3), P, v_p, P.copy(), P.copy(), P.copy(), P.copy(),
                  f1(N), b1.copy())
+    sw_arrays = (P.copy(), P.copy(), P.copy(), P.copy(), f1(N) + 0.4, b1.copy())
+    build_qp(4.0, q, f1(nv), b1, f1(n), False, P, v_p, J, th, thd, dJp, dJt, M, f1(nv), R, f1(3), f1(N), i1, P.copy(),
+             f1(N), np.ones((6, 3)), f1(4 * N), f1(n) - 1.0, f1(n) + 1.0, leg_cols, leg_v,
+             (0.0, 2.0, 0.4, 3.0, 6.0, 0.1), (3.0, math.inf, 1.0, 0.4),
+             (1.0, 0.05, 1.0, False, False, 10.0, 10.0, True, 100.0, 20.0), (-0.4, 0.5, 0.6, 0.4), (0.08, True),
+             (1.0, 0, 1e6, 1e-9), (True, 1.0, 1.0, -0.3, 0.3), (200.0, 5000.0), (nv, 0, 5 * N, 5 * N + n),
+             i1 - 1, *sw_arrays, rp.copy(), rv.copy(), ra.copy(), f1(6), f1(3), i1.copy(), f1(N), i1.copy(), W.copy(),
+             b.copy(), f1(n), f1(n), f1(n), f1(SWING_WORK), f1(4), H, g, A_eq, b_eq, C, lo, up, f1(ne + ni))
+    inputs_ok(q, f1(nv), f1(n), 1.0)
+    check_solution(A_eq, b_eq, C, lo, up, x, M, f1(nv), J, leg_cols, nv, f1(n), f1(n), f1(n), f1(n), b1, 5 * N + n, True,
+                   f1(n), f1(n), np.zeros(N, dtype=np.bool_))
     nz = 3 * N + nv
     zcol = np.arange(nz, dtype=np.int64)
     leg_y = 3 * N + leg_v
@@ -926,4 +1018,5 @@ def warmup() -> None:
 KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, leg_chain_kinematics, body_reference, body_task, gait_state,
            task_targets, swing_torques, null_space_compensation, task_cost, floating_base_rows,
            normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
-           cbf_active, start_swings, ldp_from_qp, qp_from_ldp)
+           cbf_active, start_swings, ldp_from_qp, qp_from_ldp, build_qp, check_solution,
+           inputs_ok)
