@@ -147,60 +147,113 @@ def test_ldp_solution_is_the_full_qp_optimum(walk, over):
         assert binding > 0
 
 
-def test_ldp_of_a_qp_by_hand():
-    """:func:`kernels.ldp_from_qp` on a small QP against numpy: ``H = R^T R`` block by block,
-    ``c = R^-T g``, rows ``A R^-1``, simple force bounds (a foot held at f_z = 0: all three forces 0
-    and its pyramid rows loose), and :func:`kernels.qp_from_ldp` maps ``y`` back to ``x = R^-1 y``."""
-    rng = np.random.default_rng(7)
-    N, nv = 2, 14                                     # 6 base + 2 legs x 4
-    lam0, nx = nv, nv + 4 * N
-    leg_v = np.array([[10, 11, 12, 13], [6, 7, 8, 9]], dtype=np.int64)
-    H = np.zeros((nx, nx))
-    H[np.arange(6), np.arange(6)] = rng.uniform(0.5, 2.0, 6)
-    for i in range(N):
-        B = rng.normal(size=(4, 4))
-        H[np.ix_(leg_v[i], leg_v[i])] = B @ B.T + 0.1 * np.eye(4)
-    H[np.arange(lam0, nx), np.arange(lam0, nx)] = rng.uniform(1e-6, 1e-5, 4 * N)
-    g = rng.normal(size=nx)
-    n_eq, n_in = 6 + N, 5 * N + 3
-    A = rng.normal(size=(n_eq + n_in, nx))
-    bu, bl = rng.normal(size=n_eq + n_in) + 2.0, rng.normal(size=n_eq + n_in) - 2.0
-    fz_rows = n_eq + 5 * np.arange(N, dtype=np.int64) + 4
-    bl[fz_rows], bu[fz_rows] = 0.0, [300.0, 0.0]       # foot 0 in support, foot 1 held at zero force
-    zcol = np.array([lam0 + 4 * i + k for i in range(N) for k in range(3)] + list(range(nv)), dtype=np.int64)
-    nz = zcol.size
-    leg_y = (3 * N + leg_v).astype(np.int64)
-    diag_y = np.setdiff1d(np.arange(nz), leg_y.reshape(-1)).astype(np.int64)
-    fric = [n_eq + 5 * i + k for i in range(N) for k in range(4)]
-    rows = np.array(list(range(6)) + fric + list(range(n_eq + 5 * N, n_eq + n_in)), dtype=np.int64)
-    fric_a = (6 + np.arange(4 * N).reshape(N, 4)).astype(np.int64)
-    c, Ay = np.zeros(nz), np.zeros((rows.size, nz))
-    ubu, ubl, dinv, Rinv = np.zeros(3 * N + rows.size), np.zeros(3 * N + rows.size), np.zeros(nz), np.zeros((N, 4, 4))
-    assert K.ldp_from_qp(H, g, A, bu, bl, zcol, diag_y, leg_y, leg_v, rows, fz_rows, fric_a, c, Ay, ubu, ubl, dinv, Rinv)
-    Hz = H[np.ix_(zcol, zcol)]
-    R = np.linalg.cholesky(Hz).T                       # upper, Hz = R^T R
-    Ri = np.linalg.inv(R)
-    np.testing.assert_allclose(c, np.linalg.solve(R.T, g[zcol]), rtol=1e-12, atol=1e-12 * np.abs(c).max())
-    np.testing.assert_allclose(Ay, A[np.ix_(rows, zcol)] @ Ri, rtol=1e-12, atol=1e-12 * np.abs(Ay).max())
-    np.testing.assert_array_equal(ubu[3 * N:][:6], bu[:6])
-    d = np.sqrt(np.diag(Hz))
-    assert ubl[2] == 0.0 and ubu[2] == pytest.approx(300.0 * d[2], rel=1e-15)
-    assert ubl[0] == -INF and ubu[0] == INF and ubl[1] == -INF and ubu[1] == INF
-    np.testing.assert_array_equal(ubl[3:6], 0.0)
-    np.testing.assert_array_equal(ubu[3:6], 0.0)
-    np.testing.assert_array_equal(ubu[3 * N + fric_a[1]], INF)                      # loose
-    np.testing.assert_array_equal(ubu[3 * N + fric_a[0]], bu[rows[fric_a[0]]])     # as they were
-    y = rng.normal(size=nz)
-    x = np.full(nx, 9.0)
-    K.qp_from_ldp(y, zcol, diag_y, leg_y, leg_v, dinv, Rinv, x)
-    expect = np.zeros(nx)
-    expect[zcol] = Ri @ y
-    np.testing.assert_allclose(x, expect, rtol=1e-12, atol=1e-13)
-    assert np.all(x[lam0 + 3::4] == 0.0)
-    # a (numerically) singular leg block: not formed (the controller then solves the QP as it is)
-    H[np.ix_(leg_v[0], leg_v[0])] = 1e-13 * np.eye(4)
-    assert not K.ldp_from_qp(H, g, A, bu, bl, zcol, diag_y, leg_y, leg_v, rows, fz_rows, fric_a, c, Ay, ubu, ubl,
-                             dinv, Rinv)
+def ldp_layout(ctl):
+    """The QP columns of the LDP's variables (forces f_x, f_y, f_z of each foot, nu_dot, slacks) and
+    the stacked rows of its general rows (floating-base, friction pyramids, torque, CBF)."""
+    N, n_eq = ctl.N, ctl.n_eq
+    zcol = [ctl.lam0 + 4 * i + k for i in range(N) for k in range(3)] + list(range(ctl.nv)) + \
+        [ctl.nv + 4 * N + k for k in range(ctl.ns)]
+    fric = [n_eq + ctl.row_fric + 5 * i + k for i in range(N) for k in range(4)]
+    rows = list(range(6)) + fric + list(range(n_eq + ctl.row_tau, n_eq + ctl.row_cbf + N))
+    return np.array(zcol), np.array(rows)
+
+
+@pytest.mark.parametrize("over", [{}, {"cbf_slack": True, "torque_limit_mode": "realistic"}],
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_ldp_is_the_stacked_qp_in_least_distance_form(walk, over):
+    """:func:`kernels.ldp_direct` (built from the cycle's blocks) against the stacked QP the other
+    kernels build (``ctl.problem``) transformed with numpy as DAQP would: ``H_z = R^T R`` over the
+    LDP's variables ``z``, ``c = R^-T g_z``, rows ``A[rows, z] R^-1`` with their bounds (a foot
+    outside the support set: pyramid rows loose), the force bounds in ``y``; nothing of the QP lost:
+    the columns left out are the ``m_theta`` (fixed at 0 by their rows, weighted only in the cost)
+    and the rows left out are those ``m_theta = 0`` rows and the ``f_z`` rows (now the simple bounds).
+    :func:`kernels.qp_from_ldp` maps ``y`` back to ``x = R^-1 y``. To a few ulps of each quantity's scale."""
+    loop, inputs = walk
+    ctl, _ = pair(loop, **over)
+    zcol, rows = ldp_layout(ctl)
+    N, d = ctl.N, ctl.ldp
+    ms = 3 * N
+    checked = 0
+    for inp in inputs[::9]:
+        ctl.update(inp)
+        p = ctl.problem
+        bu, bl = p.stacked_bounds()
+        m_theta = ctl.lam0 + 4 * np.arange(N) + 3
+        assert sorted(set(range(ctl.nx)) - set(zcol)) == sorted(m_theta)
+        np.testing.assert_array_equal(p.A_eq[6:, m_theta], np.eye(N))         # the rows fixing them
+        dropped = sorted(set(range(p.A.shape[0])) - set(rows))
+        assert dropped == sorted(list(range(6, 6 + N)) + list(ctl.n_eq + ctl.row_fric + 5 * np.arange(N) + 4))
+        Hz = p.H[np.ix_(zcol, zcol)]
+        np.testing.assert_array_equal(p.H[np.ix_(m_theta, zcol)], 0.0)         # m_theta: decoupled in the cost
+        R = np.linalg.cholesky(Hz).T
+        Ri = np.linalg.inv(R)
+        close = lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()))  # noqa: E731
+        close(d.c, np.linalg.solve(R.T, p.g[zcol]))
+        close(d.A, p.A[np.ix_(rows, zcol)] @ Ri)
+        gen_u, gen_l = bu[rows].copy(), bl[rows].copy()
+        for i in np.flatnonzero(~inp.support):
+            gen_u[6 + 4 * i:10 + 4 * i] = INF
+        np.testing.assert_array_equal(d.bl[ms:], gen_l)
+        np.testing.assert_allclose(d.bu[ms:], gen_u, rtol=1e-15, atol=0)
+        sq = np.sqrt(np.diag(Hz))[:ms]
+        for i in range(N):
+            fz = ctl.n_eq + ctl.row_fric + 5 * i + 4
+            if inp.support[i]:
+                np.testing.assert_array_equal(d.bl[3 * i:3 * i + 2], -INF)
+                np.testing.assert_array_equal(d.bu[3 * i:3 * i + 2], INF)
+                assert d.bl[3 * i + 2] == bl[fz] == 0.0
+                assert d.bu[3 * i + 2] == pytest.approx(bu[fz] * sq[3 * i + 2], rel=1e-14)
+            else:
+                assert bu[fz] == bl[fz] == 0.0
+                np.testing.assert_array_equal(d.bl[3 * i:3 * i + 3], 0.0)
+                np.testing.assert_array_equal(d.bu[3 * i:3 * i + 3], 0.0)
+        y = np.random.default_rng(checked).normal(size=d.n)
+        x = np.full(ctl.nx, 9.0)
+        K.qp_from_ldp(y, ctl._leg_vcols, ctl._ldp_dinv, ctl._ldp_Rinv, ctl.ns, x)
+        expect = np.zeros(ctl.nx)
+        expect[zcol] = Ri @ y
+        close(x, expect)
+        assert np.all(x[m_theta] == 0.0)
+        checked += 1
+    assert checked > 20
+
+
+def test_direct_checks_equal_the_stacked_checks(walk):
+    """:func:`kernels.check_direct` (the fast cycle's residuals, torque and barrier checks from the
+    blocks) against :func:`kernels.check_solution` on the stacked QP, at the cycle's solution and at
+    perturbed points (so that residuals and violations are far from 0): the same numbers to a few
+    ulps, the same torques, the same binding CBF rows."""
+    loop, inputs = walk
+    ctl, _ = pair(loop)
+    N, n, d = ctl.N, ctl.n, ctl.ldp
+    rng = np.random.default_rng(11)
+    worst = 0.0
+    for inp in inputs[::13]:
+        ctl.update(inp)
+        p = ctl.problem
+        for scale in (0.0, 1e-3, 1.0, 100.0):
+            x = ctl.last_x + scale * rng.normal(size=ctl.nx)
+            outs = []
+            for direct in (True, False):
+                tw, tau, act = np.zeros(n), np.zeros(n), np.zeros(N, dtype=bool)
+                if direct:
+                    r = K.check_direct(x, ctl._M, ctl._h, ctl.last_legs.J, ctl.last_legs.p, ctl._leg_cols,
+                                       ctl._leg_vcols, inp.support, ctl._tau_sw_total, ctl._tmin_f, ctl._tmax_f,
+                                       ctl._tau_tol_f, ctl._mu, ctl._p_misc[1], ctl.ns, d.bl, d.bu, True, tw, tau, act)
+                else:
+                    r = K.check_solution(p.A_eq, p.b_eq, p.C, p.l, p.u, x, ctl._M, ctl._h, ctl.last_legs.J,
+                                         ctl._leg_cols, ctl.lam0, ctl._tau_sw_total, ctl._tmin_f, ctl._tmax_f,
+                                         ctl._tau_tol_f, inp.support, ctl.row_cbf, True, tw, tau, act)
+                outs.append((r, tau, act))
+            (fa, ea, va, ba), tau_a, act_a = outs[0]
+            (fb, eb, vb, bb), tau_b, act_b = outs[1]
+            assert fa == fb and ba == bb
+            np.testing.assert_array_equal(tau_a, tau_b)
+            np.testing.assert_array_equal(act_a, act_b)
+            for a, b in ((ea, eb), (va, vb)):
+                assert abs(a - b) <= 1e-12 * max(1.0, abs(b)), (scale, a, b)
+                worst = max(worst, abs(b))
+    assert worst > 1.0        # the perturbed points were checked with large residuals
 
 
 def test_singular_cost_block_solves_the_qp_as_it_is(walk):

@@ -111,7 +111,8 @@ class WholeBodyController:
         self.nx = nv + 4 * N + self.ns
         self.n_eq = 6 + N
         self.n_in = 5 * N + n + N
-        self.problem = QpProblem(self.nx, self.n_eq, self.n_in)
+        self._problem = QpProblem(self.nx, self.n_eq, self.n_in)
+        self._qp_pending = False          # fast cycle: the stacked QP of the last cycle not filled yet
         self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
         # index helpers
         self.lam0 = nv
@@ -130,6 +131,17 @@ class WholeBodyController:
         if impl == "fast":
             self._init_fast()
         self.reset()
+
+    @property
+    def problem(self) -> QpProblem:
+        """The last cycle's QP in its stacked form (``H, g, A_eq, b_eq, C, l, u`` of the module
+        docstring). The fast cycle hands DAQP the same QP in least-distance form built from the
+        blocks directly (:func:`kernels.ldp_direct`) and fills these matrices only when they are
+        asked for (tests, ``bench qp``, diagnostics), from the same blocks."""
+        if self._qp_pending:
+            self._qp_pending = False
+            self._fill_qp_fast()
+        return self._problem
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self, q0: np.ndarray | None = None) -> None:
@@ -453,6 +465,7 @@ class WholeBodyController:
         self._nvec_work = np.zeros(4)
         self._theta_nom = np.ascontiguousarray(self.theta_nominal, dtype=float)
         self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
+        self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
         self._shape_q, self._shape_v, self._shape_legs, self._shape_n = (rm.nq,), (nv,), (N,), (n,)
         self._f8, self._b1 = np.dtype(np.float64), np.dtype(np.bool_)
         # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
@@ -461,31 +474,23 @@ class WholeBodyController:
         self._fill_config_blocks_fast()
 
     def _init_ldp(self) -> None:
-        """Index arrays and workspace of the QP in DAQP's least-distance form (:func:`kernels.ldp_from_qp`):
-        ``y`` = forces ``(f_x, f_y, f_z)`` of each foot, ``nu_dot``, slacks (scaled by the Cholesky
-        factor of their cost block); general rows: the 6 floating-base equalities, the friction
-        pyramids, torque rows, CBF rows (the ``m_theta = 0`` rows and ``f_z`` rows are gone: the
-        first by elimination, the second as simple bounds). Only for the DAQP backend."""
-        N, nv, n_eq, ns = self.N, self.nv, self.n_eq, self.ns
-        i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
-        forces = [self.lam0 + 4 * i + k for i in range(N) for k in range(3)]
-        slacks = [nv + 4 * N + k for k in range(ns)]
-        self._zcol = i64(forces + list(range(nv)) + slacks)
-        nz = self._zcol.size
-        self._leg_y = i64(3 * N + self._leg_vcols)
-        self._diag_y = i64(np.setdiff1d(np.arange(nz), self._leg_y.reshape(-1)))
-        fric = [n_eq + self.row_fric + 5 * i + k for i in range(N) for k in range(4)]
-        self._ldp_rows = i64(list(range(6)) + fric + list(range(n_eq + self.row_tau, n_eq + self.row_cbf + N)))
-        self._fz_rows = i64(n_eq + self.row_fric + 5 * np.arange(N) + 4)
-        self._fric_a = i64(6 + np.arange(4 * N).reshape(N, 4))
+        """Workspace of the QP in DAQP's least-distance form (:func:`kernels.ldp_direct`): ``y`` =
+        forces ``(f_x, f_y, f_z)`` of each foot, ``nu_dot``, slacks (scaled by the Cholesky factor of
+        their cost block), with the forces' bounds as simple bounds; general rows: the 6
+        floating-base equalities, the friction pyramids, torque rows, CBF rows (the ``m_theta = 0``
+        rows are gone with ``m_theta``, the ``f_z`` rows are simple bounds). For the DAQP backend
+        and legs that hold every joint."""
+        N, nv, n, ns = self.N, self.nv, self.n, self.ns
+        nz = 3 * N + nv + ns
+        m_a = 6 + 4 * N + n + N
+        self.ldp = LdpProblem(nz, 3 * N, m_a, 6)
         self._row_tau_ldp = 6 + 4 * N          # first torque row among the LDP's general rows
-        self.ldp = LdpProblem(nz, 3 * N, self._ldp_rows.size, 6)
         self._ldp_dinv = np.zeros(nz)
         self._ldp_Rinv = np.zeros((N, 4, 4))
-        self._x = np.zeros(self.nx)
+        every_joint_in_a_leg = sorted(self._leg_cols.reshape(-1).tolist()) == list(range(n))
         cfg = self.cfg
-        self.ldp_backend = (DaqpLdpBackend(nz, 3 * N, self._ldp_rows.size, 6, cfg.solver_tol, cfg.solver_max_iter)
-                            if cfg.solver == "daqp" else None)
+        self.ldp_backend = (DaqpLdpBackend(nz, 3 * N, m_a, 6, cfg.solver_tol, cfg.solver_max_iter)
+                            if cfg.solver == "daqp" and every_joint_in_a_leg else None)
 
     def _fill_config_blocks_fast(self) -> None:
         """QP blocks that depend on the configuration only (refilled by :meth:`set_config`):
@@ -519,6 +524,7 @@ class WholeBodyController:
                          float(self.gait.support_duration), float(self.gait.swing_duration))
         self._p_misc = (float(c.compensation_limit), float(c.fz_max))
         self._p_rows = (int(self.lam0), int(self.row_fric), int(self.row_tau), int(self.row_cbf))
+        self._mu = float(c.mu)
 
     def _check_input_fast(self, inp: ControllerInput):
         """:meth:`_check_input` (same errors). Inputs that are already what the kernels take
@@ -577,47 +583,79 @@ class WholeBodyController:
         K.rotation_from_quat(q, self._R)
         return lb
 
-    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> None:
-        """Fill the QP of this cycle block by block (paper sec. 4), in one compiled call
-        (:func:`kernels.build_qp`): references and task targets, swing and compensation torques,
-        task costs, floating-base rows, contact state (friction cone's normal-force bounds), torque
-        bounds, CBF rows."""
-        p, sw = self.problem, self.swing
+    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> bool:
+        """The QP of this cycle (paper sec. 4): references and task targets, swing and compensation
+        torques (:func:`kernels.cycle_targets`), then its blocks in the form the solver takes:
+        DAQP's least-distance form (:func:`kernels.ldp_direct`; returns True), or, for another
+        backend or a cost block too close to singular for the plain Cholesky factor, the stacked
+        matrices (:meth:`_fill_qp_fast`; returns False)."""
+        sw, K = self.swing, self._K
         compensate = self.cfg.null_space_compensation and tau_ext is not None
-        self._K.build_qp(
+        K.cycle_targets(
             t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate,
-            lb.p, lb.v_p, lb.J, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self._M, self._h, self._R,
+            lb.p, lb.v_p, lb.J, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self._M, self._R,
             self.refs.p0, self._gait_offset, self._gait_group, self._stance_p, self._theta_nom, self._gains,
-            self._lam_diag_f, self._tmin_f, self._tmax_f, self._leg_cols, self._leg_vcols, self._p_ref, self._p_gait,
-            self._p_targets, self._p_start, self._p_swing, self._p_cost, self._p_cbf, self._p_misc, self._p_rows,
-            self._swing_cycle, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned,
+            self._leg_cols, self._leg_vcols, self._p_ref, self._p_gait, self._p_targets, self._p_start, self._p_swing,
+            self._p_misc[0], self._swing_cycle, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned,
             self._ref_p, self._ref_v, self._ref_a, self._acc_body, self._e_rpy, self._phases, self._progress,
             self._cycles, self._W, self._b, self._tau_sw, self._tau_comp, self._tau_sw_total, self._swing_work,
-            self._nvec_work, p.H, p.g, p.A_eq, p.b_eq, p.C, p.l, p.u, p.bl)
+            self._nvec_work)
+        np.copyto(self._support, support)
+        d = self.ldp
+        if self.ldp_backend is not None and K.ldp_direct(
+                self._M, self._h, lb.J, lb.p, self._W, self._b, self._acc_body, lb.theta, lb.theta_dot,
+                lb.dJ_theta_dq, support, self._tau_sw_total, self._lam_diag_f, self._tmin_f, self._tmax_f,
+                self._leg_cols, self._leg_vcols, self._p_cost, self._p_cbf, self._mu, self._p_misc[1], d.c, d.A, d.bu,
+                d.bl, self._ldp_dinv, self._ldp_Rinv):
+            self._qp_pending = True
+            return True
+        self._qp_pending = False
+        self._fill_qp_fast()
+        return False
+
+    def _fill_qp_fast(self) -> None:
+        """The stacked QP's blocks of the last cycle (:func:`kernels.qp_blocks`), from the quantities
+        the cycle kept (model, leg kinematics, task targets, swing and compensation torques)."""
+        lb, p = self._legs_ws.batch, self._problem
+        self._K.qp_blocks(self._support, lb.p, lb.J, lb.theta, lb.theta_dot, lb.dJ_theta_dq, self._M, self._h,
+                          self._W, self._b, self._acc_body, self._tau_sw_total, self._lam_diag_f, self._tmin_f,
+                          self._tmax_f, self._leg_cols, self._leg_vcols, self._p_cost, self._p_cbf, self._p_misc[1],
+                          self._p_rows, p.H, p.g, p.A_eq, p.b_eq, p.C, p.l, p.u, p.bl)
 
     def _update_fast(self, inp: ControllerInput) -> ControllerOutput:
         """One control cycle on the compiled QP blocks; the same result as :meth:`_update_reference`."""
         clock = time.perf_counter
         t_in = clock()
         q, v, support, tau_ext = self._check_input_fast(inp)
-        K, cfg, p, N = self._K, self.cfg, self.problem, self.N
+        K, cfg, N = self._K, self.cfg, self.N
         t_cycle = clock()
         lb = self._model_fast(q, v)
         t_start = clock()
-        self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
+        ldp = self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
         t_solve = clock()
         try:
-            res = self._solve_fast(p)
+            res = self._solve_fast(ldp)
         except Exception as exc:  # a backend error is a failed cycle, not a crash
             res = QpResult(np.zeros(self.nx), False, f"solver error: {exc}", 0)
         t_check = clock()
         x = res.x
         if x.dtype != np.float64 or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=float)
-        finite, eq_res, viol, in_bounds = K.check_solution(
-            p.A_eq, p.b_eq, p.C, p.l, p.u, x, self._M, self._h, lb.J, self._leg_cols, self.lam0, self._tau_sw_total,
-            self._tmin_f, self._tmax_f, self._tau_tol_f, support, self.row_cbf, self._p_cbf[0], self._tau_wbc,
-            self._tau, self._cbf_act)
+        if x.shape != (self.nx,):
+            x = np.zeros(self.nx)
+            res = QpResult(x, False, f"{res.status} (solution of size {res.x.size})", res.iterations)
+        if ldp:
+            d = self.ldp
+            finite, eq_res, viol, in_bounds = K.check_direct(
+                x, self._M, self._h, lb.J, lb.p, self._leg_cols, self._leg_vcols, support, self._tau_sw_total,
+                self._tmin_f, self._tmax_f, self._tau_tol_f, self._mu, self._p_misc[1], self.ns, d.bl, d.bu,
+                self._p_cbf[0], self._tau_wbc, self._tau, self._cbf_act)
+        else:
+            p = self._problem
+            finite, eq_res, viol, in_bounds = K.check_solution(
+                p.A_eq, p.b_eq, p.C, p.l, p.u, x, self._M, self._h, lb.J, self._leg_cols, self.lam0,
+                self._tau_sw_total, self._tmin_f, self._tmax_f, self._tau_tol_f, support, self.row_cbf,
+                self._p_cbf[0], self._tau_wbc, self._tau, self._cbf_act)
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
         t_done = clock()
         out_tau, status = self._accept(res, accepted, eq_res, viol, self._tau)
@@ -642,24 +680,18 @@ class WholeBodyController:
         st["check_torque"] = (t_end - t_check) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
 
-    def _solve_fast(self, p: QpProblem) -> QpResult:
-        """Solve this cycle's QP: with DAQP in least-distance form (:func:`kernels.ldp_from_qp`,
-        the same optimum), else (other backends, or a cost block too close to singular for the
-        plain Cholesky factor) the QP as it is."""
-        K, d = self._K, self.ldp
-        if self.ldp_backend is not None:
-            if K.ldp_from_qp(p.H, p.g, p.A, p.bu, p.bl, self._zcol, self._diag_y, self._leg_y, self._leg_vcols,
-                             self._ldp_rows, self._fz_rows, self._fric_a, d.c, d.A, d.bu, d.bl, self._ldp_dinv,
-                             self._ldp_Rinv):
-                res = self.ldp_backend.solve(d)
-                y = res.x
-                if y.dtype != np.float64 or not y.flags.c_contiguous:
-                    y = np.ascontiguousarray(y, dtype=float)
-                x = np.empty(self.nx)
-                K.qp_from_ldp(y, self._zcol, self._diag_y, self._leg_y, self._leg_vcols, self._ldp_dinv,
-                              self._ldp_Rinv, x)
-                return QpResult(x, res.optimal, res.status, res.iterations)
-        return self.backend.solve(p)
+    def _solve_fast(self, ldp: bool) -> QpResult:
+        """Solve this cycle's QP: DAQP on the least-distance form (``ldp``; the solution mapped back
+        by :func:`kernels.qp_from_ldp`: the same optimum), else the backend on the stacked QP."""
+        if not ldp:
+            return self.backend.solve(self._problem)
+        res = self.ldp_backend.solve(self.ldp)
+        y = res.x
+        if y.dtype != np.float64 or not y.flags.c_contiguous:
+            y = np.ascontiguousarray(y, dtype=float)
+        x = np.empty(self.nx)
+        self._K.qp_from_ldp(y, self._leg_vcols, self._ldp_dinv, self._ldp_Rinv, self.ns, x)
+        return QpResult(x, res.optimal, res.status, res.iterations)
 
     def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float,
                 tau: np.ndarray) -> tuple[np.ndarray, str]:
