@@ -12,6 +12,7 @@ float64 / int64 / bool arrays only (one compiled signature per kernel, see :func
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -987,6 +988,89 @@ def check_direct(x, M, h, J, P, leg_j, leg_v, support, tau_sw_total, tmin, tmax,
     return True, r_eq, viol, in_bounds
 
 
+# ---------------------------------------------------------------------------- the fast cycle's stages
+# The fast cycle's arrays and parameters live in one structured array (``workspace_dtype``), so a
+# stage is one compiled call with a handful of arguments (numba's dispatch costs ~0.1 us per
+# argument; a record costs as one).
+@functools.lru_cache(maxsize=None)
+def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
+    """The fast controller cycle's workspace for N legs of 4 joints, n joints, ns slacks: model,
+    cycle quantities, constants, parameters (scalar fields, set by the controller's
+    ``_fill_config_blocks_fast``), the least-distance QP (:func:`ldp_direct`) and the results.
+
+    One dtype object per size (cached): numba's dispatch recognizes a structured array's type
+    quickly only by the dtype object it compiled for (an equal but other object costs ~6 us a call)."""
+    nv = n + 6
+    nz, m_a, nx = 3 * N + nv + ns, 6 + 4 * N + n + N, nv + 4 * N + ns
+    f, i, b = np.float64, np.int64, np.bool_
+    arrays = [
+        ("M", f, (nv, nv)), ("h", f, (nv,)), ("R", f, (3, 3)),                          # model
+        ("ref_p", f, (3,)), ("ref_v", f, (3,)), ("ref_a", f, (3,)), ("acc_body", f, (6,)), ("e_rpy", f, (3,)),
+        ("phases", i, (N,)), ("progress", f, (N,)), ("cycles", i, (N,)), ("W", f, (N, 4)), ("b", f, (N, 4)),
+        ("tau_sw", f, (n,)), ("tau_comp", f, (n,)), ("tau_sw_total", f, (n,)), ("swing_work", f, (SWING_WORK,)),
+        ("nvec_work", f, (4,)),                                                           # cycle quantities
+        ("gait_offset", f, (N,)), ("gait_group", i, (N,)), ("stance_p", f, (N, 3)), ("theta_nom", f, (N,)),
+        ("gains", f, (6, 3)), ("lam_diag_f", f, (4 * N,)), ("tmin_f", f, (n,)), ("tmax_f", f, (n,)), ("tau_tol_f", f, (n,)),
+        ("leg_j", i, (N, 4)), ("leg_v", i, (N, 4)),                                      # constants
+        ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
+        ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
+        ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
+    ]
+    scalars = [(k, f) for k in ("stand_up_start", "stand_up_duration", "stand_height", "gait_start",
+                                "velocity_ramp_end", "forward_velocity", "gait_start_time", "gait_stop_time",
+                                "gait_period", "swing_duration", "support_duration", "w_support", "w_swing",
+                                "w_pitch", "k_dtheta", "theta_ddot_max", "kp_swing_pitch", "kd_swing_pitch",
+                                "z_touchdown", "raibert_gain", "lift_height", "compensation_limit", "fz_max",
+                                "w_body", "slack_weight", "hessian_reg", "kp_b", "kd_b", "th_lo", "th_hi", "mu")]
+    scalars += [(k, b) for k in ("mode_none", "consistent", "recenter", "projection", "cbf_on")]
+    scalars += [("n_slack", i)]
+    return np.dtype([(k, t, sh) for k, t, sh in arrays] + scalars, align=True)
+
+
+@njit(cache=True)
+def model_stage(M_upper, h_in, q, ws):
+    """``M`` (symmetrized), ``h`` and the base rotation ``R`` into the workspace ``ws`` (one record)."""
+    w = ws[0]
+    symmetrize_mass(M_upper, h_in, w.M, w.h)
+    rotation_from_quat(q, w.R)
+
+
+@njit(cache=True)
+def build_stage(t, q, v, support, tau_ext, compensate, P, v_p, J, theta, theta_dot, dJ_p, dJ_theta, p0, swing_cycle,
+                sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, planned, ldp, ws):
+    """The cycle's QP: :func:`cycle_targets`, then (``ldp``) its least-distance form
+    :func:`ldp_direct` into the workspace; returns whether that was formed."""
+    w = ws[0]
+    cycle_targets(t, q, v, support, tau_ext, compensate, P, v_p, J, theta, theta_dot, dJ_p, dJ_theta, w.M, w.R, p0,
+                  w.gait_offset, w.gait_group, w.stance_p, w.theta_nom, w.gains, w.leg_j, w.leg_v,
+                  (w.stand_up_start, w.stand_up_duration, w.stand_height, w.gait_start, w.velocity_ramp_end,
+                   w.forward_velocity),
+                  (w.gait_start_time, w.gait_stop_time, w.gait_period, w.swing_duration),
+                  (w.w_support, w.w_swing, w.w_pitch, w.mode_none, w.consistent, w.k_dtheta, w.theta_ddot_max,
+                   w.recenter, w.kp_swing_pitch, w.kd_swing_pitch),
+                  (w.z_touchdown, w.raibert_gain, w.support_duration, w.swing_duration), (w.lift_height, w.projection),
+                  w.compensation_limit, swing_cycle, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, planned,
+                  w.ref_p, w.ref_v, w.ref_a, w.acc_body, w.e_rpy, w.phases, w.progress, w.cycles, w.W, w.b, w.tau_sw,
+                  w.tau_comp, w.tau_sw_total, w.swing_work, w.nvec_work)
+    if not ldp:
+        return False
+    return ldp_direct(w.M, w.h, J, P, w.W, w.b, w.acc_body, theta, theta_dot, dJ_theta, support, w.tau_sw_total,
+                      w.lam_diag_f, w.tmin_f, w.tmax_f, w.leg_j, w.leg_v,
+                      (w.w_body, w.n_slack, w.slack_weight, w.hessian_reg),
+                      (w.cbf_on, w.kp_b, w.kd_b, w.th_lo, w.th_hi), w.mu, w.fz_max, w.c, w.A, w.bu, w.bl, w.dinv,
+                      w.Rinv)
+
+
+@njit(cache=True)
+def ldp_solution_stage(y, x, J, P, support, cbf_act, ws):
+    """The QP's solution ``x`` from the least-distance solution ``y`` (:func:`qp_from_ldp`) and its
+    checks (:func:`check_direct`; torques into the workspace, binding CBF rows into ``cbf_act``)."""
+    w = ws[0]
+    qp_from_ldp(y, w.leg_v, w.dinv, w.Rinv, w.n_slack, x)
+    return check_direct(x, w.M, w.h, J, P, w.leg_j, w.leg_v, support, w.tau_sw_total, w.tmin_f, w.tmax_f,
+                        w.tau_tol_f, w.mu, w.fz_max, w.n_slack, w.bl, w.bu, w.cbf_on, w.tau_wbc, w.tau, cbf_act)
+
+
 # ---------------------------------------------------------------------------- checks
 @njit(cache=True)
 def all_finite(x):
@@ -1182,3 +1266,4 @@ KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, leg_chain_kinema
            normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
            cbf_active, start_swings, cycle_targets, qp_blocks, check_solution, inputs_ok, ldp_direct, qp_from_ldp,
            check_direct)
+STAGE_KERNELS = (model_stage, build_stage, ldp_solution_stage)   # compiled per workspace layout by the controller
