@@ -33,7 +33,7 @@ import numpy as np
 import pinocchio as pin
 
 from legged_wbc.gait import SUPPORT, GaitConfig, GaitScheduler
-from legged_wbc.model import RobotModel, cross_rows, null_vectors
+from legged_wbc.model import LegBatch, RobotModel, cross_rows, null_vectors
 from legged_wbc.conventions import rotation_from_quat_xyzw
 
 from .config import WbcConfig
@@ -447,6 +447,16 @@ class WholeBodyController:
         for name in ws.dtype.names:
             if ws.dtype[name].shape:
                 setattr(self, "_" + name, ws[name][0])
+        # the leg kinematics compute into the workspace (by the chain kernel in the model stage when
+        # the legs are serial chains on the base, else by the workspace's Pinocchio pass)
+        self._legs_ws.bind(self._leg_p, self._leg_a, self._leg_acc,
+                           LegBatch(p=self._leg_p, J=self._leg_J, a=self._leg_a, theta=self._leg_theta,
+                                    theta_dot=self._leg_theta_dot, J_w=self._leg_J_w, dJ_p_dq=self._leg_dJ_p,
+                                    dJ_theta_dq=self._leg_dJ_theta, v_p=self._leg_v_p), self._leg_work)
+        self._chain_legs = self._legs_ws.chain is not None
+        if self._chain_legs:
+            for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
+                ws["chain_" + name] = a
         self._leg_j[:] = np.array(self.leg_j)
         self._leg_v[:] = self._leg_j + 6
         self._leg_cols, self._leg_vcols = self._leg_j, self._leg_v
@@ -471,7 +481,7 @@ class WholeBodyController:
         K, N, nv, n = self._K, self.N, self.nv, self.n
         q = np.zeros(self.rm.nq)
         q[6] = 1.0
-        K.model_stage(np.eye(nv), np.zeros(nv), q, self._ws)
+        K.model_stage(np.eye(nv), np.zeros(nv), q, np.zeros(nv), self._chain_legs, self._ws)
         lb, sw = self._legs_ws.batch, self.swing
         planned = sw.planned.copy()
         K.build_stage(0.0, q, np.zeros(nv), np.ones(N, dtype=bool), self._no_tau_ext, False, lb.p, lb.v_p, lb.J,
@@ -585,11 +595,14 @@ class WholeBodyController:
     def _model_fast(self, q: np.ndarray, v: np.ndarray):
         """Model update, each Pinocchio quantity once: leg kinematics (fixed-base model), ``M``
         (``crba``, symmetrized), ``h`` (``nonLinearEffects``), base rotation ``R`` (base -> world)."""
-        model, d = self.rm.model, self._pdata
-        lb = self._legs_ws.update(q[7:], v[6:])
+        model, d, legs = self.rm.model, self._pdata, self._legs_ws
+        if not self._chain_legs:
+            legs.update(q[7:], v[6:])
+        self._K.model_stage(pin.crba(model, d, q), pin.nonLinearEffects(model, d, q, v), q, v, self._chain_legs,
+                            self._ws)
+        lb = legs.batch
         if self.cfg.jdot_mode == "fd":
             self._fd_jdot(lb, q[7:], v[6:])
-        self._K.model_stage(pin.crba(model, d, q), pin.nonLinearEffects(model, d, q, v), q, self._ws)
         return lb
 
     def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> bool:

@@ -1015,6 +1015,12 @@ def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
+        # leg kinematics (legged_wbc.model.LegBatch and the chain kernel's inputs and scratch)
+        ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, 4)),
+        ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, 4)), ("leg_dJ_p", f, (N, 3)),
+        ("leg_dJ_theta", f, (N,)), ("leg_v_p", f, (N, 3)), ("leg_work", f, (LEG_CHAIN_WORK,)),
+        ("chain_axes", f, (N, 4, 3)), ("chain_R_joint", f, (N, 4, 3, 3)), ("chain_p_joint", f, (N, 4, 3)),
+        ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
     ]
     scalars = [(k, f) for k in ("stand_up_start", "stand_up_duration", "stand_height", "gait_start",
                                 "velocity_ramp_end", "forward_velocity", "gait_start_time", "gait_stop_time",
@@ -1028,9 +1034,14 @@ def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
 
 
 @njit(cache=True)
-def model_stage(M_upper, h_in, q, ws):
-    """``M`` (symmetrized), ``h`` and the base rotation ``R`` into the workspace ``ws`` (one record)."""
+def model_stage(M_upper, h_in, q, v, legs, ws):
+    """``M`` (symmetrized), ``h`` and the base rotation ``R`` into the workspace ``ws`` (one record),
+    and with ``legs`` the leg kinematics from the chain constants (:func:`leg_chain_kinematics`)."""
     w = ws[0]
+    if legs:
+        leg_chain_kinematics(q[7:], v[6:], w.leg_j, w.chain_axes, w.chain_R_joint, w.chain_p_joint, w.chain_R_foot,
+                             w.chain_p_foot, w.leg_p, w.leg_a, w.leg_acc, w.leg_J, w.leg_theta, w.leg_theta_dot,
+                             w.leg_J_w, w.leg_dJ_p, w.leg_dJ_theta, w.leg_v_p, w.leg_work)
     symmetrize_mass(M_upper, h_in, w.M, w.h)
     rotation_from_quat(q, w.R)
 

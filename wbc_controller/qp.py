@@ -114,6 +114,9 @@ class DaqpBackend(Backend):
         return QpResult(np.array(x), flag == 1, f"daqp exitflag {flag}", int(info.get("iterations", 0)))
 
 
+_STATUS = {k: f"daqp exitflag {k}" for k in range(-10, 3)}
+
+
 class LdpProblem:
     """A QP in least-distance form, as DAQP solves it: ``minimize 1/2 ||y||^2 + c^T y`` subject to
     ``bl[:ms] <= y[:ms] <= bu[:ms]`` (simple bounds) and ``bl[ms:] <= A y <= bu[ms:]`` whose first
@@ -154,11 +157,11 @@ class DaqpLdpBackend:
                 self.model = None
                 return QpResult(np.zeros(self.n), False, f"daqp exitflag {flag}", 0)
         else:
-            flag = self.model.update(f=p.c, A=p.A, bupper=p.bu, blower=p.bl)
+            flag = self.model.update(None, p.c, p.A, p.bu, p.bl)   # (H, f, A, bupper, blower): H stays I
             if flag < 0:   # DAQP keeps the update pending and forms it again with the next one
                 return QpResult(np.zeros(self.n), False, f"daqp exitflag {flag}", 0)
         y, _, flag, info = self.model.solve()
-        return QpResult(y, flag == 1, f"daqp exitflag {flag}", int(info["iterations"]))
+        return QpResult(y, flag == 1, _STATUS.get(flag) or f"daqp exitflag {flag}", info["iterations"])
 
 
 class ProxqpBackend(Backend):
