@@ -177,8 +177,8 @@ def test_infeasible_qp_held_then_safe_stop(rm):
     ctl = make_ctl(rm)
     good = ctl.update(standing_input(rm))
     assert good.diag.qp_accepted
-    # inject infeasibility: contradictory bounds on the first torque row, solved by the real backend
-    # (with DAQP the fast cycle solves the QP in least-distance form: the same row is broken there)
+    # inject infeasibility: contradictory bounds on a row, solved by the real backend (the first torque
+    # row of the stacked QP; with DAQP the fast cycle solves the least-distance form: a row there)
     broken = {"on": True}
 
     def breaking(backend, lo, up, row):
@@ -192,8 +192,9 @@ def test_infeasible_qp_held_then_safe_stop(rm):
         backend.solve = infeasible_solve
 
     breaking(ctl.backend, "l", "u", ctl.row_tau)
-    assert ctl.ldp_backend is not None                    # the default: DAQP
-    breaking(ctl.ldp_backend, "bl", "bu", ctl.ldp.ms + ctl._row_tau_ldp)
+    assert ctl.ldp_backend is not None                    # the default: DAQP (solved first without the torque
+    for be in (ctl.ldp_backend, ctl.ldp_backend_free):    # rows: break the first floating-base row in both)
+        breaking(be, "bl", "bu", ctl.ldp.ms)
     for k in range(1, ctl.cfg.max_failures + 1):
         out = ctl.update(standing_input(rm))
         assert not out.diag.qp_accepted and not out.diag.safe_stop

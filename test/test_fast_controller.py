@@ -117,7 +117,7 @@ def kkt_violation(p, x):
 
 
 @pytest.mark.parametrize("over", [{}, {"cbf_slack": True, "torque_limit_mode": "realistic"},
-                                  {"relative_pitch_mode": "none"}],
+                                  {"relative_pitch_mode": "none"}, {"tau_limit_paper": 60.0}],
                          ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
 def test_ldp_solution_is_the_full_qp_optimum(walk, over):
     """The fast cycle gives DAQP the QP in least-distance form (``m_theta`` eliminated, the forces'
@@ -130,6 +130,15 @@ def test_ldp_solution_is_the_full_qp_optimum(walk, over):
     fast, ref = pair(loop, **over)
     assert fast.ldp_backend is not None
     worst_p, worst_s, worst_tau, binding = 0.0, 0.0, 0.0, 0
+    with_tau_rows = 0
+    real = fast.ldp_backend.solve
+
+    def counted(p):
+        nonlocal with_tau_rows
+        with_tau_rows += 1
+        return real(p)
+
+    fast.ldp_backend.solve = counted
     for k, inp in enumerate(inputs):
         of, orf = fast.update(inp), ref.update(inp)
         assert of.diag.qp_accepted and orf.diag.qp_accepted
@@ -145,6 +154,11 @@ def test_ldp_solution_is_the_full_qp_optimum(walk, over):
     assert worst_tau <= 1e-9
     if over.get("relative_pitch_mode", "cbf") == "cbf":
         assert binding > 0
+    # the torque rows are solved with only once one binds (60 N m: they do, on a part of the cycles)
+    if "tau_limit_paper" in over:
+        assert 0 < with_tau_rows < len(inputs)
+    else:
+        assert with_tau_rows == 0
 
 
 def ldp_layout(ctl):
@@ -154,7 +168,8 @@ def ldp_layout(ctl):
     zcol = [ctl.lam0 + 4 * i + k for i in range(N) for k in range(3)] + list(range(ctl.nv)) + \
         [ctl.nv + 4 * N + k for k in range(ctl.ns)]
     fric = [n_eq + ctl.row_fric + 5 * i + k for i in range(N) for k in range(4)]
-    rows = list(range(6)) + fric + list(range(n_eq + ctl.row_tau, n_eq + ctl.row_cbf + N))
+    rows = list(range(6)) + fric + list(range(n_eq + ctl.row_cbf, n_eq + ctl.row_cbf + N)) + \
+        list(range(n_eq + ctl.row_tau, n_eq + ctl.row_tau + ctl.n))
     return np.array(zcol), np.array(rows)
 
 
@@ -240,6 +255,11 @@ def test_direct_checks_equal_the_stacked_checks(walk):
                     r = K.check_direct(x, ctl._M, ctl._h, ctl.last_legs.J, ctl.last_legs.p, ctl._leg_cols,
                                        ctl._leg_vcols, inp.support, ctl._tau_sw_total, ctl._tmin_f, ctl._tmax_f,
                                        ctl._tau_tol_f, ctl._mu, ctl._p_misc[1], ctl.ns, d.bl, d.bu, True, tw, tau, act)
+                    tau_rows = r[4]
+                    r = r[:4]
+                    C_tau = p.C[ctl.row_tau:ctl.row_tau + n] @ x           # the torque rows' values
+                    assert tau_rows == bool(np.all((C_tau >= p.l[ctl.row_tau:ctl.row_tau + n] - 1e-9)
+                                                   & (C_tau <= p.u[ctl.row_tau:ctl.row_tau + n] + 1e-9)))
                 else:
                     r = K.check_solution(p.A_eq, p.b_eq, p.C, p.l, p.u, x, ctl._M, ctl._h, ctl.last_legs.J,
                                          ctl._leg_cols, ctl.lam0, ctl._tau_sw_total, ctl._tmin_f, ctl._tmax_f,

@@ -495,19 +495,26 @@ class WholeBodyController:
         """The QP in DAQP's least-distance form (:func:`kernels.ldp_direct`; its arrays are fields
         of the workspace): ``y`` = forces ``(f_x, f_y, f_z)`` of each foot, ``nu_dot``, slacks
         (scaled by the Cholesky factor of their cost block), with the forces' bounds as simple
-        bounds; general rows: the 6 floating-base equalities, the friction pyramids, torque rows,
-        CBF rows (the ``m_theta = 0`` rows are gone with ``m_theta``, the ``f_z`` rows are simple
-        bounds). For the DAQP backend and legs that hold every joint."""
+        bounds; general rows: the 6 floating-base equalities, the friction pyramids, CBF rows,
+        torque rows (the ``m_theta = 0`` rows are gone with ``m_theta``, the ``f_z`` rows are simple
+        bounds); ``ldp_free`` is the same without the torque rows (:meth:`_solve_ldp`). For the DAQP
+        backend and legs that hold every joint."""
         N, n, ws = self.N, self.n, self._ws
         nz, m_a = ws.dtype["A"].shape[1], ws.dtype["A"].shape[0]
-        self.ldp = d = LdpProblem(nz, 3 * N, m_a, 6)
+        ms, m_free = 3 * N, m_a - n
+        self.ldp = d = LdpProblem(nz, ms, m_a, 6)
         d.c, d.A, d.bu, d.bl = self._c, self._A, self._bu, self._bl
-        self._row_tau_ldp = 6 + 4 * N          # first torque row among the LDP's general rows
+        # the same QP without the torque rows (the last n rows): views of the same storage
+        self.ldp_free = f = LdpProblem(nz, ms, m_free, 6)
+        f.c, f.A, f.bu, f.bl = self._c, self._A[:m_free], self._bu[:ms + m_free], self._bl[:ms + m_free]
+        self._row_tau_ldp = m_free             # first torque row among the LDP's general rows
         self._ldp_dinv, self._ldp_Rinv = self._dinv, self._Rinv
+        self._tau_rows_hold = 0                # cycles left that solve with the torque rows directly
         every_joint_in_a_leg = sorted(self._leg_j.reshape(-1).tolist()) == list(range(n))
         cfg = self.cfg
-        self.ldp_backend = (DaqpLdpBackend(nz, 3 * N, m_a, 6, cfg.solver_tol, cfg.solver_max_iter)
-                            if cfg.solver == "daqp" and every_joint_in_a_leg else None)
+        use = cfg.solver == "daqp" and every_joint_in_a_leg
+        self.ldp_backend = DaqpLdpBackend(nz, ms, m_a, 6, cfg.solver_tol, cfg.solver_max_iter) if use else None
+        self.ldp_backend_free = DaqpLdpBackend(nz, ms, m_free, 6, cfg.solver_tol, cfg.solver_max_iter) if use else None
 
     def _fill_config_blocks_fast(self) -> None:
         """What depends on the configuration only (refilled by :meth:`set_config`): the stacked
@@ -646,20 +653,11 @@ class WholeBodyController:
         ldp = self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
         t_solve = clock()
         x = np.empty(self.nx)
-        try:
-            res = self.ldp_backend.solve(self.ldp) if ldp else self.backend.solve(self._problem)
-        except Exception as exc:  # a backend error is a failed cycle, not a crash
-            res = QpResult(np.zeros(self.ldp.n if ldp else self.nx), False, f"solver error: {exc}", 0)
-        y = res.x
-        if y.dtype != np.float64 or not y.flags.c_contiguous or y.ndim != 1:
-            y = np.ascontiguousarray(y, dtype=float).reshape(-1)
-        if y.size != (self.ldp.n if ldp else self.nx):          # a solver that gave something else: failed
-            y = np.zeros(self.ldp.n if ldp else self.nx)
-            res = QpResult(y, False, f"{res.status} (solution of size {res.x.size})", res.iterations)
         if ldp:                # the solution mapped back (the same optimum) and checked from the blocks
-            finite, eq_res, viol, in_bounds = K.ldp_solution_stage(y, x, lb.J, lb.p, support, self._cbf_act, self._ws)
+            res, finite, eq_res, viol, in_bounds = self._solve_ldp(x, lb, support)
         else:
-            x[:] = y
+            res = self._solve(self.backend, self._problem, self.nx)
+            x[:] = res.x
             p = self._problem
             finite, eq_res, viol, in_bounds = K.check_solution(
                 p.A_eq, p.b_eq, p.C, p.l, p.u, x, self._M, self._h, lb.J, self._leg_j, self.lam0,
@@ -689,6 +687,47 @@ class WholeBodyController:
         st["qp_solve"] = (t_check - t_solve) * 1e6
         st["check_torque"] = (t_end - t_check) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
+
+    @staticmethod
+    def _solve(backend, problem, size: int) -> QpResult:
+        """``backend.solve(problem)``; a backend error, or a solution that is not ``size`` floats,
+        is a failed solve (not a crash)."""
+        try:
+            res = backend.solve(problem)
+        except Exception as exc:
+            return QpResult(np.zeros(size), False, f"solver error: {exc}", 0)
+        y = res.x
+        if type(y) is not np.ndarray or y.dtype != np.float64 or not y.flags.c_contiguous or y.ndim != 1:
+            y = np.ascontiguousarray(y, dtype=float).reshape(-1)
+            res = QpResult(y, res.optimal, res.status, res.iterations)
+        if y.size != size:
+            return QpResult(np.zeros(size), False, f"{res.status} (solution of size {y.size})", res.iterations)
+        return res
+
+    TAU_ROWS_HOLD = 50      # cycles the torque rows stay in the solved problem once one was needed
+
+    def _solve_ldp(self, x: np.ndarray, lb, support: np.ndarray):
+        """Solve the least-distance QP and check its solution (``x`` filled; returns ``(result,
+        finite, equality residual, inequality violation, torque in bounds)``).
+
+        The torque rows are left out first (DAQP's work grows with the rows; with the paper's
+        bounds they never bind): if the optimum without them satisfies every torque row, it is the
+        optimum with them (feasible for the smaller feasible set, optimal for the larger one). If a
+        torque row is violated (or the solve without them failed), the problem is solved again
+        with them, and the next ``TAU_ROWS_HOLD`` cycles solve with them directly."""
+        K, n = self._K, self.ldp.n
+        if self._tau_rows_hold == 0:
+            res = self._solve(self.ldp_backend_free, self.ldp_free, n)
+            finite, eq_res, viol, in_bounds, tau_rows = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support,
+                                                                              self._cbf_act, self._ws)
+            if tau_rows and res.optimal:
+                return res, finite, eq_res, viol, in_bounds
+            self._tau_rows_hold = self.TAU_ROWS_HOLD
+        self._tau_rows_hold -= 1
+        res = self._solve(self.ldp_backend, self.ldp, n)
+        finite, eq_res, viol, in_bounds, _ = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support, self._cbf_act,
+                                                                  self._ws)
+        return res, finite, eq_res, viol, in_bounds
 
     def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float,
                 tau: np.ndarray) -> tuple[np.ndarray, str]:

@@ -709,7 +709,9 @@ def check_solution(A_eq, b_eq, C, l, u, x, M, h, J, leg_j, lam0, tau_sw_total, t
 # their bounds are DAQP's simple bounds: ``0 <= f_z <= f_z,max`` of a support foot, and for a foot
 # held at ``f_z = 0`` (outside the support set) all three forces at 0 (what its friction pyramid
 # implies) with its pyramid rows made loose. General rows, in this order: the 6 floating-base
-# equalities, the friction pyramids (4 per foot), the torque rows (n), the CBF rows (N).
+# equalities, the friction pyramids (4 per foot), the CBF rows (N), the torque rows (n) last, so
+# that the problem without them is a prefix (the controller solves that one first, see
+# ``WholeBodyController._solve_ldp``).
 LDP_ZERO_TOL = 1e-11    # DAQP's zero_tol: a pivot <= zero_tol * (largest) means H is taken as singular
 
 
@@ -867,8 +869,9 @@ def ldp_direct(M, h, J, P, W, b, acc_body, theta, theta_dot, dJ_theta, support, 
             ubu[3 * i + 2] = hi / dz
             for k in range(4):
                 ubu[ms + 6 + 4 * i + k] = 0.0
-    # torque rows: M[6 + j] nu_dot - J_i^T f_i in [tau_min, tau_max] - h - tau_sw
-    row_tau = 6 + 4 * N
+    # torque rows (last): M[6 + j] nu_dot - J_i^T f_i in [tau_min, tau_max] - h - tau_sw
+    row_cbf = 6 + 4 * N
+    row_tau = row_cbf + N
     for i in range(N):
         for r in range(4):
             j = leg_j[i, r]
@@ -879,7 +882,6 @@ def ldp_direct(M, h, J, P, W, b, acc_body, theta, theta_dot, dJ_theta, support, 
             ubl[ms + a] = tmin[j] - h[6 + j] - tau_sw_total[j]
             ubu[ms + a] = tmax[j] - h[6 + j] - tau_sw_total[j]
     # CBF rows: J_theta,i q_ddot_i (+ s_i)
-    row_cbf = row_tau + n
     for i in range(N):
         a = row_cbf + i
         for r in range(4):
@@ -929,7 +931,9 @@ def check_direct(x, M, h, J, P, leg_j, leg_v, support, tau_sw_total, tmin, tmax,
     matrices: the same rows and bounds evaluated from the blocks they are made of (the torque rows'
     bounds and the CBF rows' from the LDP's general bounds ``ubl``, ``ubu``), normalized as
     :func:`residuals`; the command torque (:func:`command_torque`) and the binding CBF rows
-    (:func:`cbf_active`). Returns ``(finite, equality residual, inequality violation, torque in bounds)``."""
+    (:func:`cbf_active`). Returns ``(finite, equality residual, inequality violation, torque in bounds,
+    torque rows satisfied)``, the last without tolerance (``tau_min <= tau <= tau_max`` exactly, as the
+    rows' values)."""
     N = J.shape[0]
     nv = M.shape[0]
     n = nv - 6
@@ -937,11 +941,12 @@ def check_direct(x, M, h, J, P, leg_j, leg_v, support, tau_sw_total, tmin, tmax,
     ms = 3 * N
     finite = all_finite(x)
     in_bounds = command_torque(M, h, J, leg_j, x, lam0, tau_sw_total, tmin, tmax, tau_tol, tau_wbc, tau)
-    row_cbf = ms + 6 + 4 * N + n
+    row_cbf = ms + 6 + 4 * N
+    row_tau = row_cbf + N
     for i in range(N):
         cbf_act[i] = False
     if not finite:
-        return False, np.inf, np.inf, in_bounds
+        return False, np.inf, np.inf, in_bounds, False
     r_eq = 0.0
     for r in range(6):
         s = 0.0
@@ -967,10 +972,12 @@ def check_direct(x, M, h, J, P, leg_j, leg_v, support, tau_sw_total, tmin, tmax,
         viol = max(viol, fx - mu * fz, -fx - mu * fz, fy - mu * fz, -fy - mu * fz, -fz)
         hi = fz_max if support[i] else 0.0
         viol = max(viol, (fz - hi) / max(1.0, hi))
+    tau_rows = True
     for j in range(n):
         s = tau_wbc[j] - h[6 + j]          # the torque row's value
-        lo, up = ubl[ms + 6 + 4 * N + j], ubu[ms + 6 + 4 * N + j]
+        lo, up = ubl[row_tau + j], ubu[row_tau + j]
         viol = max(viol, (lo - s) / max(1.0, abs(lo)), (s - up) / max(1.0, abs(up)))
+        tau_rows = tau_rows and lo <= s <= up
     for i in range(N):
         s = 0.0
         for r in range(4):
@@ -985,7 +992,7 @@ def check_direct(x, M, h, J, P, leg_j, leg_v, support, tau_sw_total, tmin, tmax,
         if cbf_on:
             t = 1e-6 * max(1.0, abs(up))
             cbf_act[i] = support[i] and (s >= up - t or s <= lo + t)
-    return True, r_eq, viol, in_bounds
+    return True, r_eq, viol, in_bounds, tau_rows
 
 
 # ---------------------------------------------------------------------------- the fast cycle's stages
