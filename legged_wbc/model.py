@@ -485,6 +485,12 @@ class LegKinematicsWorkspace:
             Rf[i], pf[i] = fr.placement.rotation, fr.placement.translation
         return tuple(np.ascontiguousarray(a) for a in (axes, Rj, pj, Rf, pf))
 
+    def bind(self, P: np.ndarray, A: np.ndarray, acc: np.ndarray, batch: LegBatch, work: np.ndarray) -> None:
+        """Compute into the given arrays from now on (same shapes; ``batch.p is P``, ``batch.a is A``):
+        the controller keeps them in its compiled workspace, where its own kernel may fill them
+        with the chain constants (:attr:`chain`) instead of :meth:`update`."""
+        self.P, self.A, self.acc, self.batch, self._work = P, A, acc, batch, work
+
     def update(self, qj: np.ndarray, dqj: np.ndarray) -> LegBatch:
         """Leg kinematics at joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio
         order, C-contiguous float64 vectors of length n; not checked here: the controller checks

@@ -177,17 +177,24 @@ def test_infeasible_qp_held_then_safe_stop(rm):
     ctl = make_ctl(rm)
     good = ctl.update(standing_input(rm))
     assert good.diag.qp_accepted
-    # inject infeasibility: contradictory bounds on the first torque row, solved by the real backend
-    real_solve = ctl.backend.solve
+    # inject infeasibility: contradictory bounds on a row, solved by the real backend (the first torque
+    # row of the stacked QP; with DAQP the fast cycle solves the least-distance form: a row there)
     broken = {"on": True}
 
-    def infeasible_solve(p):
-        if broken["on"]:
-            r = ctl.row_tau
-            p.l[r], p.u[r] = 1.0, -1.0
-        return real_solve(p)
+    def breaking(backend, lo, up, row):
+        real_solve = backend.solve
 
-    ctl.backend.solve = infeasible_solve
+        def infeasible_solve(p):
+            if broken["on"]:
+                getattr(p, lo)[row], getattr(p, up)[row] = 1.0, -1.0
+            return real_solve(p)
+
+        backend.solve = infeasible_solve
+
+    breaking(ctl.backend, "l", "u", ctl.row_tau)
+    assert ctl.ldp_backend is not None                    # the default: DAQP (solved first without the torque
+    for be in (ctl.ldp_backend, ctl.ldp_backend_free):    # rows: break the first floating-base row in both)
+        breaking(be, "bl", "bu", ctl.ldp.ms)
     for k in range(1, ctl.cfg.max_failures + 1):
         out = ctl.update(standing_input(rm))
         assert not out.diag.qp_accepted and not out.diag.safe_stop

@@ -33,11 +33,11 @@ import numpy as np
 import pinocchio as pin
 
 from legged_wbc.gait import SUPPORT, GaitConfig, GaitScheduler
-from legged_wbc.model import RobotModel, cross_rows, null_vectors
+from legged_wbc.model import LegBatch, RobotModel, cross_rows, null_vectors
 from legged_wbc.conventions import rotation_from_quat_xyzw
 
 from .config import WbcConfig
-from .qp import INF, QpProblem, QpResult, make_backend
+from .qp import INF, DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend
 from .references import BodyReferenceGenerator, SwingPlanner, body_task, vee
 
 
@@ -111,7 +111,8 @@ class WholeBodyController:
         self.nx = nv + 4 * N + self.ns
         self.n_eq = 6 + N
         self.n_in = 5 * N + n + N
-        self.problem = QpProblem(self.nx, self.n_eq, self.n_in)
+        self._problem = QpProblem(self.nx, self.n_eq, self.n_in)
+        self._qp_pending = False          # fast cycle: the stacked QP of the last cycle not filled yet
         self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
         # index helpers
         self.lam0 = nv
@@ -130,6 +131,17 @@ class WholeBodyController:
         if impl == "fast":
             self._init_fast()
         self.reset()
+
+    @property
+    def problem(self) -> QpProblem:
+        """The last cycle's QP in its stacked form (``H, g, A_eq, b_eq, C, l, u`` of the module
+        docstring). The fast cycle hands DAQP the same QP in least-distance form built from the
+        blocks directly (:func:`kernels.ldp_direct`) and fills these matrices only when they are
+        asked for (tests, ``bench qp``, diagnostics), from the same blocks."""
+        if self._qp_pending:
+            self._qp_pending = False
+            self._fill_qp_fast()
+        return self._problem
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self, q0: np.ndarray | None = None) -> None:
@@ -418,8 +430,12 @@ class WholeBodyController:
 
     # ------------------------------------------------------------------ fast path
     def _init_fast(self) -> None:
-        """Preallocated arrays and own Pinocchio data of the fast cycle; compiles (or loads from
-        numba's cache) the kernels so the first cycle does not pay for it."""
+        """Workspace and own Pinocchio data of the fast cycle; compiles (or loads from numba's
+        cache) the kernels so the first cycle does not pay for it.
+
+        The cycle's arrays and parameters are fields of one structured array ``_ws``
+        (:func:`kernels.workspace_dtype`); the attributes below (``_M``, ``_W``, ``_tau_sw_total``,
+        ...) are views of its fields."""
         from . import kernels as K
 
         K.warmup()
@@ -427,72 +443,138 @@ class WholeBodyController:
         rm, N, n, nv = self.rm, self.N, self.n, self.nv
         self._legs_ws = rm.leg_workspace()
         self._pdata = rm.model.createData()
-        self._leg_cols = np.ascontiguousarray(np.array(self.leg_j, dtype=np.int64))
-        self._leg_vcols = self._leg_cols + 6
-        self._M = np.zeros((nv, nv))
-        self._h = np.zeros(nv)
-        self._R = np.zeros((3, 3))
-        self._ref_p, self._ref_v, self._ref_a = np.zeros(3), np.zeros(3), np.zeros(3)
-        self._acc_body = np.zeros(6)
-        self._e_rpy = np.zeros(3)
-        self._phases = np.zeros(N, dtype=np.int64)
-        self._progress = np.zeros(N)
-        self._cycles = np.zeros(N, dtype=np.int64)
-        self._stance_p = np.ascontiguousarray(np.array([p for p, _ in self.stance], dtype=float))
-        self._gait_offset = np.ascontiguousarray(self.gait.offset, dtype=float)
-        self._gait_group = np.ascontiguousarray(self.gait.group, dtype=np.int64)
-        self._W = np.zeros((N, 4))
-        self._b = np.zeros((N, 4))
-        self._tau_sw = np.zeros(n)
-        self._tau_comp = np.zeros(n)
-        self._tau_sw_total = np.zeros(n)
-        self._tau_wbc = np.zeros(n)
-        self._tau = np.zeros(n)
+        self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns))
+        for name in ws.dtype.names:
+            if ws.dtype[name].shape:
+                setattr(self, "_" + name, ws[name][0])
+        # the leg kinematics compute into the workspace (by the chain kernel in the model stage when
+        # the legs are serial chains on the base, else by the workspace's Pinocchio pass)
+        self._legs_ws.bind(self._leg_p, self._leg_a, self._leg_acc,
+                           LegBatch(p=self._leg_p, J=self._leg_J, a=self._leg_a, theta=self._leg_theta,
+                                    theta_dot=self._leg_theta_dot, J_w=self._leg_J_w, dJ_p_dq=self._leg_dJ_p,
+                                    dJ_theta_dq=self._leg_dJ_theta, v_p=self._leg_v_p), self._leg_work)
+        self._chain_legs = self._legs_ws.chain is not None
+        if self._chain_legs:
+            for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
+                ws["chain_" + name] = a
+        self._leg_j[:] = np.array(self.leg_j)
+        self._leg_v[:] = self._leg_j + 6
+        self._leg_cols, self._leg_vcols = self._leg_j, self._leg_v
+        self._stance_p[:] = np.array([p for p, _ in self.stance], dtype=float)
+        self._gait_offset[:] = self.gait.offset
+        self._gait_group[:] = self.gait.group
+        self._theta_nom[:] = self.theta_nominal
+        self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
+        self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
+        self._nq, self._f8, self._b1 = rm.nq, np.dtype(np.float64), np.dtype(np.bool_)
         self._cbf_act = np.zeros(N, dtype=bool)
-        self._swing_work = np.zeros(K.SWING_WORK)            # kernel scratch (no allocation per tick)
-        self._nvec_work = np.zeros(4)
-        self._theta_nom = np.ascontiguousarray(self.theta_nominal, dtype=float)
         # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
         self.stage_us = {k: 0.0 for k in STAGES}
+        self._init_ldp()
         self._fill_config_blocks_fast()
+        self._compile_stages()
+
+    def _compile_stages(self) -> None:
+        """Compile (or load from the cache) the stage kernels for this workspace's layout, on
+        harmless data (all legs in support before the gait: no swing starts; everything written is
+        overwritten by the first cycle)."""
+        K, N, nv, n = self._K, self.N, self.nv, self.n
+        q = np.zeros(self.rm.nq)
+        q[6] = 1.0
+        K.model_stage(np.eye(nv), np.zeros(nv), q, np.zeros(nv), self._chain_legs, self._ws)
+        lb, sw = self._legs_ws.batch, self.swing
+        planned = sw.planned.copy()
+        K.build_stage(0.0, q, np.zeros(nv), np.ones(N, dtype=bool), self._no_tau_ext, False, lb.p, lb.v_p, lb.J,
+                      lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, np.zeros(3), np.full(N, -1, dtype=np.int64),
+                      sw.start.copy(), sw.target.copy(), sw.v_start.copy(), sw.v_end.copy(), sw.duration.copy(),
+                      planned, False, self._ws)
+        K.ldp_solution_stage(np.zeros(self.ldp.n), np.zeros(self.nx), lb.J, lb.p, np.ones(N, dtype=bool),
+                              self._cbf_act, self._ws)
+
+    def _init_ldp(self) -> None:
+        """The QP in DAQP's least-distance form (:func:`kernels.ldp_direct`; its arrays are fields
+        of the workspace): ``y`` = forces ``(f_x, f_y, f_z)`` of each foot, ``nu_dot``, slacks
+        (scaled by the Cholesky factor of their cost block), with the forces' bounds as simple
+        bounds; general rows: the 6 floating-base equalities, the friction pyramids, CBF rows,
+        torque rows (the ``m_theta = 0`` rows are gone with ``m_theta``, the ``f_z`` rows are simple
+        bounds); ``ldp_free`` is the same without the torque rows (:meth:`_solve_ldp`). For the DAQP
+        backend and legs that hold every joint."""
+        N, n, ws = self.N, self.n, self._ws
+        nz, m_a = ws.dtype["A"].shape[1], ws.dtype["A"].shape[0]
+        ms, m_free = 3 * N, m_a - n
+        self.ldp = d = LdpProblem(nz, ms, m_a, 6)
+        d.c, d.A, d.bu, d.bl = self._c, self._A, self._bu, self._bl
+        # the same QP without the torque rows (the last n rows): views of the same storage
+        self.ldp_free = f = LdpProblem(nz, ms, m_free, 6)
+        f.c, f.A, f.bu, f.bl = self._c, self._A[:m_free], self._bu[:ms + m_free], self._bl[:ms + m_free]
+        self._row_tau_ldp = m_free             # first torque row among the LDP's general rows
+        self._ldp_dinv, self._ldp_Rinv = self._dinv, self._Rinv
+        self._tau_rows_hold = 0                # cycles left that solve with the torque rows directly
+        every_joint_in_a_leg = sorted(self._leg_j.reshape(-1).tolist()) == list(range(n))
+        cfg = self.cfg
+        use = cfg.solver == "daqp" and every_joint_in_a_leg
+        self.ldp_backend = DaqpLdpBackend(nz, ms, m_a, 6, cfg.solver_tol, cfg.solver_max_iter) if use else None
+        self.ldp_backend_free = DaqpLdpBackend(nz, ms, m_free, 6, cfg.solver_tol, cfg.solver_max_iter) if use else None
 
     def _fill_config_blocks_fast(self) -> None:
-        """QP blocks that depend on the configuration only (refilled by :meth:`set_config`):
-        friction pyramid, ``m_theta = 0`` and base force rows, slack columns; gain arrays."""
-        cfg, p, N = self.cfg, self.problem, self.N
+        """What depends on the configuration only (refilled by :meth:`set_config`): the stacked
+        QP's friction pyramid, ``m_theta = 0`` and base force rows, slack columns; the workspace's
+        gains, force weights, torque bounds and scalar parameters."""
+        cfg, p, N, ws = self.cfg, self.problem, self.N, self._ws
         self._K.friction_rows(N, self.lam0, self.row_fric, float(cfg.mu), p.A_eq, p.C, p.l, p.u)
         for i in range(self.ns):
             p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
-        self._lam_diag_f = np.ascontiguousarray(self._lam_diag, dtype=float)
-        self._gains = tuple(np.ascontiguousarray(g, dtype=float) for g in
-                            (cfg.kp_pos, cfg.kd_pos, cfg.kp_rot, cfg.kd_rot, cfg.kp_swing, cfg.kd_swing))
-        self._tmin_f = np.ascontiguousarray(self._tmin, dtype=float)
-        self._tmax_f = np.ascontiguousarray(self._tmax, dtype=float)
-        self._tau_tol_f = np.ascontiguousarray(self._tau_tol, dtype=float)
-        # scalar parameters of the kernels, typed once per configuration (one compiled signature)
-        c, mode = cfg, cfg.relative_pitch_mode
-        self._p_ref = (float(c.stand_up_start), float(c.stand_up_duration), float(c.stand_height),
-                       float(self.refs.gait_start), float(c.velocity_ramp_end), float(c.forward_velocity))
-        self._p_targets = (float(c.w_support), float(c.w_swing), float(c.w_pitch_none if mode == "none" else c.w_pitch),
-                           mode == "none", c.support_foot_acceleration == "consistent", float(c.k_dtheta),
-                           float(c.theta_ddot_max), bool(c.swing_pitch_recenter), float(c.kp_swing_pitch),
-                           float(c.kd_swing_pitch))
-        self._p_cost = (float(c.w_body), self._lam_diag_f, int(self.ns), float(c.cbf_slack_weight),
-                        float(c.hessian_reg))
+        self._lam_diag_f[:] = self._lam_diag
+        self._gains[:] = [cfg.kp_pos, cfg.kd_pos, cfg.kp_rot, cfg.kd_rot, cfg.kp_swing, cfg.kd_swing]
+        self._tmin_f[:], self._tmax_f[:], self._tau_tol_f[:] = self._tmin, self._tmax, self._tau_tol
+        c, mode, gc = cfg, cfg.relative_pitch_mode, self.gait.cfg
+        par = dict(
+            stand_up_start=c.stand_up_start, stand_up_duration=c.stand_up_duration, stand_height=c.stand_height,
+            gait_start=self.refs.gait_start, velocity_ramp_end=c.velocity_ramp_end, forward_velocity=c.forward_velocity,
+            gait_start_time=gc.start_time, gait_stop_time=gc.stop_time, gait_period=gc.period,
+            swing_duration=self.gait.swing_duration, support_duration=self.gait.support_duration,
+            w_support=c.w_support, w_swing=c.w_swing, w_pitch=c.w_pitch_none if mode == "none" else c.w_pitch,
+            mode_none=mode == "none", consistent=c.support_foot_acceleration == "consistent", k_dtheta=c.k_dtheta,
+            theta_ddot_max=c.theta_ddot_max, recenter=c.swing_pitch_recenter, kp_swing_pitch=c.kp_swing_pitch,
+            kd_swing_pitch=c.kd_swing_pitch,
+            # swing start (kernels.start_swings): touchdown height and Raibert gain
+            z_touchdown=-c.stand_height + self.rm.foot_radius - c.touchdown_depth, raibert_gain=c.raibert_gain,
+            lift_height=c.lift_height, projection=c.swing_pitch_projection, compensation_limit=c.compensation_limit,
+            fz_max=c.fz_max, w_body=c.w_body, n_slack=self.ns, slack_weight=c.cbf_slack_weight,
+            hessian_reg=c.hessian_reg, cbf_on=mode == "cbf", kp_b=c.kp_b, kd_b=c.kd_b,
+            th_lo=c.theta_min + c.cbf_margin, th_hi=c.theta_max - c.cbf_margin, mu=c.mu)
+        for k, val in par.items():
+            ws[k] = val
+        # the stacked QP's blocks (kernels.qp_blocks: the path without the least-distance form)
+        self._p_cost = (float(c.w_body), int(self.ns), float(c.cbf_slack_weight), float(c.hessian_reg))
         self._p_cbf = (mode == "cbf", float(c.kp_b), float(c.kd_b), float(c.theta_min + c.cbf_margin),
                        float(c.theta_max - c.cbf_margin))
-        gc = self.gait.cfg
-        self._p_gait = (float(gc.start_time), float(gc.stop_time), float(gc.period), float(self.gait.swing_duration))
-        self._p_swing = (float(c.lift_height), bool(c.swing_pitch_projection))
-        # swing start (kernels.start_swings): touchdown height, Raibert gain, support and swing durations
-        self._p_start = (float(-c.stand_height + self.rm.foot_radius - c.touchdown_depth), float(c.raibert_gain),
-                         float(self.gait.support_duration), float(self.gait.swing_duration))
         self._p_misc = (float(c.compensation_limit), float(c.fz_max))
+        self._p_rows = (int(self.lam0), int(self.row_fric), int(self.row_tau), int(self.row_cbf))
+        self._mu = float(c.mu)
 
     def _check_input_fast(self, inp: ControllerInput):
-        """:meth:`_check_input` (same errors) with one compiled finiteness test per vector.
+        """:meth:`_check_input` (same errors). Inputs that are already what the kernels take
+        (C-contiguous float64 vectors and a bool support of the right sizes) are checked in one
+        compiled call (:func:`kernels.inputs_ok`: finite, t finite, unit quaternion); anything else,
+        and any input that fails, goes through :meth:`_check_input_general` (which raises).
 
         Returns ``(q, v, support, tau_ext)`` as the kernels take them (C-contiguous float64, bool)."""
+        q, v, sup, te = inp.q, inp.v, inp.support, inp.tau_ext
+        nd, f8 = np.ndarray, self._f8
+        if (type(q) is nd and type(v) is nd and type(sup) is nd and q.ndim == 1 and v.ndim == 1 and sup.ndim == 1
+                and q.size == self._nq and v.size == self.nv and sup.size == self.N and q.dtype == f8
+                and v.dtype == f8 and sup.dtype == self._b1 and q.flags.c_contiguous and v.flags.c_contiguous
+                and sup.flags.c_contiguous
+                and (te is None or (type(te) is nd and te.ndim == 1 and te.size == self.n and te.dtype == f8
+                                    and te.flags.c_contiguous))
+                and self._K.inputs_ok(q, v, self._no_tau_ext if te is None else te, inp.t)):
+            return q, v, sup, te
+        return self._check_input_general(inp)
+
+    def _check_input_general(self, inp: ControllerInput):
+        """:meth:`_check_input_fast` for any input: the same checks in the order of :meth:`_check_input`,
+        converting vectors to C-contiguous float64 (one compiled finiteness test per vector)."""
         rm, K = self.rm, self._K
         for name, arr, size in (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N),
                                 ("tau_ext", inp.tau_ext, self.n)):
@@ -520,77 +602,72 @@ class WholeBodyController:
     def _model_fast(self, q: np.ndarray, v: np.ndarray):
         """Model update, each Pinocchio quantity once: leg kinematics (fixed-base model), ``M``
         (``crba``, symmetrized), ``h`` (``nonLinearEffects``), base rotation ``R`` (base -> world)."""
-        K, model, d = self._K, self.rm.model, self._pdata
-        lb = self._legs_ws.update(q[7:], v[6:])
+        model, d, legs = self.rm.model, self._pdata, self._legs_ws
+        if not self._chain_legs:
+            legs.update(q[7:], v[6:])
+        self._K.model_stage(pin.crba(model, d, q), pin.nonLinearEffects(model, d, q, v), q, v, self._chain_legs,
+                            self._ws)
+        lb = legs.batch
         if self.cfg.jdot_mode == "fd":
             self._fd_jdot(lb, q[7:], v[6:])
-        K.symmetrize_mass(pin.crba(model, d, q), pin.nonLinearEffects(model, d, q, v), self._M, self._h)
-        K.rotation_from_quat(q, self._R)
         return lb
 
-    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> None:
-        """Fill the QP of this cycle block by block (paper sec. 4): references and task targets,
-        swing and compensation torques, task costs, floating-base rows, contact state (friction
-        cone's normal-force bounds), torque bounds, CBF rows."""
-        K, c, p, sw, g = self._K, self.cfg, self.problem, self.swing, self._gains
-        K.body_reference(t, self.refs.p0, *self._p_ref, self._ref_p, self._ref_v, self._ref_a)
-        K.body_task(self._ref_p, self._ref_v, self._ref_a, q, self._R, v, g[0], g[1], g[2], g[3], self._acc_body,
-                    self._e_rpy)
-        K.gait_state(t, *self._p_gait, self._gait_offset, self._gait_group, self._phases, self._progress, self._cycles)
-        K.task_targets(support, lb.p, lb.v_p, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self._acc_body,
-                       v[3:6], self._theta_nom, *self._p_targets, self._W, self._b)
-        # the swings that begin this cycle: from where the foot is to the touchdown target
-        K.start_swings(self._phases, self._cycles, self._swing_cycle, self._stance_p, *self._p_start, self._R,
-                       self._ref_v, lb.p, lb.v_p, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned)
-        K.swing_torques(support, self._phases, self._progress, sw.planned, sw.start, sw.target, sw.v_start, sw.v_end,
-                        sw.duration, self._p_swing[0], lb.p, lb.v_p, lb.J, self._M, self._leg_vcols, self._leg_cols,
-                        g[4], g[5], self._p_swing[1], self._b, self._tau_sw, self._swing_work)
-        if c.null_space_compensation and tau_ext is not None:
-            K.null_space_compensation(support, lb.J, self._leg_cols, tau_ext, self._p_misc[0], self._tau_comp,
-                                      self._nvec_work)
-        else:
-            self._tau_comp[:] = 0.0
-        np.add(self._tau_sw, self._tau_comp, out=self._tau_sw_total)
-        K.task_cost(lb.J, self._W, self._b, self._acc_body, *self._p_cost, self._leg_vcols, self.lam0, p.H, p.g)
-        K.floating_base_rows(self._M, self._h, lb.p, self.lam0, p.A_eq, p.b_eq)
-        K.normal_force_bounds(support, self._p_misc[1], self.row_fric, p.u)
-        K.torque_rows(self._M, self._h, lb.J, self._leg_cols, self.lam0, self.row_tau, self._tmin_f, self._tmax_f,
-                      self._tau_sw_total, p.C, p.l, p.u)
-        K.cbf_rows(support, lb.J, lb.theta, lb.theta_dot, lb.dJ_theta_dq, self._leg_vcols, self.row_cbf, *self._p_cbf,
-                   p.C, p.l, p.u)
+    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> bool:
+        """The QP of this cycle (paper sec. 4): references and task targets, swing and compensation
+        torques (:func:`kernels.cycle_targets`), then its blocks in the form the solver takes, in
+        one compiled call (:func:`kernels.build_stage`): DAQP's least-distance form
+        (:func:`kernels.ldp_direct`; returns True), or, for another backend or a cost block too
+        close to singular for the plain Cholesky factor, the stacked matrices (:meth:`_fill_qp_fast`;
+        returns False)."""
+        sw = self.swing
+        compensate = self.cfg.null_space_compensation and tau_ext is not None
+        np.copyto(self._support, support)
+        if self._K.build_stage(t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate, lb.p,
+                               lb.v_p, lb.J, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self.refs.p0,
+                               self._swing_cycle, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned,
+                               self.ldp_backend is not None, self._ws):
+            self._qp_pending = True
+            return True
+        self._qp_pending = False
+        self._fill_qp_fast()
+        return False
+
+    def _fill_qp_fast(self) -> None:
+        """The stacked QP's blocks of the last cycle (:func:`kernels.qp_blocks`), from the quantities
+        the cycle kept (model, leg kinematics, task targets, swing and compensation torques)."""
+        lb, p = self._legs_ws.batch, self._problem
+        self._K.qp_blocks(self._support, lb.p, lb.J, lb.theta, lb.theta_dot, lb.dJ_theta_dq, self._M, self._h,
+                          self._W, self._b, self._acc_body, self._tau_sw_total, self._lam_diag_f, self._tmin_f,
+                          self._tmax_f, self._leg_j, self._leg_v, self._p_cost, self._p_cbf, self._p_misc[1],
+                          self._p_rows, p.H, p.g, p.A_eq, p.b_eq, p.C, p.l, p.u, p.bl)
 
     def _update_fast(self, inp: ControllerInput) -> ControllerOutput:
         """One control cycle on the compiled QP blocks; the same result as :meth:`_update_reference`."""
         clock = time.perf_counter
         t_in = clock()
         q, v, support, tau_ext = self._check_input_fast(inp)
-        K, cfg, p, N = self._K, self.cfg, self.problem, self.N
+        K, cfg, N = self._K, self.cfg, self.N
         t_cycle = clock()
         lb = self._model_fast(q, v)
         t_start = clock()
-        self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
+        ldp = self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
         t_solve = clock()
-        try:
-            res = self.backend.solve(p)
-        except Exception as exc:  # a backend error is a failed cycle, not a crash
-            res = QpResult(np.zeros(self.nx), False, f"solver error: {exc}", 0)
+        x = np.empty(self.nx)
+        if ldp:                # the solution mapped back (the same optimum) and checked from the blocks
+            res, finite, eq_res, viol, in_bounds = self._solve_ldp(x, lb, support)
+        else:
+            res = self._solve(self.backend, self._problem, self.nx)
+            x[:] = res.x
+            p = self._problem
+            finite, eq_res, viol, in_bounds = K.check_solution(
+                p.A_eq, p.b_eq, p.C, p.l, p.u, x, self._M, self._h, lb.J, self._leg_j, self.lam0,
+                self._tau_sw_total, self._tmin_f, self._tmax_f, self._tau_tol_f, support, self.row_cbf, self._p_cbf[0],
+                self._tau_wbc, self._tau, self._cbf_act)
         t_check = clock()
-        x = res.x
-        if x.dtype != np.float64 or not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x, dtype=float)
-        finite = K.all_finite(x)
-        eq_res, viol = K.residuals(p.A_eq, p.b_eq, p.C, p.l, p.u, x) if finite else (np.inf, np.inf)
-        in_bounds = K.command_torque(self._M, self._h, lb.J, self._leg_cols, x, self.lam0, self._tau_sw_total,
-                                     self._tmin_f, self._tmax_f, self._tau_tol_f, self._tau_wbc, self._tau)
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
         t_done = clock()
         out_tau, status = self._accept(res, accepted, eq_res, viol, self._tau)
-        mode = cfg.relative_pitch_mode
-        if mode == "cbf" and accepted:
-            K.cbf_active(support, p.C, p.l, p.u, x, self.row_cbf, self._cbf_act)
-            cbf_active = self._cbf_act.copy()
-        else:
-            cbf_active = np.zeros(N, dtype=bool)
+        cbf_active = self._cbf_act.copy() if accepted else np.zeros(N, dtype=bool)
         diag = Diagnostics(theta=lb.theta.copy(), theta_dot=lb.theta_dot.copy(), cbf_active=cbf_active,
                            support=support.copy(), qp_status=status, qp_accepted=bool(accepted),
                            qp_iterations=res.iterations, qp_time_us=(t_done - t_start) * 1e6,
@@ -610,6 +687,47 @@ class WholeBodyController:
         st["qp_solve"] = (t_check - t_solve) * 1e6
         st["check_torque"] = (t_end - t_check) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
+
+    @staticmethod
+    def _solve(backend, problem, size: int) -> QpResult:
+        """``backend.solve(problem)``; a backend error, or a solution that is not ``size`` floats,
+        is a failed solve (not a crash)."""
+        try:
+            res = backend.solve(problem)
+        except Exception as exc:
+            return QpResult(np.zeros(size), False, f"solver error: {exc}", 0)
+        y = res.x
+        if type(y) is not np.ndarray or y.dtype != np.float64 or not y.flags.c_contiguous or y.ndim != 1:
+            y = np.ascontiguousarray(y, dtype=float).reshape(-1)
+            res = QpResult(y, res.optimal, res.status, res.iterations)
+        if y.size != size:
+            return QpResult(np.zeros(size), False, f"{res.status} (solution of size {y.size})", res.iterations)
+        return res
+
+    TAU_ROWS_HOLD = 50      # cycles the torque rows stay in the solved problem once one was needed
+
+    def _solve_ldp(self, x: np.ndarray, lb, support: np.ndarray):
+        """Solve the least-distance QP and check its solution (``x`` filled; returns ``(result,
+        finite, equality residual, inequality violation, torque in bounds)``).
+
+        The torque rows are left out first (DAQP's work grows with the rows; with the paper's
+        bounds they never bind): if the optimum without them satisfies every torque row, it is the
+        optimum with them (feasible for the smaller feasible set, optimal for the larger one). If a
+        torque row is violated (or the solve without them failed), the problem is solved again
+        with them, and the next ``TAU_ROWS_HOLD`` cycles solve with them directly."""
+        K, n = self._K, self.ldp.n
+        if self._tau_rows_hold == 0:
+            res = self._solve(self.ldp_backend_free, self.ldp_free, n)
+            finite, eq_res, viol, in_bounds, tau_rows = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support,
+                                                                              self._cbf_act, self._ws)
+            if tau_rows and res.optimal:
+                return res, finite, eq_res, viol, in_bounds
+            self._tau_rows_hold = self.TAU_ROWS_HOLD
+        self._tau_rows_hold -= 1
+        res = self._solve(self.ldp_backend, self.ldp, n)
+        finite, eq_res, viol, in_bounds, _ = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support, self._cbf_act,
+                                                                  self._ws)
+        return res, finite, eq_res, viol, in_bounds
 
     def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float,
                 tau: np.ndarray) -> tuple[np.ndarray, str]:

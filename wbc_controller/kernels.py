@@ -14,6 +14,7 @@ on stderr (:mod:`legged_wbc.jit`); ``setup.sh`` fills the cache.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -626,6 +627,474 @@ def friction_rows(n_legs, lam0, row_fric, mu, A_eq, C, l, u):
         l[r + 4] = 0.0
 
 
+# ---------------------------------------------------------------------------- one call per cycle stage
+# Each call of a compiled kernel from Python costs ~0.1 us per argument (numba's dispatch); the
+# stages below call the kernels above from compiled code, once per stage.
+@njit(cache=True)
+def cycle_targets(t, q, v, support, tau_ext, compensate, P, v_p, J, theta, theta_dot, dJ_p, dJ_theta, M, R, p0,
+                  gait_offset, gait_group, stance_p, theta_nom, gains, leg_j, leg_v, p_ref, p_gait, p_targets, p_start,
+                  p_swing, comp_limit, swing_cycle, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, planned,
+                  ref_p, ref_v, ref_a, acc_body, e_rpy, phases, progress, cycles, W, b, tau_sw, tau_comp,
+                  tau_sw_total, swing_work, nvec_work):
+    """What the QP of one cycle is made of, before its blocks: body reference and task, gait
+    state, task targets ``W``, ``b``, the swings that begin, swing and compensation torques
+    (``tau_sw_total = tau_sw + tau_comp``). Leg kinematics ``P`` ... ``dJ_theta`` as
+    :class:`legged_wbc.model.LegBatch`; ``gains`` (6, 3): ``kp_pos, kd_pos, kp_rot, kd_rot,
+    kp_swing, kd_swing``; the ``p_*`` tuples as the controller's ``_fill_config_blocks_fast`` sets them."""
+    s0, s1, s2, s3, s4, s5 = p_ref
+    body_reference(t, p0, s0, s1, s2, s3, s4, s5, ref_p, ref_v, ref_a)
+    body_task(ref_p, ref_v, ref_a, q, R, v, gains[0], gains[1], gains[2], gains[3], acc_body, e_rpy)
+    g0, g1, g2, g3 = p_gait
+    gait_state(t, g0, g1, g2, g3, gait_offset, gait_group, phases, progress, cycles)
+    w_sup, w_sw, w_pitch, mode_none, consistent, k_dth, thdd_max, recenter, kp_sp, kd_sp = p_targets
+    task_targets(support, P, v_p, theta, theta_dot, dJ_p, dJ_theta, acc_body, v[3:6], theta_nom, w_sup, w_sw,
+                 w_pitch, mode_none, consistent, k_dth, thdd_max, recenter, kp_sp, kd_sp, W, b)
+    z_td, raibert, t_sup, t_sw = p_start
+    start_swings(phases, cycles, swing_cycle, stance_p, z_td, raibert, t_sup, t_sw, R, ref_v, P, v_p, sw_start,
+                 sw_target, sw_v_start, sw_v_end, sw_duration, planned)
+    lift, projection = p_swing
+    swing_torques(support, phases, progress, planned, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, lift,
+                  P, v_p, J, M, leg_v, leg_j, gains[4], gains[5], projection, b, tau_sw, swing_work)
+    if compensate:
+        null_space_compensation(support, J, leg_j, tau_ext, comp_limit, tau_comp, nvec_work)
+    else:
+        for k in range(tau_comp.shape[0]):
+            tau_comp[k] = 0.0
+    for k in range(tau_sw_total.shape[0]):
+        tau_sw_total[k] = tau_sw[k] + tau_comp[k]
+
+
+@njit(cache=True)
+def qp_blocks(support, P, J, theta, theta_dot, dJ_theta, M, h, W, b, acc_body, tau_sw_total, lam_diag, tmin, tmax,
+              leg_j, leg_v, p_cost, p_cbf, fz_max, rows, H, g, A_eq, b_eq, C, l, u, bl):
+    """The blocks of the stacked QP that change every cycle: cost, floating-base rows,
+    normal-force bounds, torque rows, CBF rows; the stacked lower bounds ``bl`` get the equality
+    right-hand side. ``rows``: ``(lam0, row_fric, row_tau, row_cbf)``."""
+    lam0, row_fric, row_tau, row_cbf = rows
+    w_body, n_slack, slack_weight, hessian_reg = p_cost
+    task_cost(J, W, b, acc_body, w_body, lam_diag, n_slack, slack_weight, hessian_reg, leg_v, lam0, H, g)
+    floating_base_rows(M, h, P, lam0, A_eq, b_eq)
+    normal_force_bounds(support, fz_max, row_fric, u)
+    torque_rows(M, h, J, leg_j, lam0, row_tau, tmin, tmax, tau_sw_total, C, l, u)
+    cbf_on, kp_b, kd_b, th_lo, th_hi = p_cbf
+    cbf_rows(support, J, theta, theta_dot, dJ_theta, leg_v, row_cbf, cbf_on, kp_b, kd_b, th_lo, th_hi, C, l, u)
+    for k in range(b_eq.shape[0]):
+        bl[k] = b_eq[k]
+
+
+@njit(cache=True)
+def check_solution(A_eq, b_eq, C, l, u, x, M, h, J, leg_j, lam0, tau_sw_total, tmin, tmax, tau_tol, support, row_cbf,
+                   cbf_on, tau_wbc, tau, cbf_act):
+    """The checks of a solution ``x`` of the stacked QP: ``(finite, equality residual, inequality
+    violation, torque in bounds)`` (:func:`residuals`, :func:`command_torque`), the command torque
+    into ``tau_wbc``, ``tau``, and, with ``cbf_on``, the binding CBF rows into ``cbf_act``
+    (:func:`cbf_active`; else all False)."""
+    finite = all_finite(x)
+    if finite:
+        eq_res, viol = residuals(A_eq, b_eq, C, l, u, x)
+    else:
+        eq_res, viol = np.inf, np.inf
+    in_bounds = command_torque(M, h, J, leg_j, x, lam0, tau_sw_total, tmin, tmax, tau_tol, tau_wbc, tau)
+    if cbf_on:
+        cbf_active(support, C, l, u, x, row_cbf, cbf_act)
+    else:
+        for i in range(cbf_act.shape[0]):
+            cbf_act[i] = False
+    return finite, eq_res, viol, in_bounds
+
+
+# ---------------------------------------------------------------------------- the QP as DAQP solves it
+# DAQP turns a QP ``min 1/2 x^T H x + g^T x, bl <= A x <= bu`` into a least-distance problem (LDP)
+# through the Cholesky factor ``H = R^T R`` and ``y = R x``: ``min 1/2 ||y||^2 + (R^-T g)^T y`` over
+# the rows ``A R^-1``. For a dense ``H`` it does so in O(n^3 + m n^2) on every update (most of its
+# time here). Our ``H`` is block diagonal (base and force variables: diagonal; each leg's joint
+# accelerations: a 4x4 block), so the LDP is formed here, from the blocks the QP is made of, in
+# O(m n), and DAQP is given ``H = I``. Same problem, fewer variables and rows: the ``m_theta`` of
+# every foot is fixed at 0 by its equality row, so it is not a variable of the LDP (its cost and
+# rows vanish); the forces ``f_x, f_y, f_z`` of the feet are the first variables of ``y`` and
+# their bounds are DAQP's simple bounds: ``0 <= f_z <= f_z,max`` of a support foot, and for a foot
+# held at ``f_z = 0`` (outside the support set) all three forces at 0 (what its friction pyramid
+# implies) with its pyramid rows made loose. General rows, in this order: the 6 floating-base
+# equalities, the friction pyramids (4 per foot), the CBF rows (N), the torque rows (n) last, so
+# that the problem without them is a prefix (the controller solves that one first, see
+# ``WholeBodyController._solve_ldp``).
+LDP_ZERO_TOL = 1e-11    # DAQP's zero_tol: a pivot <= zero_tol * (largest) means H is taken as singular
+
+
+@njit(cache=True)
+def _leg_cost(J, W, i, r, c):
+    """Entry ``(r, c)`` of leg ``i``'s cost block ``J_i^T W_i J_i`` (as :func:`task_cost` sums it)."""
+    s = 0.0
+    for k in range(4):
+        s += J[i, k, r] * W[i, k] * J[i, k, c]
+    return s
+
+
+@njit(cache=True)
+def _ldp_row_nu(Ay, a, M, row, nf, leg_v, dinv, Rinv):
+    """Row ``a`` of the LDP on the ``nu_dot`` part of ``y`` from the QP row's coefficients
+    ``M[row, :]`` on ``nu_dot`` (base columns: scaled; leg columns: times the block's ``R^-1``)."""
+    for c in range(6):
+        Ay[a, nf + c] = M[row, c] * dinv[nf + c]
+    for i in range(leg_v.shape[0]):
+        for r in range(4):
+            s = 0.0
+            for k in range(r + 1):
+                s += M[row, leg_v[i, k]] * Rinv[i, k, r]
+            Ay[a, nf + leg_v[i, r]] = s
+
+
+@njit(cache=True)
+def ldp_direct(M, h, J, P, W, b, acc_body, theta, theta_dot, dJ_theta, support, tau_sw_total, lam_diag, tmin, tmax,
+               leg_j, leg_v, p_cost, p_cbf, mu, fz_max, c, Ay, ubu, ubl, dinv, Rinv):
+    """The cycle's QP (the blocks :func:`qp_blocks` fills, from the same quantities) in DAQP's
+    least-distance form, in ``y = R z`` with ``z = [f_1 .. f_N (3 each), nu_dot, slacks]``: the
+    linear term ``c = R^-T g_z``, the general rows ``Ay = A_z R^-1`` (in the order above; entries
+    that are structurally zero are never written, ``Ay`` starts at zero) with their bounds
+    ``ubl[3N:]``, ``ubu[3N:]`` (unscaled), the simple bounds of the forces ``ubl[:3N]``,
+    ``ubu[:3N]`` (in ``y``), and the factors :func:`qp_from_ldp` maps ``y`` back with: ``dinv`` (the
+    ``1/sqrt(H_jj)`` of the diagonal variables, by ``y`` index) and ``Rinv`` (N, 4, 4; the inverse
+    upper Cholesky factor of each leg block). Every joint belongs to a leg (``leg_j`` covers 0..n-1).
+
+    Returns False (nothing usable filled) if a pivot of the factorization is <= ``LDP_ZERO_TOL``
+    times the largest diagonal entry of ``H``: then the QP is solved as it is (DAQP regularizes)."""
+    N = J.shape[0]
+    nv = M.shape[0]
+    n = nv - 6
+    nf = 3 * N
+    w_body, n_slack, slack_weight, hessian_reg = p_cost
+    cbf_on, kp_b, kd_b, th_lo, th_hi = p_cbf
+    # regularization: hessian_reg * the largest diagonal entry of H (as task_cost)
+    dmax = w_body
+    for i in range(N):
+        for r in range(4):
+            dmax = max(dmax, _leg_cost(J, W, i, r, r))
+    for k in range(lam_diag.shape[0]):
+        dmax = max(dmax, lam_diag[k])
+    if n_slack > 0:
+        dmax = max(dmax, slack_weight)
+    reg = hessian_reg * dmax
+    tol = LDP_ZERO_TOL * (dmax + reg)
+    # diagonal variables: forces (no linear term), base (body task), slacks
+    for i in range(N):
+        for k in range(3):
+            hk = lam_diag[4 * i + k] + reg
+            if not hk > tol:
+                return False
+            dinv[3 * i + k] = 1.0 / math.sqrt(hk)
+            c[3 * i + k] = 0.0
+    hk = w_body + reg
+    if not hk > tol:
+        return False
+    d = math.sqrt(hk)
+    for r in range(6):
+        dinv[nf + r] = 1.0 / d
+        c[nf + r] = (-w_body * acc_body[r]) / d
+    for i in range(n_slack):
+        hk = slack_weight + reg
+        if not hk > tol:
+            return False
+        dinv[nf + nv + i] = 1.0 / math.sqrt(hk)
+        c[nf + nv + i] = 0.0
+    # leg blocks J^T W J + reg I: upper Cholesky factor R (in Rinv[i]), inverted in place
+    for i in range(N):
+        for r in range(4):
+            for k in range(4):
+                Rinv[i, r, k] = 0.0
+        for r in range(4):
+            s = _leg_cost(J, W, i, r, r) + reg
+            for k in range(r):
+                s -= Rinv[i, k, r] * Rinv[i, k, r]
+            if not s > tol:
+                return False
+            d = math.sqrt(s)
+            Rinv[i, r, r] = d
+            for k in range(r + 1, 4):
+                s = _leg_cost(J, W, i, r, k)
+                for m in range(r):
+                    s -= Rinv[i, m, r] * Rinv[i, m, k]
+                Rinv[i, r, k] = s / d
+        for k in range(3, -1, -1):
+            Rinv[i, k, k] = 1.0 / Rinv[i, k, k]
+            for r in range(k - 1, -1, -1):
+                s = 0.0
+                for m in range(r + 1, k + 1):
+                    s += Rinv[i, r, m] * Rinv[i, m, k]
+                Rinv[i, r, k] = -s / Rinv[i, r, r]
+        # c = R^-T g on the block, g = -J^T W b
+        for r in range(4):
+            s = 0.0
+            for k in range(r + 1):
+                gk = 0.0
+                for m in range(4):
+                    gk += J[i, m, k] * W[i, m] * b[i, m]
+                s += Rinv[i, k, r] * -gk
+            c[nf + leg_v[i, r]] = s
+    ms = nf
+    # floating-base rows: M_B nu_dot - [sum f; sum p x f] = -h_B
+    for r in range(6):
+        _ldp_row_nu(Ay, r, M, r, nf, leg_v, dinv, Rinv)
+        for i in range(N):
+            px, py, pz = P[i, 0], P[i, 1], P[i, 2]
+            if r < 3:
+                c0, c1, c2 = -1.0 if r == 0 else 0.0, -1.0 if r == 1 else 0.0, -1.0 if r == 2 else 0.0
+            elif r == 3:
+                c0, c1, c2 = 0.0, pz, -py
+            elif r == 4:
+                c0, c1, c2 = -pz, 0.0, px
+            else:
+                c0, c1, c2 = py, -px, 0.0
+            Ay[r, 3 * i] = c0 * dinv[3 * i]
+            Ay[r, 3 * i + 1] = c1 * dinv[3 * i + 1]
+            Ay[r, 3 * i + 2] = c2 * dinv[3 * i + 2]
+        ubu[ms + r] = -h[r]
+        ubl[ms + r] = -h[r]
+    # friction pyramids and the forces' simple bounds
+    for i in range(N):
+        dx, dy, dz = dinv[3 * i], dinv[3 * i + 1], dinv[3 * i + 2]
+        for k in range(4):
+            a = 6 + 4 * i + k
+            sx = (1.0 if k == 0 else -1.0) if k < 2 else 0.0
+            sy = (1.0 if k == 2 else -1.0) if k >= 2 else 0.0
+            Ay[a, 3 * i] = sx * dx
+            Ay[a, 3 * i + 1] = sy * dy
+            Ay[a, 3 * i + 2] = -mu * dz
+            ubl[ms + a] = -INF
+        hi = fz_max if support[i] else 0.0
+        if hi == 0.0:                      # held at f_z = 0: no force, pyramid rows loose
+            for k in range(3):
+                ubl[3 * i + k] = 0.0
+                ubu[3 * i + k] = 0.0
+            for k in range(4):
+                ubu[ms + 6 + 4 * i + k] = INF
+        else:
+            for k in range(2):
+                ubl[3 * i + k] = -INF
+                ubu[3 * i + k] = INF
+            ubl[3 * i + 2] = 0.0
+            ubu[3 * i + 2] = hi / dz
+            for k in range(4):
+                ubu[ms + 6 + 4 * i + k] = 0.0
+    # torque rows (last): M[6 + j] nu_dot - J_i^T f_i in [tau_min, tau_max] - h - tau_sw
+    row_cbf = 6 + 4 * N
+    row_tau = row_cbf + N
+    for i in range(N):
+        for r in range(4):
+            j = leg_j[i, r]
+            a = row_tau + j
+            _ldp_row_nu(Ay, a, M, 6 + j, nf, leg_v, dinv, Rinv)
+            for k in range(3):
+                Ay[a, 3 * i + k] = -J[i, k, r] * dinv[3 * i + k]
+            ubl[ms + a] = tmin[j] - h[6 + j] - tau_sw_total[j]
+            ubu[ms + a] = tmax[j] - h[6 + j] - tau_sw_total[j]
+    # CBF rows: J_theta,i q_ddot_i (+ s_i)
+    for i in range(N):
+        a = row_cbf + i
+        for r in range(4):
+            s = 0.0
+            for k in range(r + 1):
+                s += J[i, 3, k] * Rinv[i, k, r]
+            Ay[a, nf + leg_v[i, r]] = s
+        if n_slack > 0:
+            Ay[a, nf + nv + i] = dinv[nf + nv + i]
+        if cbf_on and support[i]:
+            ubl[ms + a] = -(kp_b * (theta[i] - th_lo) + kd_b * theta_dot[i] + dJ_theta[i])
+            ubu[ms + a] = kp_b * (th_hi - theta[i]) - kd_b * theta_dot[i] - dJ_theta[i]
+        else:
+            ubl[ms + a] = -INF
+            ubu[ms + a] = INF
+    return True
+
+
+@njit(cache=True)
+def qp_from_ldp(y, leg_v, dinv, Rinv, n_slack, x):
+    """The QP's solution ``x = [nu_dot; lambda; s]`` from the LDP's ``y`` (:func:`ldp_direct`):
+    ``z = R^-1 y``, ``m_theta = 0``."""
+    N = leg_v.shape[0]
+    nf = 3 * N
+    lam0 = x.shape[0] - 4 * N - n_slack
+    nv = lam0
+    for i in range(N):
+        for k in range(3):
+            x[lam0 + 4 * i + k] = y[3 * i + k] * dinv[3 * i + k]
+        x[lam0 + 4 * i + 3] = 0.0
+    for r in range(6):
+        x[r] = y[nf + r] * dinv[nf + r]
+    for i in range(N):
+        for r in range(4):
+            s = 0.0
+            for k in range(r, 4):
+                s += Rinv[i, r, k] * y[nf + leg_v[i, k]]
+            x[leg_v[i, r]] = s
+    for i in range(n_slack):
+        x[lam0 + 4 * N + i] = y[nf + nv + i] * dinv[nf + nv + i]
+
+
+@njit(cache=True)
+def check_direct(x, M, h, J, P, leg_j, leg_v, support, tau_sw_total, tmin, tmax, tau_tol, mu, fz_max, n_slack, ubl,
+                 ubu, cbf_on, tau_wbc, tau, cbf_act):
+    """:func:`check_solution` for a cycle solved through :func:`ldp_direct`, without the stacked
+    matrices: the same rows and bounds evaluated from the blocks they are made of (the torque rows'
+    bounds and the CBF rows' from the LDP's general bounds ``ubl``, ``ubu``), normalized as
+    :func:`residuals`; the command torque (:func:`command_torque`) and the binding CBF rows
+    (:func:`cbf_active`). Returns ``(finite, equality residual, inequality violation, torque in bounds,
+    torque rows satisfied)``, the last without tolerance (``tau_min <= tau <= tau_max`` exactly, as the
+    rows' values)."""
+    N = J.shape[0]
+    nv = M.shape[0]
+    n = nv - 6
+    lam0 = nv
+    ms = 3 * N
+    finite = all_finite(x)
+    in_bounds = command_torque(M, h, J, leg_j, x, lam0, tau_sw_total, tmin, tmax, tau_tol, tau_wbc, tau)
+    row_cbf = ms + 6 + 4 * N
+    row_tau = row_cbf + N
+    for i in range(N):
+        cbf_act[i] = False
+    if not finite:
+        return False, np.inf, np.inf, in_bounds, False
+    r_eq = 0.0
+    for r in range(6):
+        s = 0.0
+        for cc in range(nv):
+            s += M[r, cc] * x[cc]
+        for i in range(N):
+            fx, fy, fz = x[lam0 + 4 * i], x[lam0 + 4 * i + 1], x[lam0 + 4 * i + 2]
+            px, py, pz = P[i, 0], P[i, 1], P[i, 2]
+            if r < 3:
+                s -= x[lam0 + 4 * i + r]
+            elif r == 3:
+                s += pz * fy - py * fz
+            elif r == 4:
+                s += -pz * fx + px * fz
+            else:
+                s += py * fx - px * fy
+        r_eq = max(r_eq, abs(s + h[r]) / max(1.0, abs(h[r])))
+    for i in range(N):
+        r_eq = max(r_eq, abs(x[lam0 + 4 * i + 3]))
+    viol = 0.0
+    for i in range(N):
+        fx, fy, fz = x[lam0 + 4 * i], x[lam0 + 4 * i + 1], x[lam0 + 4 * i + 2]
+        viol = max(viol, fx - mu * fz, -fx - mu * fz, fy - mu * fz, -fy - mu * fz, -fz)
+        hi = fz_max if support[i] else 0.0
+        viol = max(viol, (fz - hi) / max(1.0, hi))
+    tau_rows = True
+    for j in range(n):
+        s = tau_wbc[j] - h[6 + j]          # the torque row's value
+        lo, up = ubl[row_tau + j], ubu[row_tau + j]
+        viol = max(viol, (lo - s) / max(1.0, abs(lo)), (s - up) / max(1.0, abs(up)))
+        tau_rows = tau_rows and lo <= s <= up
+    for i in range(N):
+        s = 0.0
+        for r in range(4):
+            s += J[i, 3, r] * x[leg_v[i, r]]
+        if n_slack > 0:
+            s += x[lam0 + 4 * N + i]
+        lo, up = ubl[row_cbf + i], ubu[row_cbf + i]
+        if lo > -INF:
+            viol = max(viol, (lo - s) / max(1.0, abs(lo)))
+        if up < INF:
+            viol = max(viol, (s - up) / max(1.0, abs(up)))
+        if cbf_on:
+            t = 1e-6 * max(1.0, abs(up))
+            cbf_act[i] = support[i] and (s >= up - t or s <= lo + t)
+    return True, r_eq, viol, in_bounds, tau_rows
+
+
+# ---------------------------------------------------------------------------- the fast cycle's stages
+# The fast cycle's arrays and parameters live in one structured array (``workspace_dtype``), so a
+# stage is one compiled call with a handful of arguments (numba's dispatch costs ~0.1 us per
+# argument; a record costs as one).
+@functools.lru_cache(maxsize=None)
+def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
+    """The fast controller cycle's workspace for N legs of 4 joints, n joints, ns slacks: model,
+    cycle quantities, constants, parameters (scalar fields, set by the controller's
+    ``_fill_config_blocks_fast``), the least-distance QP (:func:`ldp_direct`) and the results.
+
+    One dtype object per size (cached): numba's dispatch recognizes a structured array's type
+    quickly only by the dtype object it compiled for (an equal but other object costs ~6 us a call)."""
+    nv = n + 6
+    nz, m_a, nx = 3 * N + nv + ns, 6 + 4 * N + n + N, nv + 4 * N + ns
+    f, i, b = np.float64, np.int64, np.bool_
+    arrays = [
+        ("M", f, (nv, nv)), ("h", f, (nv,)), ("R", f, (3, 3)),                          # model
+        ("ref_p", f, (3,)), ("ref_v", f, (3,)), ("ref_a", f, (3,)), ("acc_body", f, (6,)), ("e_rpy", f, (3,)),
+        ("phases", i, (N,)), ("progress", f, (N,)), ("cycles", i, (N,)), ("W", f, (N, 4)), ("b", f, (N, 4)),
+        ("tau_sw", f, (n,)), ("tau_comp", f, (n,)), ("tau_sw_total", f, (n,)), ("swing_work", f, (SWING_WORK,)),
+        ("nvec_work", f, (4,)),                                                           # cycle quantities
+        ("gait_offset", f, (N,)), ("gait_group", i, (N,)), ("stance_p", f, (N, 3)), ("theta_nom", f, (N,)),
+        ("gains", f, (6, 3)), ("lam_diag_f", f, (4 * N,)), ("tmin_f", f, (n,)), ("tmax_f", f, (n,)), ("tau_tol_f", f, (n,)),
+        ("leg_j", i, (N, 4)), ("leg_v", i, (N, 4)),                                      # constants
+        ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
+        ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
+        ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
+        # leg kinematics (legged_wbc.model.LegBatch and the chain kernel's inputs and scratch)
+        ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, 4)),
+        ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, 4)), ("leg_dJ_p", f, (N, 3)),
+        ("leg_dJ_theta", f, (N,)), ("leg_v_p", f, (N, 3)), ("leg_work", f, (LEG_CHAIN_WORK,)),
+        ("chain_axes", f, (N, 4, 3)), ("chain_R_joint", f, (N, 4, 3, 3)), ("chain_p_joint", f, (N, 4, 3)),
+        ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
+    ]
+    scalars = [(k, f) for k in ("stand_up_start", "stand_up_duration", "stand_height", "gait_start",
+                                "velocity_ramp_end", "forward_velocity", "gait_start_time", "gait_stop_time",
+                                "gait_period", "swing_duration", "support_duration", "w_support", "w_swing",
+                                "w_pitch", "k_dtheta", "theta_ddot_max", "kp_swing_pitch", "kd_swing_pitch",
+                                "z_touchdown", "raibert_gain", "lift_height", "compensation_limit", "fz_max",
+                                "w_body", "slack_weight", "hessian_reg", "kp_b", "kd_b", "th_lo", "th_hi", "mu")]
+    scalars += [(k, b) for k in ("mode_none", "consistent", "recenter", "projection", "cbf_on")]
+    scalars += [("n_slack", i)]
+    return np.dtype([(k, t, sh) for k, t, sh in arrays] + scalars, align=True)
+
+
+@njit(cache=True)
+def model_stage(M_upper, h_in, q, v, legs, ws):
+    """``M`` (symmetrized), ``h`` and the base rotation ``R`` into the workspace ``ws`` (one record),
+    and with ``legs`` the leg kinematics from the chain constants (:func:`leg_chain_kinematics`)."""
+    w = ws[0]
+    if legs:
+        leg_chain_kinematics(q[7:], v[6:], w.leg_j, w.chain_axes, w.chain_R_joint, w.chain_p_joint, w.chain_R_foot,
+                             w.chain_p_foot, w.leg_p, w.leg_a, w.leg_acc, w.leg_J, w.leg_theta, w.leg_theta_dot,
+                             w.leg_J_w, w.leg_dJ_p, w.leg_dJ_theta, w.leg_v_p, w.leg_work)
+    symmetrize_mass(M_upper, h_in, w.M, w.h)
+    rotation_from_quat(q, w.R)
+
+
+@njit(cache=True)
+def build_stage(t, q, v, support, tau_ext, compensate, P, v_p, J, theta, theta_dot, dJ_p, dJ_theta, p0, swing_cycle,
+                sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, planned, ldp, ws):
+    """The cycle's QP: :func:`cycle_targets`, then (``ldp``) its least-distance form
+    :func:`ldp_direct` into the workspace; returns whether that was formed."""
+    w = ws[0]
+    cycle_targets(t, q, v, support, tau_ext, compensate, P, v_p, J, theta, theta_dot, dJ_p, dJ_theta, w.M, w.R, p0,
+                  w.gait_offset, w.gait_group, w.stance_p, w.theta_nom, w.gains, w.leg_j, w.leg_v,
+                  (w.stand_up_start, w.stand_up_duration, w.stand_height, w.gait_start, w.velocity_ramp_end,
+                   w.forward_velocity),
+                  (w.gait_start_time, w.gait_stop_time, w.gait_period, w.swing_duration),
+                  (w.w_support, w.w_swing, w.w_pitch, w.mode_none, w.consistent, w.k_dtheta, w.theta_ddot_max,
+                   w.recenter, w.kp_swing_pitch, w.kd_swing_pitch),
+                  (w.z_touchdown, w.raibert_gain, w.support_duration, w.swing_duration), (w.lift_height, w.projection),
+                  w.compensation_limit, swing_cycle, sw_start, sw_target, sw_v_start, sw_v_end, sw_duration, planned,
+                  w.ref_p, w.ref_v, w.ref_a, w.acc_body, w.e_rpy, w.phases, w.progress, w.cycles, w.W, w.b, w.tau_sw,
+                  w.tau_comp, w.tau_sw_total, w.swing_work, w.nvec_work)
+    if not ldp:
+        return False
+    return ldp_direct(w.M, w.h, J, P, w.W, w.b, w.acc_body, theta, theta_dot, dJ_theta, support, w.tau_sw_total,
+                      w.lam_diag_f, w.tmin_f, w.tmax_f, w.leg_j, w.leg_v,
+                      (w.w_body, w.n_slack, w.slack_weight, w.hessian_reg),
+                      (w.cbf_on, w.kp_b, w.kd_b, w.th_lo, w.th_hi), w.mu, w.fz_max, w.c, w.A, w.bu, w.bl, w.dinv,
+                      w.Rinv)
+
+
+@njit(cache=True)
+def ldp_solution_stage(y, x, J, P, support, cbf_act, ws):
+    """The QP's solution ``x`` from the least-distance solution ``y`` (:func:`qp_from_ldp`) and its
+    checks (:func:`check_direct`; torques into the workspace, binding CBF rows into ``cbf_act``)."""
+    w = ws[0]
+    qp_from_ldp(y, w.leg_v, w.dinv, w.Rinv, w.n_slack, x)
+    return check_direct(x, w.M, w.h, J, P, w.leg_j, w.leg_v, support, w.tau_sw_total, w.tmin_f, w.tmax_f,
+                        w.tau_tol_f, w.mu, w.fz_max, w.n_slack, w.bl, w.bu, w.cbf_on, w.tau_wbc, w.tau, cbf_act)
+
+
 # ---------------------------------------------------------------------------- checks
 @njit(cache=True)
 def all_finite(x):
@@ -633,6 +1102,16 @@ def all_finite(x):
         if not math.isfinite(x[k]):
             return False
     return True
+
+
+@njit(cache=True)
+def inputs_ok(q, v, tau_ext, t):
+    """The controller's input checks on well-formed vectors: ``q``, ``v``, ``tau_ext`` and ``t``
+    finite, the base quaternion ``q[3:7]`` unit within 2e-3 (as :meth:`WholeBodyController._check_input`)."""
+    if not (all_finite(q) and all_finite(v) and all_finite(tau_ext) and math.isfinite(t)):
+        return False
+    x, y, z, w = q[3], q[4], q[5], q[6]
+    return abs(x * x + y * y + z * z + w * w - 1.0) <= 2e-3
 
 
 @njit(cache=True)
@@ -784,9 +1263,31 @@ def warmup() -> None:
     cbf_active(b1, C, lo, up, x, 5 * N + n, np.zeros(N, dtype=np.bool_))
     start_swings(i1 + 1, i1, i1 - 1, P, -0.4, 0.5, 0.6, 0.4, R, f1(3), P, v_p, P.copy(), P.copy(), P.copy(), P.copy(),
                  f1(N), b1.copy())
+    sw_arrays = (P.copy(), P.copy(), P.copy(), P.copy(), f1(N) + 0.4, b1.copy())
+    p_cost, p_cbf = (1.0, 0, 1e6, 1e-9), (True, 1.0, 1.0, -0.3, 0.3)
+    cycle_targets(4.0, q, f1(nv), b1, f1(n), False, P, v_p, J, th, thd, dJp, dJt, M, R, f1(3), f1(N), i1, P.copy(),
+                  f1(N), np.ones((6, 3)), leg_cols, leg_v, (0.0, 2.0, 0.4, 3.0, 6.0, 0.1), (3.0, math.inf, 1.0, 0.4),
+                  (1.0, 0.05, 1.0, False, False, 10.0, 10.0, True, 100.0, 20.0), (-0.4, 0.5, 0.6, 0.4), (0.08, True),
+                  200.0, i1 - 1, *sw_arrays, rp.copy(), rv.copy(), ra.copy(), f1(6), f1(3), i1.copy(), f1(N), i1.copy(),
+                  W.copy(), b.copy(), f1(n), f1(n), f1(n), f1(SWING_WORK), f1(4))
+    qp_blocks(b1, P, J, th, thd, dJt, M, f1(nv), W, b, acc_body, f1(n), f1(4 * N), f1(n) - 1.0, f1(n) + 1.0, leg_cols,
+              leg_v, p_cost, p_cbf, 5000.0, (nv, 0, 5 * N, 5 * N + n), H, g, A_eq, b_eq, C, lo, up, f1(ne + ni))
+    inputs_ok(q, f1(nv), f1(n), 1.0)
+    check_solution(A_eq, b_eq, C, lo, up, x, M, f1(nv), J, leg_cols, nv, f1(n), f1(n), f1(n), f1(n), b1, 5 * N + n, True,
+                   f1(n), f1(n), np.zeros(N, dtype=np.bool_))
+    nz, m_a = 3 * N + nv, 6 + 4 * N + n + N
+    dinv, Rinv, ubl, ubu = f1(nz), np.zeros((N, 4, 4)), f1(3 * N + m_a), f1(3 * N + m_a)
+    ldp_direct(M, f1(nv), J + np.eye(4), P, W + 1.0, b, acc_body, th, thd, dJt, b1, f1(n), f1(4 * N) + 1.0, f1(n) - 1.0,
+               f1(n) + 1.0, leg_cols, leg_v, p_cost, p_cbf, 0.6, 5000.0, f1(nz), np.zeros((m_a, nz)), ubu, ubl, dinv,
+               Rinv)
+    qp_from_ldp(f1(nz), leg_v, dinv, Rinv, 0, x)
+    check_direct(x, M, f1(nv), J, P, leg_cols, leg_v, b1, f1(n), f1(n) - 1.0, f1(n) + 1.0, f1(n), 0.6, 5000.0, 0, ubl,
+                 ubu, True, f1(n), f1(n), np.zeros(N, dtype=np.bool_))
 
 
 KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, leg_chain_kinematics, body_reference, body_task, gait_state,
            task_targets, swing_torques, null_space_compensation, task_cost, floating_base_rows,
            normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
-           cbf_active, start_swings)
+           cbf_active, start_swings, cycle_targets, qp_blocks, check_solution, inputs_ok, ldp_direct, qp_from_ldp,
+           check_direct)
+STAGE_KERNELS = (model_stage, build_stage, ldp_solution_stage)   # compiled per workspace layout by the controller

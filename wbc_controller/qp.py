@@ -114,6 +114,56 @@ class DaqpBackend(Backend):
         return QpResult(np.array(x), flag == 1, f"daqp exitflag {flag}", int(info.get("iterations", 0)))
 
 
+_STATUS = {k: f"daqp exitflag {k}" for k in range(-10, 3)}
+
+
+class LdpProblem:
+    """A QP in least-distance form, as DAQP solves it: ``minimize 1/2 ||y||^2 + c^T y`` subject to
+    ``bl[:ms] <= y[:ms] <= bu[:ms]`` (simple bounds) and ``bl[ms:] <= A y <= bu[ms:]`` whose first
+    ``n_eq`` rows are equalities (their two bounds equal). Filled in place each cycle
+    (:func:`wbc_controller.kernels.ldp_from_qp`)."""
+
+    def __init__(self, n: int, ms: int, m_a: int, n_eq: int):
+        self.n, self.ms, self.m_a, self.n_eq = n, ms, m_a, n_eq
+        self.c = np.zeros(n)
+        self.A = np.zeros((m_a, n))
+        self.bu = np.full(ms + m_a, INF)
+        self.bl = np.full(ms + m_a, -INF)
+
+
+class DaqpLdpBackend:
+    """DAQP on an :class:`LdpProblem`: set up once with ``H = I`` (DAQP's LDP transform is then a
+    copy), updated with ``c``, ``A`` and the bounds every cycle. The workspace keeps the previous
+    solution's active set as the start of the next solve (DAQP re-factorizes it for the new rows)."""
+
+    name = "daqp-ldp"
+
+    def __init__(self, n: int, ms: int, m_a: int, n_eq: int, tol: float = 1e-6, max_iter: int = 200):
+        import daqp
+
+        self._daqp = daqp
+        self.n, self.ms, self.m_a, self.n_eq, self.tol, self.max_iter = n, ms, m_a, n_eq, tol, max_iter
+        self.model = None
+        self.sense = np.zeros(ms + m_a, dtype=np.int32)
+        self.sense[ms:ms + n_eq] = 5  # equality
+        self._eye = np.eye(n)
+
+    def solve(self, p: LdpProblem) -> QpResult:
+        if self.model is None:
+            self.model = self._daqp.Model()
+            self.model.settings = {"primal_tol": self.tol, "dual_tol": self.tol, "iter_limit": self.max_iter}
+            flag, _ = self.model.setup(self._eye, p.c, p.A, p.bu, p.bl, self.sense)
+            if flag < 0:   # e.g. contradictory bounds: no workspace, set up again next cycle
+                self.model = None
+                return QpResult(np.zeros(self.n), False, f"daqp exitflag {flag}", 0)
+        else:
+            flag = self.model.update(None, p.c, p.A, p.bu, p.bl)   # (H, f, A, bupper, blower): H stays I
+            if flag < 0:   # DAQP keeps the update pending and forms it again with the next one
+                return QpResult(np.zeros(self.n), False, f"daqp exitflag {flag}", 0)
+        y, _, flag, info = self.model.solve()
+        return QpResult(y, flag == 1, _STATUS.get(flag) or f"daqp exitflag {flag}", info["iterations"])
+
+
 class ProxqpBackend(Backend):
     """ProxQP dense with a persistent workspace, warm-started from the previous solution."""
 
