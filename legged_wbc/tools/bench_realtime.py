@@ -38,9 +38,9 @@ them (:func:`legged_wbc.tools.bag_metrics.run_metrics`), from
   outside subscriber to those changes what is measured. In the container a topic nobody outside
   subscribes to is not published on DDS at all; subscribed, the container publishes four more
   messages per tick on DDS (two of them, the controller's, before the command) and the bridge
-  computes the ground truth. Measured (20 s runs, alternating, load 4.4-6.4): the container's CPU
-  per tick 1175-1265 -> 1450-1631 us, command latency p50 651-723 -> 856-928 us. ``observe_walk``
-  (Python API) takes them anyway.
+  computes the ground truth. Measured (20 s runs, alternating, load 2.8-5.0): the container's CPU
+  per tick 1191-1207 -> 1446-1558 us, command latency p50 703-751 -> 826-843 us, p99 919-1054 ->
+  1340-1388 us. ``observe_walk`` (Python API) takes them anyway.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -98,8 +99,10 @@ def _cmdline(pid: int) -> list[str]:
 
 def process_name(pid: int, comm: str, root: str) -> str:
     """A readable name of a process of the launch: its ``comm`` (a console script's name, e.g.
-    ``bag_recorder``), or for a bare interpreter its ROS node name (``__node:=``), module (``-m``) or
-    script, else ``<root>-child`` (e.g. a ``multiprocessing`` child of the launched node ``root``)."""
+    ``bag_recorder``, or what the process set with ``prctl(PR_SET_NAME)``), or for a bare interpreter
+    its ROS node name (``__node:=``), module (``-m``), script, the module of ``-c "from M import ..."``
+    (``resource_tracker``), else ``<root>-child`` (e.g. a ``multiprocessing`` child of the launched node
+    ``root``: its cmdline does not name it)."""
     if not comm.startswith(_PYTHON_NAMES):
         return comm
     args = _cmdline(pid)
@@ -110,7 +113,9 @@ def process_name(pid: int, comm: str, root: str) -> str:
         if a == "-m" and i + 1 < len(args):
             return args[i + 1].rsplit(".", 1)[-1]
         if a == "-c":
-            break
+            m = re.search(r"from\s+([\w.]+)\s+import", args[i + 1] if i + 1 < len(args) else "")
+            module = m.group(1).rsplit(".", 1)[-1] if m else ""
+            return module if module and module != "spawn" else f"{root}-child"
         if not a.startswith("-"):
             return Path(a).name
     return f"{root}-child"
@@ -119,7 +124,8 @@ def process_name(pid: int, comm: str, root: str) -> str:
 class ProcessTree:
     """The processes of a launch: ``roots()`` -> ``{name: pid}`` (the launcher's nodes) and all their
     descendants (found by scanning ``/proc`` in :meth:`refresh`). A process is keyed by
-    ``(pid, start time)``, so a reused pid is a new process; names are unique (``name#2`` ...)."""
+    ``(pid, start time)``, so a reused pid is a new process; ``names`` maps it to its
+    :func:`process_name` (not unique: :func:`unique_names`)."""
 
     def __init__(self, roots):
         self.roots = roots
@@ -146,18 +152,10 @@ class ProcessTree:
             found.extend((c, None, found[i][2]) for c in children.get(found[i][0], []))
             i += 1
         with self.lock:
-            used = set(self.names.values())
             for pid, name, root in found:
                 key = (pid, stats[pid][2])
-                if key in self.names:
-                    continue
-                base = name or process_name(pid, stats[pid][3], root)
-                name, n = base, 1
-                while name in used:
-                    n += 1
-                    name = f"{base}#{n}"
-                self.names[key] = name
-                used.add(name)
+                if key not in self.names:
+                    self.names[key] = name or process_name(pid, stats[pid][3], root)
 
     def sample(self) -> dict[tuple[int, int], float]:
         """CPU seconds of every known process still alive."""
@@ -169,6 +167,16 @@ class ProcessTree:
             if st is not None and st[2] == key[1]:
                 out[key] = st[1]
         return out
+
+
+def unique_names(names: dict) -> dict:
+    """``{key: name}`` with repeated names numbered in key order (``name``, ``name#2``, ...)."""
+    out, seen = {}, {}
+    for key in sorted(names):
+        base = names[key]
+        seen[base] = seen.get(base, 0) + 1
+        out[key] = base if seen[base] == 1 else f"{base}#{seen[base]}"
+    return out
 
 
 class CpuSampler:
@@ -314,8 +322,8 @@ def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag:
         out["walk_metrics_unavailable"] = (
             "not measured without --record: they come from the 500 Hz topics " + ", ".join(TICK_TOPICS) +
             ", which the container publishes outside only for a subscriber there; taking them from the "
-            "bench costs the control process about a quarter more CPU per tick and adds ~200 us of "
-            "command latency (docs/realtime.md), so the bench does not")
+            "bench costs the control process about a quarter more CPU per tick and ~100 us more command "
+            "latency at the median, ~350 us at p99 (docs/realtime.md), so the bench does not")
     return out
 
 
@@ -329,10 +337,10 @@ def _window_cpu(diag_samples, tree: ProcessTree, sampler: CpuSampler) -> dict:
     wall = w1 - w0
     if ticks <= 0 or wall <= 0:
         raise BenchError(f"empty walking window ({ticks} ticks in {wall:.3f} s)")
+    alive = {key: name for key, name in tree.names.items()   # not e.g. a start-up helper gone before
+             if key in c0 or key in c1 or sampler.seen_between(key, w0, w1)}
     per_tick, util, cpu_s, pids = {}, {}, {}, {}
-    for key, name in sorted(tree.names.items(), key=lambda kv: kv[1]):
-        if key not in c0 and key not in c1 and not sampler.seen_between(key, w0, w1):
-            continue                           # not alive in the window (e.g. a start-up helper)
+    for key, name in sorted(unique_names(alive).items(), key=lambda kv: kv[1]):
         # a process gone before a reading counts with its last periodic sample; one born in the window from 0
         end = c1.get(key)
         if end is None:
