@@ -100,6 +100,11 @@ class CommandQueue:
     def __init__(self, maxlen: int = 64):
         self._q: deque = deque(maxlen=maxlen)
         self.current = None
+        self.current_tick = -(1 << 62)
+
+    def answered(self, tick: int) -> bool:
+        """Whether a command answering ``tick`` (or a later tick) has arrived."""
+        return (bool(self._q) and self._q[-1][0] >= tick) or self.current_tick >= tick
 
     def push(self, tick: int, cmd) -> None:
         """A command that answers ``tick`` (commands come in non-decreasing ticks: older ones are
@@ -110,7 +115,7 @@ class CommandQueue:
         """The newest command answering a tick ``<= max_tick`` (else the one applied before, or None)."""
         q = self._q
         while q and q[0][0] <= max_tick:
-            self.current = q.popleft()[1]
+            self.current_tick, self.current = q.popleft()
         return self.current
 
     def newest(self):

@@ -570,3 +570,28 @@ def test_node_live_parameters_reach_the_scheduler_and_the_publishers():
             node.destroy_node()
     finally:
         rclpy.shutdown()
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_realtime_intermediate_steps_run_once_their_command_is_there(early):
+    """early_intermediate_steps: the step after a tick sample (it applies the tick's command and publishes
+    only an intermediate sample) runs as soon as the command is there (in the container: right after the
+    chain); the tick samples keep their 1 ms slots, so the physics never runs ahead by more than a step.
+    Without it every step waits for its slot. The physics is the same either way."""
+    runs = {}
+    for e in (early, not early):
+        r = SyncChainRig(cost=lambda k: 3e-4, duration=0.02, early_intermediate_steps=e)
+        r.run()
+        runs[e] = r
+    r = runs[early]
+    walls, wall0 = r.step_walls(), r.step_walls()[0]
+    slots = [wall0 + s * 1e-3 for s in range(len(walls))]
+    for s, w in enumerate(walls):
+        if s % SPT == 1:                                  # publishes a tick sample: in its slot
+            assert w == pytest.approx(slots[s], abs=1e-9)
+        elif early and s >= 2:                            # right after the previous tick's chain
+            assert w == pytest.approx(slots[s - 1] + 3e-4, abs=1e-9) and w < slots[s]
+        else:
+            assert w >= slots[s] - 1e-9
+    assert np.array_equal(r.taus(), runs[not early].taus())
+    assert r.sched.counters["deadline_misses"] == 0
