@@ -59,6 +59,7 @@ class StateConverter:
         self.pin_to_mj = joint_permutation(self.pin_joint_names, mj_joint_names)
         # ctrl[k] = tau_pin[pin_to_act[k]]
         self.pin_to_act = joint_permutation(self.pin_joint_names, mj_actuator_joints)
+        self.act_to_pin = np.argsort(self.pin_to_act)   # tau_pin[j] = actuator_force[act_to_pin[j]]
 
     # ---------------------------------------------------------------- configuration / velocity
     def q_from_mj(self, qpos: np.ndarray) -> np.ndarray:

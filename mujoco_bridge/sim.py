@@ -164,7 +164,7 @@ class MujocoSim:
             dqj += self._rng.normal(0.0, self.noise.joint_velocity, dqj.shape) if self.noise.joint_velocity else 0.0
             gyro += self._rng.normal(0.0, self.noise.gyro, 3) if self.noise.gyro else 0.0
             acc += self._rng.normal(0.0, self.noise.accel, 3) if self.noise.accel else 0.0
-        effort = d.actuator_force.copy()[np.argsort(conv.pin_to_act)]
+        effort = d.actuator_force[conv.act_to_pin]
         return SensorFrame(t=float(d.time), joint_pos=qj, joint_vel=dqj, joint_effort=effort,
                            imu_quat_xyzw=quat / np.linalg.norm(quat), imu_gyro=gyro, imu_accel=acc)
 

@@ -207,6 +207,18 @@ class ShmBagSink:
         self.ring.release()
 
 
+def open_sink(path: Path, cfg, describe, log=None):
+    """The bag the recorder node writes to: a :class:`ShmBagSink` (``cfg.writer_process``: the
+    container) or a :class:`~legged_wbc.ros.bag_writer.BagWriter` in the node's own process (``cfg``:
+    :class:`~legged_wbc.ros.bag_writer.RecorderConfig`). Raises ``FileExistsError`` (the bag exists) or
+    :class:`RecorderProcessError`."""
+    if cfg.writer_process:
+        return ShmBagSink(path, cfg.storage, cfg.custom_data, int(cfg.ring_mb * 2**20), describe=describe, log=log)
+    from legged_wbc.ros.bag_writer import BagWriter
+
+    return BagWriter(path, cfg.storage, cfg.custom_data, describe=describe)
+
+
 # ------------------------------------------------------------------------------------ recorder process
 def _parent_alive(pid: int) -> bool:
     if os.getppid() != pid:

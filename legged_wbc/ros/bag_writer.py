@@ -202,6 +202,38 @@ def _has_mcap_internals(writer) -> bool:
             and all(hasattr(writer, a) for a in ("counts", "min_timestamp", "max_timestamp")))
 
 
+class BagStamps:
+    """The recorder's time stamps: the receive time on the node's clock (``now``), or, with sim time,
+    never before the newest recorded ``/clock`` (it is usually taken before the TimeSource's
+    best-effort copy, so the samples published right after a clock tick get that tick's time)."""
+
+    def __init__(self, sim_time: bool):
+        self.sim_time = sim_time
+        self.clock_ns = 0
+
+    def _stamp(self, topic: str, now: int, clock_ns) -> int:
+        if not self.sim_time:
+            return now
+        if topic == "/clock" and clock_ns is not None:
+            self.clock_ns = max(self.clock_ns, clock_ns)
+        return max(now, self.clock_ns)
+
+    def of_bytes(self, topic: str, data: bytes, now: int) -> int:
+        clock = None
+        if topic == "/clock" and len(data) >= 12 and data[1] == 1:   # CDR little-endian Clock
+            sec, nsec = struct.unpack_from("<iI", data, 4)
+            clock = sec * 1_000_000_000 + nsec
+        return self._stamp(topic, now, clock)
+
+    def of_message(self, topic: str, msg, now: int) -> int:
+        clk = getattr(msg, "clock", None) if topic == "/clock" else None
+        return self._stamp(topic, now, None if clk is None else clk.sec * 1_000_000_000 + clk.nanosec)
+
+    def of_value(self, topic: str, value, now: int) -> int:
+        """An adapted value (``/clock``'s is its time [ns])."""
+        return self._stamp(topic, now, int(value) if topic == "/clock" else None)
+
+
 def default_output() -> str:
     return datetime.now().strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
 

@@ -15,11 +15,9 @@ writes them unchanged (CDR) with ``rosbags.rosbag2.Writer`` (rosbag2 format vers
   best-effort; transient-local if all publishers are, so latched data is recorded). A topic's
   ``offered_qos_profiles`` in the bag are the publishers' profiles, read from the graph when the
   topic's first message arrives.
-* Message definitions and type hashes: :mod:`legged_wbc.ros.bag_writer` (which also writes the bag).
-* Time stamps: receive time on the node's clock, i.e. sim time (``/clock``) when the node runs with
-  ``use_sim_time: true`` (the launch file sets it), wall time otherwise. With sim time, a recorded
-  ``/clock`` message also advances the recorder's time at once (it is subscribed first, so the
-  samples published right after a clock tick get that tick's time rather than the previous one).
+* Message definitions, type hashes, time stamps (:class:`~legged_wbc.ros.bag_writer.BagStamps`):
+  :mod:`legged_wbc.ros.bag_writer`; in a container the bag is written by a process of its own
+  (:mod:`legged_wbc.ros.bag_process`).
 * Stopping: on SIGINT/SIGTERM, or when a node named in ``stop_when_gone`` (seen once) leaves the
   graph, the recorder first drains every message already received (until ``drain_time`` passes
   without a new one), then closes the bag, which writes the MCAP summary / commits sqlite and
@@ -32,13 +30,13 @@ Parameters: see :class:`~legged_wbc.ros.bag_writer.RecorderConfig` and ``config/
 from __future__ import annotations
 
 import signal
-import struct
 import sys
 import time
 from pathlib import Path
 
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.bag_writer import (BagWriter, RecorderConfig, StartupGate, default_output, describe_publishers,
+from legged_wbc.ros.bag_process import RecorderProcessError, open_sink
+from legged_wbc.ros.bag_writer import (BagStamps, RecorderConfig, StartupGate, default_output, describe_publishers,
                                        message_class)
 from legged_wbc.ros.intra_process import AdaptedValue
 from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
@@ -57,19 +55,10 @@ def _make_node_class():
             P = self.params
             self.discovery_timer = None   # start_discovery_timer(): discovery + peer checks on a timer
             out = Path(P["output"] or default_output()).expanduser()
-            describe = lambda t: describe_publishers(self.get_publishers_info_by_topic(t))  # noqa: E731
             try:
-                if P["writer_process"]:
-                    from legged_wbc.ros.bag_process import RecorderProcessError, ShmBagSink
-
-                    try:
-                        self.bag = ShmBagSink(out, P["storage"], P["custom_data"], int(P["ring_mb"] * 2**20),
-                                              describe=describe, log=self.get_logger().warning)
-                    except RecorderProcessError as exc:
-                        raise ParameterSchemaError(str(exc)) from None
-                else:
-                    self.bag = BagWriter(out, P["storage"], P["custom_data"], describe=describe)
-            except FileExistsError as exc:
+                self.bag = open_sink(out, P.config, lambda t: describe_publishers(self.get_publishers_info_by_topic(t)),
+                                     log=self.get_logger().warning)
+            except (FileExistsError, RecorderProcessError) as exc:
                 raise ParameterSchemaError(str(exc)) from None
             self._tap = getattr(self.bag, "write_message", None)   # message objects in-process
             self.path = out
@@ -84,8 +73,7 @@ def _make_node_class():
             self.closed = False
             self._qos_depth = int(P["qos_depth"])
             self._clock_topic_stamps = P["stamp_source"] == "clock_topic"
-            self._sim_time = bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps
-            self._clock_ns = 0
+            self.stamps = BagStamps(bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps)
             self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
             self.gate = StartupGate(self.wanted, P["hold_topics"], P["hold_timeout"])
             for name in self.gate.first:
@@ -93,11 +81,9 @@ def _make_node_class():
             self.get_logger().info(f"recording to {out} ({P['storage']}), "
                                    f"{'all topics' if not self.wanted else sorted(self.wanted)}"
                                    f"{' + all discovered' if self.wanted and P['record_all'] else ''}, "
-                                   f"stamps: {'sim time' if self._sim_time else 'wall time'}")
+                                   f"stamps: {'sim time' if self.stamps.sim_time else 'wall time'}")
 
-        @property
-        def config(self) -> RecorderConfig:
-            return self.params.config
+        config = property(lambda self: self.params.config)   # the RecorderConfig
 
         def _on_config(self, cfg: RecorderConfig, changed: list) -> None:
             if "discovery_period" in changed and self.discovery_timer is not None:
@@ -174,51 +160,35 @@ def _make_node_class():
 
         def check_peers(self) -> None:
             watch = self.config.stop_when_gone
-            if not watch:
-                return
-            names = set(self.get_node_names())
-            for peer in watch:
-                if peer in names:
-                    self.seen_peers.add(peer)
-                elif peer in self.seen_peers and self.stop_reason is None:
-                    self.stop_reason = f"node {peer} left the graph"
+            names = set(self.get_node_names()) if watch else set()
+            self.seen_peers |= names & set(watch)
+            gone = [p for p in watch if p in self.seen_peers and p not in names]
+            if gone and self.stop_reason is None:
+                self.stop_reason = f"node {gone[0]} left the graph"
 
         # ---------------------------------------------------------------- writing
         def _on_message(self, topic: str, data: bytes) -> None:
-            if self.closed:
-                return
-            t = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
-            if self._sim_time:
-                if topic == "/clock" and len(data) >= 12 and data[1] == 1:  # CDR little-endian Clock
-                    sec, nsec = struct.unpack_from("<iI", data, 4)
-                    self._clock_ns = max(self._clock_ns, sec * 1_000_000_000 + nsec)
-                # the recorded /clock is usually taken before the TimeSource's best-effort copy
-                t = max(t, self._clock_ns)
-            self.bag.write(topic, t, data)
-            self.last_rx = time.monotonic()
+            if not self.closed:
+                now = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
+                self.bag.write(topic, self.stamps.of_bytes(topic, data, now), data)
+                self.last_rx = time.monotonic()
 
         def _on_local_message(self, topic: str, item) -> None:
             """An in-process message object or adapted value (container): handed to the recorder
             process, not serialized."""
             if self.closed:
                 return
-            adapted = isinstance(item, AdaptedValue)
-            if self._sim_time and topic == "/clock":
-                clock_ns = item.value if adapted else ros_io.stamp_ns(item.clock)
-                self._clock_ns = max(self._clock_ns, clock_ns)
-            t = self._clock_ns if self._clock_topic_stamps else max(self.get_clock().now().nanoseconds,
-                                                                    self._clock_ns if self._sim_time else 0)
-            if adapted:
-                self.bag.write_value(topic, t, item.value, item.adapter)
+            now = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
+            if isinstance(item, AdaptedValue):
+                self.bag.write_value(topic, self.stamps.of_value(topic, item.value, now), item.value, item.adapter)
             else:
-                self._tap(topic, t, item)
+                self._tap(topic, self.stamps.of_message(topic, item, now), item)
             self.last_rx = time.monotonic()
 
         def close(self) -> None:
             if self.closed:
                 return
-            self.closed = True
-            dropped = self.bag.close() or 0
+            self.closed, dropped = True, self.bag.close() or 0
             total = sum(self.counts.values())
             per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
             where = " by the recorder process" if self._tap is not None else ""
