@@ -228,8 +228,9 @@ def measure_startup(scenario: str = "paper") -> dict:
 def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper", startup: bool = True) -> dict:
     """Closed-loop walking on ``scenario`` (gait start to gait start + ``seconds``; the disturbance
     window opens in the middle of it), every control tick timed [us]: the loop's estimator update,
-    the controller's stages (input check, model = Pinocchio + leg kinematics, QP build, QP solve,
-    residual check + torque + diagnostics), the controller call and estimator + controller. The
+    the controller's stages (input check, model = Pinocchio + leg kinematics, QP build, QP solve
+    (with DAQP: including the solution's residual check and torque), check + torque (acceptance and
+    diagnostics)), the controller call and estimator + controller. The
     reference implementation (``impl="reference"`` estimator when it has one, and controller) runs
     as a shadow on the same samples and states in the same run, timed the same way;
     ``max_torque_diff_rel = max_ticks |tau - tau_ref|_inf / max(1, |tau_ref|_inf)``."""

@@ -468,7 +468,8 @@ class WholeBodyController:
         self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
         self._nq, self._f8, self._b1 = rm.nq, np.dtype(np.float64), np.dtype(np.bool_)
         self._cbf_act = np.zeros(N, dtype=bool)
-        # stage times of the last cycle [us]: input check, model, QP build, QP solve, check + torque
+        # stage times of the last cycle [us]: input check, model, QP build, QP solve (with the least-
+        # distance form: including the solution's residual check and torque), check + torque
         self.stage_us = {k: 0.0 for k in STAGES}
         self._init_ldp()
         self._fill_config_blocks_fast()

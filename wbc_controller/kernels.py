@@ -1213,81 +1213,40 @@ def start_swings(phases, cycles, swing_cycle, stance_p, z_touchdown, raibert_gai
 
 
 def warmup() -> None:
-    """Compile (or load from the cache) every kernel with the controller's argument types."""
+    """Compile (or load from the cache) the kernels the controller calls with plain arrays: the
+    Pinocchio-pass leg kinematics, the stacked QP's blocks and checks (``set_config``, the path
+    without the least-distance form, ``ctl.problem``), the input check. The kernels of the cycle's
+    stages are compiled with the stages (:data:`STAGE_KERNELS`, for the controller's workspace by
+    ``WholeBodyController._compile_stages``)."""
     N, n = 2, 8
     nv, nx, ne, ni = n + 6, n + 6 + 8, 6 + N, 5 * N + n + N
     f1 = lambda k: np.zeros(k)  # noqa: E731
     leg_cols = np.arange(8, dtype=np.int64).reshape(N, 4)
     leg_v = leg_cols + 6
     b1 = np.ones(N, dtype=np.bool_)
-    i1 = np.zeros(N, dtype=np.int64)
     M = np.eye(nv)
-    symmetrize_mass(np.eye(nv), f1(nv), np.zeros((nv, nv)), f1(nv))  # pin.crba returns a C-ordered copy
     q = np.zeros(n + 7)
     q[6] = 1.0
-    R = np.zeros((3, 3))
-    rotation_from_quat(q, R)
     J = np.zeros((N, 4, 4))
     P, A3, v_p, dJp = (np.zeros((N, 3)) for _ in range(4))
     A3[:, 0] = 1.0
     th, thd, dJt = f1(N), f1(N), f1(N)
     J_world = np.asfortranarray(np.ones((6, n)))  # Pinocchio's data.J: F order
     leg_kinematics(J_world, leg_cols, P, A3, np.zeros((N, 6)), f1(n), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt, v_p)
-    leg_chain_kinematics(f1(n), f1(n), leg_cols, np.zeros((N, 4, 3)), np.zeros((N, 4, 3, 3)), np.zeros((N, 4, 3)),
-                         np.zeros((N, 3, 3)), P.copy(), P, A3, np.zeros((N, 6)), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt,
-                         v_p, f1(LEG_CHAIN_WORK))
-    rp, rv, ra = f1(3), f1(3), f1(3)
-    body_reference(1.0, f1(3), 0.0, 2.0, 0.4, 3.0, 6.0, 0.1, rp, rv, ra)
     acc_body = f1(6)
-    body_task(rp, rv, ra, q, R, f1(nv), f1(3), f1(3), f1(3), f1(3), acc_body, f1(3))
-    gait_state(4.0, 3.0, math.inf, 1.0, 0.4, f1(N), i1, i1.copy(), f1(N), i1.copy())
     W, b = np.zeros((N, 4)), np.zeros((N, 4))
-    task_targets(b1, P, v_p, th, thd, dJp, dJt, acc_body, f1(3), f1(N), 1.0, 0.05, 1.0, False, True, 10.0, 10.0,
-                 True, 100.0, 20.0, W, b)
-    tau = f1(n)
-    swing_torques(~b1, i1 + 1, f1(N) + 0.5, b1.copy(), P, P + 0.1, P, P, f1(N) + 0.4, 0.08, P, v_p, J + np.eye(4),
-                  M, leg_v, leg_cols, f1(3), f1(3), True, b, tau, f1(SWING_WORK))
-    null_space_compensation(b1, J, leg_cols, f1(n), 200.0, tau, f1(4))
     H, g = np.zeros((nx, nx)), f1(nx)
-    task_cost(J, W, b, acc_body, 1.0, f1(4 * N), 0, 1e6, 1e-9, leg_v, nv, H, g)
     A_eq, b_eq, C, lo, up = np.zeros((ne, nx)), f1(ne), np.zeros((ni, nx)), f1(ni), f1(ni)
     friction_rows(N, nv, 0, 0.6, A_eq, C, lo, up)
-    floating_base_rows(M, f1(nv), P, nv, A_eq, b_eq)
-    normal_force_bounds(b1, 5000.0, 0, up)
-    torque_rows(M, f1(nv), J, leg_cols, nv, 5 * N, f1(n), f1(n), f1(n), C, lo, up)
-    cbf_rows(b1, J, th, thd, dJt, leg_v, 5 * N + n, True, 1.0, 1.0, -0.3, 0.3, C, lo, up)
     x = f1(nx)
     all_finite(x)
-    residuals(A_eq, b_eq, C, lo, up, x)
-    command_torque(M, f1(nv), J, leg_cols, x, nv, f1(n), f1(n), f1(n), f1(n), f1(n), f1(n))
-    cbf_active(b1, C, lo, up, x, 5 * N + n, np.zeros(N, dtype=np.bool_))
-    start_swings(i1 + 1, i1, i1 - 1, P, -0.4, 0.5, 0.6, 0.4, R, f1(3), P, v_p, P.copy(), P.copy(), P.copy(), P.copy(),
-                 f1(N), b1.copy())
-    sw_arrays = (P.copy(), P.copy(), P.copy(), P.copy(), f1(N) + 0.4, b1.copy())
     p_cost, p_cbf = (1.0, 0, 1e6, 1e-9), (True, 1.0, 1.0, -0.3, 0.3)
-    cycle_targets(4.0, q, f1(nv), b1, f1(n), False, P, v_p, J, th, thd, dJp, dJt, M, R, f1(3), f1(N), i1, P.copy(),
-                  f1(N), np.ones((6, 3)), leg_cols, leg_v, (0.0, 2.0, 0.4, 3.0, 6.0, 0.1), (3.0, math.inf, 1.0, 0.4),
-                  (1.0, 0.05, 1.0, False, False, 10.0, 10.0, True, 100.0, 20.0), (-0.4, 0.5, 0.6, 0.4), (0.08, True),
-                  200.0, i1 - 1, *sw_arrays, rp.copy(), rv.copy(), ra.copy(), f1(6), f1(3), i1.copy(), f1(N), i1.copy(),
-                  W.copy(), b.copy(), f1(n), f1(n), f1(n), f1(SWING_WORK), f1(4))
     qp_blocks(b1, P, J, th, thd, dJt, M, f1(nv), W, b, acc_body, f1(n), f1(4 * N), f1(n) - 1.0, f1(n) + 1.0, leg_cols,
               leg_v, p_cost, p_cbf, 5000.0, (nv, 0, 5 * N, 5 * N + n), H, g, A_eq, b_eq, C, lo, up, f1(ne + ni))
     inputs_ok(q, f1(nv), f1(n), 1.0)
-    check_solution(A_eq, b_eq, C, lo, up, x, M, f1(nv), J, leg_cols, nv, f1(n), f1(n), f1(n), f1(n), b1, 5 * N + n, True,
-                   f1(n), f1(n), np.zeros(N, dtype=np.bool_))
-    nz, m_a = 3 * N + nv, 6 + 4 * N + n + N
-    dinv, Rinv, ubl, ubu = f1(nz), np.zeros((N, 4, 4)), f1(3 * N + m_a), f1(3 * N + m_a)
-    ldp_direct(M, f1(nv), J + np.eye(4), P, W + 1.0, b, acc_body, th, thd, dJt, b1, f1(n), f1(4 * N) + 1.0, f1(n) - 1.0,
-               f1(n) + 1.0, leg_cols, leg_v, p_cost, p_cbf, 0.6, 5000.0, f1(nz), np.zeros((m_a, nz)), ubu, ubl, dinv,
-               Rinv)
-    qp_from_ldp(f1(nz), leg_v, dinv, Rinv, 0, x)
-    check_direct(x, M, f1(nv), J, P, leg_cols, leg_v, b1, f1(n), f1(n) - 1.0, f1(n) + 1.0, f1(n), 0.6, 5000.0, 0, ubl,
-                 ubu, True, f1(n), f1(n), np.zeros(N, dtype=np.bool_))
+    check_solution(A_eq, b_eq, C, lo, up, x, M, f1(nv), J, leg_cols, nv, f1(n), f1(n), f1(n), f1(n), b1, 5 * N + n,
+                   True, f1(n), f1(n), np.zeros(N, dtype=np.bool_))
 
 
-KERNELS = (symmetrize_mass, rotation_from_quat, leg_kinematics, leg_chain_kinematics, body_reference, body_task, gait_state,
-           task_targets, swing_torques, null_space_compensation, task_cost, floating_base_rows,
-           normal_force_bounds, torque_rows, cbf_rows, friction_rows, all_finite, residuals, command_torque,
-           cbf_active, start_swings, cycle_targets, qp_blocks, check_solution, inputs_ok, ldp_direct, qp_from_ldp,
-           check_direct)
+KERNELS = (leg_kinematics, friction_rows, all_finite, qp_blocks, check_solution, inputs_ok)   # see warmup
 STAGE_KERNELS = (model_stage, build_stage, ldp_solution_stage)   # compiled per workspace layout by the controller
