@@ -36,7 +36,7 @@ from pathlib import Path
 from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
 
 KIND_DATA, KIND_RAW, KIND_TOPIC = 0, 1, 2
-POLL_S = 0.002          # recorder process: sleep when the ring is empty [s]
+POLL_S = 0.02           # recorder process: sleep when the ring is empty [s] (the ring holds ~20 s; fewer wake-ups)
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
 COMMIT_RECORDS = 256    # publish to the recorder process at the latest after this many records (else at flush())
 
