@@ -74,10 +74,17 @@ def announced() -> bool:
 
 
 def warm_all() -> None:
-    """Import every module of :data:`KERNEL_MODULES` and run its warm-up: afterwards every kernel
-    is in numba's cache for this CPU (compiled now if it was not)."""
+    """Import every module of :data:`KERNEL_MODULES` and run its warm-up, then a few ticks of the
+    default robot's headless walk (the controller's stage kernels are compiled for its workspace's
+    record type when a controller is built, which no module warm-up can know): afterwards the
+    stack's kernels are in numba's cache for this CPU (compiled now if they were not)."""
     for name, fn in KERNEL_MODULES.items():
         getattr(importlib.import_module(name), fn)()
+    from legged_wbc.closed_loop import ClosedLoop
+    from legged_wbc.scenario import load_scenario
+
+    for mode in ("cbf", "damping"):
+        ClosedLoop(load_scenario("paper"), mode).run(0.02, stop_on_fall=False)
 
 
 def main() -> int:
