@@ -292,3 +292,23 @@ def test_fast_mcap_write_gives_the_bytes_rosbags_writes(tmp_path):
         files.append(next((tmp_path / f"{fast}" / "bag").glob("*.mcap")).read_bytes())
     assert len(files[0]) > 3 * 2**20            # several chunks
     assert files[0] == files[1]
+
+
+def test_a_message_no_layout_fits_is_recorded_serialized_and_said_once(tmp_path, monkeypatch):
+    from legged_wbc.ros import cdr_layout
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    def refuse(msg, check=True):
+        raise cdr_layout.LayoutError("no fixed layout for this type")
+
+    monkeypatch.setattr(cdr_layout.MessageLayout, "from_message", staticmethod(refuse))
+    said: list[str] = []
+    sink = ShmBagSink(tmp_path / "bag", "mcap", "", ring_bytes=1 << 20, log=said.append)
+    sink.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+    msgs = [ros_io.joint_state_msg(k * 1000, NAMES, np.full(18, k), np.zeros(18), np.zeros(18)) for k in range(50)]
+    for k, m in enumerate(msgs):
+        sink.write_message("/joint_states", k * 1000, m)
+    assert sink.close() == 0
+    assert len(said) == 1 and "recording it serialized" in said[0]
+    got = _read_mcap_independently(tmp_path / "bag")["/joint_states"]
+    assert [m.position[0] for m in got] == list(range(50))

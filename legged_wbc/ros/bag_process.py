@@ -65,6 +65,7 @@ class ShmBagSink:
         self._layouts: dict[str, object] = {}
         self._unpublished = 0                   # records put since the last commit
         self._value_ok: dict[str, bool] = {}    # adapted topics whose payload was checked against the message
+        self._serialized: set[str] = set()      # topics no fixed layout fits: recorded serialized
         self._lock = threading.Lock()
         self.closed = False
         ctx = mp.get_context("spawn")     # never fork a process that runs DDS threads
@@ -118,9 +119,13 @@ class ShmBagSink:
             payload = layout.pack(msg) if layout is not None else None
             if payload is None:               # first message, or its shape changed: a new layout
                 try:
+                    if topic in self._serialized:
+                        raise LayoutError("")
                     layout = MessageLayout.from_message(msg)
                 except LayoutError as exc:
-                    self.log(f"{topic}: {exc}; recording it serialized")
+                    if topic not in self._serialized:  # said once; the topic stays serialized
+                        self._serialized.add(topic)
+                        self.log(f"{topic}: {exc}; recording it serialized")
                     from rclpy.serialization import serialize_message
 
                     self._lock.release()
