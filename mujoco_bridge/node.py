@@ -109,6 +109,7 @@ def _make_node_class():
         disturbance_fn = property(lambda self: self.physics.disturbance_fn,
                                   lambda self, fn: setattr(self.physics, "disturbance_fn", fn))
         after_sample = None   # hook called after each sample is published (the container: the recorder's copies)
+        _last_step = -1       # the step of the last sample published
 
         def _on_config(self, cfg: BridgeConfig, changed) -> None:
             self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
@@ -154,6 +155,7 @@ def _make_node_class():
             """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: the sensors
             ROS time now). Message objects are reused; topics nobody subscribes to are skipped."""
             t_ns = step * PHYSICS_DT_NS
+            repeat, self._last_step = step == self._last_step, step   # re-published (start-up): control inputs only
             sensor_ns = self.get_clock().now().nanoseconds if self.wall_stamps else t_ns
             if self.untimed:
                 self.sched.note_sample(sensor_ns, step)   # untimed answers name it
@@ -163,7 +165,7 @@ def _make_node_class():
             self.pub_js.publish_value(adapters.JointSample(sensor_ns, self.joint_names, s.joint_pos, s.joint_vel,
                                                            s.joint_effort))
             self.pub_imu.publish_value(adapters.ImuSample(sensor_ns, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel))
-            if step % self.cfg.ground_truth_decimation == 0:
+            if step % self.cfg.ground_truth_decimation == 0 and not repeat:
                 if ros_io.has_subscribers(self.pub_odom):
                     q, v = self.sim.ground_truth()
                     self.pub_odom.publish_value(adapters.OdomSample(t_ns, q[:7], v[:6]))
