@@ -55,7 +55,7 @@ class BridgeConfig:
     early_intermediate_steps: bool = param(True, desc="realtime mode: a physics step whose sample falls between "
                                            "control ticks runs as soon as the command it applies is there instead "
                                            "of in its own 1 ms slot (tick samples keep their slots: one wake-up per "
-                                           "tick instead of two, ~200 us of CPU a tick on our VMs)", live=False)
+                                           "tick instead of two, ~100-200 us of CPU a tick on our VMs)", live=False)
     ground_truth_decimation: int = param(2, 1, 1000, "publish /ground_truth/* and /disturbance every N physics "
                                          "steps")
     diagnostics_period: float = param(0.1, 0.001, 3600.0, "period of /bridge/diagnostics", unit="s sim")

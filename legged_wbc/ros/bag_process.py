@@ -97,16 +97,18 @@ class ShmBagSink:
     def write(self, topic: str, t_ns: int, data: bytes) -> None:
         """A serialized (CDR) message of ``topic``."""
         with self._lock:
-            if self.closed:
+            if not self.closed:
+                self._write_raw(topic, t_ns, data)
+                self.ring.commit()            # from DDS (the executor thread): no batch to wait for
+
+    def _write_raw(self, topic: str, t_ns: int, data: bytes) -> None:
+        if self._layouts.get(topic, 0) is not None:   # first message, or the topic was packed before
+            if not self._topic_record(topic, None):
+                self.ring.note_dropped()
                 return
-            if self._layouts.get(topic, 0) is not None:   # first message, or the topic was packed before
-                if not self._topic_record(topic, None):
-                    self.ring.note_dropped()
-                    return
-                self._layouts[topic] = None
-            if self.ring.put(KIND_RAW, self._ids[topic], t_ns, data):
-                self.counts[topic] += 1
-            self.ring.commit()                # from DDS (the executor thread): no batch to wait for
+            self._layouts[topic] = None
+        if self.ring.put(KIND_RAW, self._ids[topic], t_ns, data):
+            self.counts[topic] += 1
 
     def write_message(self, topic: str, t_ns: int, msg) -> None:
         """An rclpy message object of ``topic`` (in-process): packed into a fixed-layout record."""
@@ -128,11 +130,8 @@ class ShmBagSink:
                         self.log(f"{topic}: {exc}; recording it serialized")
                     from rclpy.serialization import serialize_message
 
-                    self._lock.release()
-                    try:
-                        self.write(topic, t_ns, serialize_message(msg))
-                    finally:
-                        self._lock.acquire()
+                    self._write_raw(topic, t_ns, serialize_message(msg))
+                    self._commit_soon()
                     return
                 if not self._topic_record(topic, layout.splicer):
                     self.ring.note_dropped()
@@ -160,10 +159,7 @@ class ShmBagSink:
                 if len(payload) == layout.splicer.payload_size:
                     if self.ring.put(KIND_DATA, self._ids[topic], t_ns, payload):
                         self.counts[topic] += 1
-                    self._unpublished += 1
-                    if self._unpublished >= COMMIT_RECORDS:
-                        self.ring.commit()
-                        self._unpublished = 0
+                    self._commit_soon()
                     return
         msg = adapter.to_ros(value)
         self.write_message(topic, t_ns, msg)

@@ -139,16 +139,13 @@ class IntraPublisher:
         ~3 % of the control thread.)"""
         self._dds_n = int(current_count)
 
-    def _dds_subscribers(self) -> int:
-        return self._dds_n
-
     def dds_subscription_count(self) -> int:
         """Matched DDS subscriptions as this publisher knows them (matched events)."""
-        return self._dds_subscribers()
+        return self._dds_n
 
     def has_subscribers(self) -> bool:
         """Any co-located subscription, or a matched DDS one."""
-        return bool(self._local) or self._dds_subscribers() > 0
+        return bool(self._local) or self._dds_n > 0
 
     def get_subscription_count(self) -> int:
         """Co-located subscriptions + matched DDS subscriptions."""

@@ -51,7 +51,7 @@ class RecordRing:
         self._hdr = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf[:HEADER_BYTES])
         self.capacity = int(self._hdr[_CAP])
         self.buf = shm.buf[HEADER_BYTES:HEADER_BYTES + self.capacity]
-        self._w = self._w_pub = int(self._hdr[_W])   # producer: next write position, published position
+        self._w = int(self._hdr[_W])          # producer: next write position (published by commit)
         self._r_seen = int(self._hdr[_R])     # producer: the consumer's read position, last looked up
         self._r = self._r_next = int(self._hdr[_R])   # consumer: next read position
 
@@ -144,12 +144,6 @@ class RecordRing:
         """Publish every record put so far to the consumer."""
         with self.lock:
             self._hdr[_W] = self._w
-        self._w_pub = self._w
-
-    @property
-    def uncommitted(self) -> int:
-        """Bytes put since the last :meth:`commit`."""
-        return self._w - self._w_pub
 
     # ------------------------------------------------------------------ consumer
     def read(self, limit: int = 4096) -> list[tuple[int, int, int, memoryview]]:
