@@ -160,18 +160,18 @@ def _make_node_class():
             if self.untimed:
                 self.sched.note_sample(sensor_ns, step)   # untimed answers name it
             s = self.sim.sensors()
-            if ros_io.has_subscribers(self.pub_clock):
+            if self.pub_clock.has_subscribers():
                 self.pub_clock.publish_value(t_ns)
             self.pub_js.publish_value(adapters.JointSample(sensor_ns, self.joint_names, s.joint_pos, s.joint_vel,
                                                            s.joint_effort))
             self.pub_imu.publish_value(adapters.ImuSample(sensor_ns, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel))
             if step % self.cfg.ground_truth_decimation == 0 and not repeat:
-                if ros_io.has_subscribers(self.pub_odom):
+                if self.pub_odom.has_subscribers():
                     q, v = self.sim.ground_truth()
                     self.pub_odom.publish_value(adapters.OdomSample(t_ns, q[:7], v[:6]))
-                if ros_io.has_subscribers(self.pub_contacts):
+                if self.pub_contacts.has_subscribers():
                     self.pub_contacts.publish_value(self.sim.foot_contacts().astype(float))
-                if ros_io.has_subscribers(self.pub_dist):
+                if self.pub_dist.has_subscribers():
                     self.pub_dist.publish_value(self.physics.dist_applied)
             if t_ns >= self.sched.diag_next_ns:
                 self.publish_diagnostics()

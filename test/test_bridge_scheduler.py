@@ -526,6 +526,9 @@ class _CountingPub:
     def get_subscription_count(self):
         return 1
 
+    def has_subscribers(self):
+        return True
+
     def publish(self, msg):
         self.msgs += 1
 

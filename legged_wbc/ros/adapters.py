@@ -186,5 +186,8 @@ class AdaptedPublisher:
     def publish_value(self, value) -> None:
         self.pub.publish(self.adapter.to_ros(value))
 
+    def has_subscribers(self) -> bool:
+        return self.pub.get_subscription_count() > 0
+
     def __getattr__(self, name):
         return getattr(self.pub, name)

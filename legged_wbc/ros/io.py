@@ -717,12 +717,6 @@ def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = F
                                    value_callback=callback if adapter is not None else None, **kw)
 
 
-def has_subscribers(pub) -> bool:
-    """Whether anybody takes ``pub``'s messages (in-process or through DDS; cheap in a container)."""
-    fast = getattr(pub, "has_subscribers", None)
-    return fast() if fast is not None else pub.get_subscription_count() > 0
-
-
 # ----------------------------------------------------------------------------- start-up helper
 def wait_for_matched_subscribers(node, publishers, timeout: float = 2.0, min_count: int = 0) -> bool:
     """Wait until each publisher is matched with every subscription the ROS graph shows for its topic
