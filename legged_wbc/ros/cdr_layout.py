@@ -28,7 +28,6 @@ sequence are not aligned (no padding after a zero count).
 from __future__ import annotations
 
 import copy
-import importlib
 import struct
 from dataclasses import dataclass
 from operator import attrgetter
@@ -47,13 +46,6 @@ _PRIMITIVES = {
 
 class LayoutError(ValueError):
     """A message this module cannot lay out (e.g. a wide string), or whose template disagrees with rclpy."""
-
-
-def _message_class(typename: str):
-    """``pkg/Name`` or ``pkg/msg/Name`` -> the rclpy message class."""
-    parts = typename.split("/")
-    pkg, name = parts[0], parts[-1]
-    return getattr(importlib.import_module(f"{pkg}.msg"), name)
 
 
 def _split_type(t: str) -> tuple[str, str, int | None]:
