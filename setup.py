@@ -43,6 +43,8 @@ setup(
             "wbc_controller = wbc_controller.node:main",
             "bag_recorder = legged_wbc.ros.recorder:main",
             "walking_container = legged_wbc.ros.container:main",
+            "sim_container = legged_wbc.ros.container:main_sim",
+            "control_container = legged_wbc.ros.container:main_control",
         ],
     },
 )

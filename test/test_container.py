@@ -64,15 +64,16 @@ def test_recorder_startup_gate_holds_the_bridge_topics_until_the_others_are_matc
 
 
 @pytest.mark.ros
-def test_container_and_processes_layouts_give_the_same_lockstep_run(tmp_path, ros_env):
-    """Lockstep through in-process handoff and through DDS between processes: the same bits."""
+def test_container_split_and_processes_layouts_give_the_same_lockstep_run(tmp_path, ros_env):
+    """Lockstep through in-process handoff, through the host link between two containers and through
+    DDS between processes: the same bits, the same complete bags."""
     from legged_wbc.tools.bag_metrics import load_run
     from legged_wbc.scenario import dump_scenario, load_scenario
 
     sc = tmp_path / "short.yaml"
     sc.write_text(dump_scenario(load_scenario("paper", SHORT)))
     bags = {}
-    for layout in ("container", "processes"):
+    for layout in ("container", "split", "processes"):
         bags[layout] = tmp_path / f"bag_{layout}"
         # a generous watchdog: on a loaded machine a DDS round trip between processes can take > 0.5 s
         # wall, and the watchdog's damping (wall-clock driven) would end the determinism this test checks
@@ -81,20 +82,25 @@ def test_container_and_processes_layouts_give_the_same_lockstep_run(tmp_path, ro
         assert rc == 0, out[-4000:]
     assert "walking_container" in (tmp_path / "container.log").read_text()
     runs = {k: load_run(b) for k, b in bags.items()}
-    c, p = runs["container"], runs["processes"]
+    c, s, p = runs["container"], runs["split"], runs["processes"]
     assert c.custom_data["layout"] == "container" and p.custom_data["layout"] == "processes"
-    assert len(c.series["t"]) == len(p.series["t"]) == 800
-    for r in (c, p):
+    assert s.custom_data["layout"] == "split"
+    log = (tmp_path / "split.log").read_text()
+    assert "composed mujoco_bridge, bag_recorder (sim part" in log and "0 dropped" in log
+    assert "composed state_estimator, wbc_controller (control part" in log
+    assert len(c.series["t"]) == len(p.series["t"]) == len(s.series["t"]) == 800
+    for r in (c, s, p):
         assert r.bridge.get("watchdog_events") == 0, (r.label, r.bridge)
     # both bags are complete from tick 0: in the per-process layout the recorder subscribes the bridge's
     # topics only once it is matched with the estimator's and controller's publishers (hold_topics), so
     # the bridge holds tick 0 until then
     assert "start-up: every typed topic matched" in (tmp_path / "processes.log").read_text()
-    for r in (c, p):
+    for r in (c, s, p):
         assert r.complete is None or r.complete.all(), (r.label, r.gaps)
         assert not r.gaps, (r.label, r.gaps)
     for k in ("theta", "tau", "support", "base_pos", "disturbance", "qp_accepted"):
         assert np.array_equal(np.asarray(c.series[k]), np.asarray(p.series[k])), k
+        assert np.array_equal(np.asarray(c.series[k]), np.asarray(s.series[k])), k
     assert np.any(c.series["disturbance"] != 0)
     # each bag holds every message of every topic, from tick 0 (nothing dropped)
     for layout, bag in bags.items():

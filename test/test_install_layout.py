@@ -31,7 +31,7 @@ def test_setup_py_install_gives_the_ament_layout(tmp_path):
                 "config/scenarios/paper.yaml", "config/scenarios/nominal.yaml", "urdf/hexapod.urdf"):
         assert (share / rel).is_file(), rel
     for exe in ("mujoco_bridge", "state_estimator", "wbc_controller", "bag_recorder", "walking_container",
-                "legged-wbc"):
+                "sim_container", "control_container", "legged-wbc"):
         p = prefix / "lib" / "legged_wbc" / exe
         assert p.is_file() and os.access(p, os.X_OK), exe
     site = next(prefix.glob("lib/python*/site-packages"))

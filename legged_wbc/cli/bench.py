@@ -42,7 +42,7 @@ def cmd_realtime(args) -> int:
 
     try:
         res = bench_realtime(duration=52.0 if args.duration is None else args.duration, scenario=args.scenario,
-                             record=args.record, stream=sys.stderr)
+                             record=args.record, stream=sys.stderr, layout=args.layout)
     except (BenchError, LaunchError) as exc:
         print(f"legged-wbc bench realtime: {exc}", file=sys.stderr)
         return 1
@@ -118,6 +118,8 @@ def register(sub) -> None:
                    "directory), the metrics are read from it")
     s.add_argument("--scenario", default="paper", help="scenario the states come from (cycle, qp) / the stack walks "
                    "(realtime)")
+    s.add_argument("--layout", choices=["container", "split", "processes"], default=None,
+                   help="realtime: the launch file's layout (default: the launch file's default)")
     s.add_argument("--slowdown", type=positive_float, default=1.0,
                    help="run on an emulated machine this many times slower: SCHED_FIFO tasks take 1 - 1/FACTOR of "
                    "every CPU in 0.3 ms slices (legged_wbc.tools.slow_cpu; needs root)")

@@ -24,6 +24,11 @@ the control thread only packs each message's numbers into shared memory), and th
 switch interval is 0.5 ms (Python's default 5 ms would let another thread hold the GIL for up to 5 ms
 while the control thread waits). The garbage collector is frozen after start-up (``gc.freeze()``: the start-up objects are never
 scanned again), so a collection during the run only looks at what the run allocated.
+``sim_container`` and ``control_container`` (``layout:=split``) are the same container holding part of
+the nodes: the bridge and the recorder, or the estimator and the controller, joined by a host link
+(:mod:`legged_wbc.ros.host_link`; parameters ``link``, the link's name, and ``link_timeout``). The
+control part runs its chain in the link's receiver thread (``SCHED_FIFO`` in realtime mode, from
+``mode``) and ends when the sim part says bye or is gone.
 Exit status: the bridge's (0 at the end of ``duration`` or on Ctrl-C / SIGTERM, after the bag is
 closed), 2 for a bad parameter or configuration, 1 if a node raised.
 """
@@ -40,6 +45,7 @@ from dataclasses import dataclass
 from legged_wbc.params import param, validate
 
 CONTAINER_NODE = "walking_container"
+CONTAINER_NODES = {"all": CONTAINER_NODE, "sim": "sim_container", "control": "control_container"}
 SWITCH_INTERVAL_S = 0.0005
 
 
@@ -59,6 +65,10 @@ def _set_realtime_scheduling(priority: int, cpu: int, log) -> None:
             log.warning(f"no realtime scheduling ({exc}); running with normal priority")
 
 
+PART_NODES = {"all": ("bridge", "estimator", "controller", "recorder"), "sim": ("bridge", "recorder"),
+              "control": ("estimator", "controller")}
+
+
 @dataclass(frozen=True)
 class ContainerConfig:
     """Parameters of the container node itself (all read-only: they shape the process at start-up)."""
@@ -67,100 +77,183 @@ class ContainerConfig:
     sched_priority: int = param(10, 0, 99, "realtime mode: SCHED_FIFO priority of the control thread; 0 = off",
                                 live=False)
     cpu: int = param(-1, -1, 1023, "realtime mode: CPU the control thread is pinned to; -1 = none", live=False)
+    link: str = param("walking", desc="name of the host link joining a sim and a control part (per ROS domain)",
+                      live=False)
+    link_timeout: float = param(0.0, 0.0, 3600.0, "wait at most this long for the linked part [s]; 0 = forever",
+                                live=False)
+    mode: str = param("lockstep", choices=("lockstep", "realtime"), live=False,
+                      desc="the bridge's timing (the control part schedules its chain thread in realtime mode)")
 
     def __post_init__(self):
         validate(self)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
+def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
+    """Construct this part's nodes on ``bus``: ``(nodes, bridge or None, recorder or None)``."""
     from rclpy.parameter import Parameter
-    from rclpy.signals import SignalHandlerOptions
 
-    from legged_wbc.ros.intra_process import IntraProcessBus
-    from legged_wbc.robot import ConfigError
-    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
+    want = PART_NODES[part]
+    record = P.record if "recorder" in want else ""
+    nodes, bridge, recorder = [], None, None
+    with bus.active():
+        if "bridge" in want:
+            from mujoco_bridge.node import _make_node_class as bridge_class
 
-    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    nodes: list = []
-    executor = spin = recorder = None
-    rc = 0
-    try:
-        container = rclpy.create_node(CONTAINER_NODE)
-        nodes.append(container)
-        P = NodeParameters(container, ContainerConfig).config
-        record = P.record
-        log = container.get_logger()
-
-        from legged_wbc.ros.recorder import _make_node_class as recorder_class
-        from mujoco_bridge.node import _make_node_class as bridge_class
-        from state_estimator.node import _make_node_class as estimator_class
-        from wbc_controller.node import _make_node_class as controller_class
-
-        bus = IntraProcessBus(defer_raw=True)   # the recorder's copies after each sample's control chain
-        with bus.active():
-            # tick 0 goes out once the estimator and controller (and the recorder) subscribe: in-process
+            # tick 0 goes out once the estimator and controller (and the recorder) subscribe (here or linked)
             bridge = bridge_class()(parameter_overrides=[
                 Parameter("startup_min_subscribers", value=3 if record else 2),
                 Parameter("startup_wait_all_topics", value=bool(record))])
             nodes.append(bridge)
+        if "estimator" in want:
+            from state_estimator.node import _make_node_class as estimator_class
+
             nodes.append(estimator_class()())
+        if "controller" in want:
+            from wbc_controller.node import _make_node_class as controller_class
+
             nodes.append(controller_class()())
-            if record:
-                recorder = recorder_class()(parameter_overrides=[Parameter("output", value=record),
-                                                                 Parameter("stamp_source", value="clock_topic"),
-                                                                 Parameter("writer_process", value=True)])
-                recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
-                nodes.append(recorder)
+        if record:
+            from legged_wbc.ros.recorder import _make_node_class as recorder_class
+
+            recorder = recorder_class()(parameter_overrides=[Parameter("output", value=record),
+                                                             Parameter("stamp_source", value="clock_topic"),
+                                                             Parameter("writer_process", value=True)])
+            recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
+            nodes.append(recorder)
+    return nodes, bridge, recorder
+
+
+def _wire(bus, bridge, recorder, P, log, stop) -> None:
+    """Join the linked part, finalize the bus, subscribe the recorder, set the per-sample flush."""
+    if bus.link is not None:
+        log.info(f"host link {P.link!r}: joining the {'control' if bridge is not None else 'sim'} part")
+        bus.connect_link(P.link_timeout, stop)
+    external = bus.finalize()
+    if recorder is not None:
+        recorder.subscribe_topics(bus.published_topics())
+        recorder.start_discovery_timer()
+    if bridge is not None:
+        flushes = [bus.flush]                       # the recorder's deferred records
         if recorder is not None and hasattr(recorder.bag, "flush"):
-            sink = recorder.bag
+            flushes.append(recorder.bag.flush)      # then one publication to the recorder process
+        link_flush = None
+        if bus.link is not None:
+            # the bridge's thread batches: the samples between two ticks (no subscriber of the control part
+            # acts on them before the next tick's) go with the next tick's sample, one frame per tick
+            bus.link.batching()
+            link_flush, steps_per_tick = bus.link.flush, bridge.cfg.control_period_steps
 
-            def _after_sample():
-                bus.flush()         # the recorder's deferred records, then one publication to its process
-                sink.flush()
+        def _after_sample():
+            if link_flush is not None and bridge._last_step % steps_per_tick == 0:
+                link_flush()
+            for f in flushes:
+                f()
 
-            bridge.after_sample = _after_sample
-        else:
-            bridge.after_sample = bus.flush
-        external = bus.finalize()
-        if recorder is not None:
-            recorder.subscribe_topics(bus.published_topics())
-            recorder.start_discovery_timer()
-        local = bus.local_topics()
-        log.info(f"composed {', '.join(n.get_name() for n in nodes[1:])}; in-process topics: "
-                 + ", ".join(f"{t} -> {'/'.join(s)}" for t, s in sorted(local.items()))
-                 + (f"; through DDS: {', '.join(sorted(set(external)))}" if external else ""))
+        bridge.after_sample = _after_sample
+    local = bus.local_topics()
+    linked = bus.linked_topics()
+    log.info("in-process topics: " + ", ".join(f"{t} -> {'/'.join(s)}" for t, s in sorted(local.items()))
+             + (f"; over the host link: {', '.join(linked)}" if linked else "")
+             + (f"; through DDS: {', '.join(sorted(set(external)))}" if external else ""))
+
+
+def _run_control(bus, P, log, stop_event) -> int:
+    """The control part: the link's receiver thread runs the estimator -> controller chain; this
+    thread waits until the sim part says bye (or is gone) or a signal."""
+    link = bus.link
+    realtime = P.mode == "realtime"
+    link.start(on_start=(lambda: _set_realtime_scheduling(P.sched_priority, P.cpu, log)) if realtime else None,
+               batch_replies=True, newest_only=True)
+    while not (link.closed.wait(0.1) or stop_event.is_set()):
+        pass
+    log.info("the sim part ended" if link.closed.is_set() else "stopped")
+    return 0
+
+
+def main_sim(argv: list[str] | None = None) -> int:
+    """``sim_container``: the bridge and the recorder; the other part of ``layout:=split``."""
+    return main(argv, part="sim")
+
+
+def main_control(argv: list[str] | None = None) -> int:
+    """``control_container``: the state estimator and the controller; the other part of ``layout:=split``."""
+    return main(argv, part="control")
+
+
+def main(argv: list[str] | None = None, part: str = "all") -> int:
+    """``walking_container`` (``part="all"``), ``sim_container`` or ``control_container``."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.ros.host_link import HostLink, LinkError
+    from legged_wbc.ros.intra_process import IntraProcessBus
+    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
+
+    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    nodes: list = []
+    executor = spin = recorder = link = None
+    rc = 0
+    stop_event = threading.Event()
+    try:
+        container = rclpy.create_node(CONTAINER_NODES[part])
+        nodes.append(container)
+        P = NodeParameters(container, ContainerConfig).config
+        log = container.get_logger()
+        if part != "all":
+            link = HostLink(P.link, part, log=log.info)
+        bus = IntraProcessBus(defer_raw=True, link=link)   # the recorder's copies after each sample's chain
+        more, bridge, recorder = _compose(P, part, bus, log)
+        nodes += more
+
+        def _stop(signum, frame):
+            stop_event.set()
+            if bridge is not None:
+                bridge.request_stop()
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        _wire(bus, bridge, recorder, P, log, stop_event.is_set)
+        log.info(f"composed {', '.join(n.get_name() for n in nodes[1:])}"
+                 + (f" ({part} part of host link {P.link!r})" if link is not None else ""))
 
         executor = SingleThreadedExecutor()   # parameters, services, timers, outside subscriptions
         for n in nodes:
             executor.add_node(n)
         spin = threading.Thread(target=executor.spin, name="executor", daemon=True)
         spin.start()
-
-        def _stop(signum, frame):
-            bridge.request_stop()
-
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
-        if not bridge.lockstep:
-            _set_realtime_scheduling(P.sched_priority, P.cpu, log)
         gc.collect()
         gc.freeze()
-        # the GIL passes between threads (the bag writer, the executor) every 0.5 ms instead of 5 ms:
+        # the GIL passes between threads (the executor, the link's receiver) every 0.5 ms instead of 5 ms:
         # the control thread never waits long for it
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        rc = bridge.run()
+        if bridge is None:
+            rc = _run_control(bus, P, log, stop_event)
+        else:
+            if link is not None:                      # commands and the control part's topics: a thread as
+                link.start(on_start=None if bridge.lockstep else   # urgent as the bridge's (the command path)
+                           lambda: _set_realtime_scheduling(P.sched_priority, -1, log))
+            if not bridge.lockstep:
+                _set_realtime_scheduling(P.sched_priority, P.cpu, log)
+            rc = bridge.run()
+            if link is not None:
+                link.flush()
+                link.bye()                            # the control part answers the last sample, then bye
+                if not link.closed.wait(2.0):
+                    log.warning("the control part did not say bye within 2 s")
         bus.flush()
         stats = bus.stats()
         log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
-                 f"callback errors {stats['callback_errors']}")
+                 f"callback errors {stats['callback_errors']}" + (f"; {link.stats()}" if link is not None else ""))
         if stats["callback_errors"]:
             rc = rc or 1
-    except (ParameterSchemaError, ConfigError) as exc:
-        print(f"{CONTAINER_NODE}: {exc}", file=sys.stderr)
+    except (ParameterSchemaError, ConfigError, LinkError) as exc:
+        print(f"{CONTAINER_NODES[part]}: {exc}", file=sys.stderr)
         rc = 2
     finally:
+        if link is not None:
+            link.close()
         if recorder is not None:
             recorder.close()                # every message was written synchronously: nothing to drain
         if executor is not None:

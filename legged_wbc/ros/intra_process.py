@@ -37,6 +37,7 @@ that also has a publisher inside is not delivered to the co-located subscription
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import traceback
@@ -92,6 +93,11 @@ class IntraPublisher:
         self.dds_published = 0
         self.local_deliveries = 0
         self._dds_n = pub.get_subscription_count()   # then kept by the matched events
+        self._link_n = 0                              # subscriptions in the linked process (host_link)
+
+    @property
+    def msg_type(self):
+        return self.pub.msg_type
 
     def publish(self, msg) -> None:
         self._deliver(msg, None)
@@ -132,6 +138,10 @@ class IntraPublisher:
                 msg = self.adapter.to_ros(value)
             self.pub.publish(msg)
             self.dds_published += 1
+        if self._link_n:                          # the linked process subscribes (host_link)
+            if value is None and self.adapter is not None:
+                value = self.adapter.to_value(msg)
+            bus.link.send(self.topic_name, msg if value is None else value)
 
     def _on_matched(self, current_count: int) -> None:
         """The publisher's matched event (executor thread): the DDS subscriptions matched now.
@@ -145,11 +155,11 @@ class IntraPublisher:
 
     def has_subscribers(self) -> bool:
         """Any co-located subscription, or a matched DDS one."""
-        return bool(self._local) or self._dds_n > 0
+        return bool(self._local) or self._dds_n > 0 or self._link_n > 0
 
     def get_subscription_count(self) -> int:
-        """Co-located subscriptions + matched DDS subscriptions."""
-        return len(self._local) + self.pub.get_subscription_count()
+        """Co-located subscriptions + matched DDS subscriptions + the linked process's."""
+        return len(self._local) + self.pub.get_subscription_count() + self._link_n
 
     def local_subscription_count(self) -> int:
         return len(self._local)
@@ -159,6 +169,37 @@ class IntraPublisher:
 
     def __getattr__(self, name):                 # everything else: the rclpy publisher's
         return getattr(self.pub, name)
+
+
+class LinkPublisher(IntraPublisher):
+    """The in-process stand-in for a publisher of the linked process (:mod:`legged_wbc.ros.host_link`):
+    values that come over the link are delivered to this process's subscriptions as if published here
+    (its real rclpy publisher, and with it DDS, is in the other process)."""
+
+    def __init__(self, bus: "IntraProcessBus", topic: str, msg_type, adapter=None):
+        self.bus, self.node, self.pub, self.adapter = bus, None, None, adapter
+        self.topic_name = topic
+        self._msg_type = msg_type
+        self._local = bus._subs.setdefault(topic, [])
+        self.dds_published = self.local_deliveries = 0
+        self._dds_n = self._link_n = 0
+
+    @property
+    def msg_type(self):
+        return self._msg_type
+
+    def deliver(self, item) -> None:
+        """A value (adapted topics) or a message from the link."""
+        if self.adapter is None:
+            self._deliver(item, None)
+        else:
+            self._deliver(None, item)
+
+    def get_subscription_count(self) -> int:
+        return len(self._local)
+
+    def __getattr__(self, name):
+        raise AttributeError(f"{self.topic_name} is published by the linked process: no {name}")
 
 
 def _serialize(msg) -> bytes:
@@ -175,9 +216,10 @@ class IntraProcessBus:
     -> controller -> command chain. Whoever sets it flushes before the published message objects are
     refilled (the container: the bridge flushes at the end of each ``publish_sample``)."""
 
-    def __init__(self, defer_raw: bool = False):
+    def __init__(self, defer_raw: bool = False, link=None):
         self.defer_raw = defer_raw
-        self._deferred: list = []
+        self.link = link                                 # a host_link.HostLink joining a second process
+        self._deferred = collections.deque()             # appended from any thread, flushed by one
         self._subs: dict[str, list[_Subscription]] = {}
         self._pubs: dict[str, list[IntraPublisher]] = {}
         self._pending: list[_Subscription] = []    # subscriptions not yet known to be local
@@ -239,6 +281,10 @@ class IntraProcessBus:
                 self._subs.setdefault(name, []).append(sub)
                 if not self._finalized:
                     self._pending.append(sub)
+            linked = self.link is not None and self.link.sock is not None and any(
+                isinstance(p, LinkPublisher) for p in self._pubs.get(name, ()))
+        if linked:
+            self.link.announce_subs(self.link_wants())
         return sub
 
     def finalize(self) -> list[str]:
@@ -258,9 +304,12 @@ class IntraProcessBus:
 
     def flush(self) -> int:
         """Deliver the deferred raw messages (in publication order); returns how many."""
-        items, self._deferred = self._deferred, []
+        items = self._deferred
         last_msg = last_raw = None
-        for sub, msg in items:
+        n = 0
+        while items:
+            sub, msg = items.popleft()
+            n += 1
             try:
                 if sub.tap is not None:
                     sub.tap(msg)              # a message or an AdaptedValue
@@ -270,16 +319,70 @@ class IntraProcessBus:
                 sub.callback(last_raw)
             except Exception:
                 self._callback_failed(sub)
-        return len(items)
+        return n
+
+    # ------------------------------------------------------------------ host link
+    def link_wants(self) -> dict[str, int]:
+        """Topic -> subscriptions here for topics nobody in this process publishes (the linked one may)."""
+        own = {t for t, pubs in self._pubs.items() if any(not isinstance(p, LinkPublisher) for p in pubs)}
+        return {t: len(subs) for t, subs in self._subs.items() if subs and t not in own}
+
+    def connect_link(self, timeout: float, stop=None) -> list[str]:
+        """Join the linked process (:mod:`legged_wbc.ros.host_link`; call it once every node is
+        constructed, before :meth:`finalize`): its topics that we subscribe are fed by the link, ours
+        that it subscribes are sent over it. Returns the topics that come over the link."""
+        from legged_wbc.ros import adapters
+        from legged_wbc.ros.bag_writer import message_class
+
+        link = self.link
+        pubs = []
+        for topic, ips in self._pubs.items():
+            ip = ips[0]
+            a = ip.adapter
+            mt = ip.msg_type
+            pubs.append({"topic": topic, "type": f"{mt.__module__.split('.')[0]}/msg/{mt.__name__}",
+                         "adapter": type(a).__name__ if a is not None else None,
+                         "template": _serialize(a.msg) if a is not None else None,
+                         "names": list(a.msg.name) if isinstance(a, adapters.JointStateAdapter) else None})
+        link.handshake(pubs, self.link_wants(), timeout, stop)
+        from rclpy.serialization import deserialize_message
+
+        deliver = {}
+        for p in link.peer_pubs:
+            if p["topic"] in self._pubs:
+                continue                             # published here too: ours only (no double delivery)
+            mt = message_class(p["type"])
+            adapter = None
+            if p["adapter"] is not None:
+                adapter = getattr(adapters, p["adapter"])(deserialize_message(p["template"], mt))
+            lp = LinkPublisher(self, p["topic"], mt, adapter)
+            self._pubs[p["topic"]] = [lp]
+            deliver[p["topic"]] = lp.deliver
+        link.bind_inputs(deliver)
+        link.on_peer_subs = self._on_peer_subs
+        self._on_peer_subs(link.peer_subs)
+        return sorted(deliver)
+
+    def _on_peer_subs(self, subs: dict[str, int]) -> None:
+        for topic, ips in self._pubs.items():
+            for ip in ips:
+                if not isinstance(ip, LinkPublisher):
+                    ip._link_n = int(subs.get(topic, 0)) if self.link.sends(topic) else 0
 
     # ------------------------------------------------------------------ introspection
     def local_topics(self) -> dict[str, list[str]]:
-        """Topic -> names of the nodes subscribed in-process."""
-        return {t: [s.node.get_name() for s in subs] for t, subs in self._subs.items() if subs}
+        """Topic -> names of the nodes subscribed in-process to a publisher in this process."""
+        return {t: [s.node.get_name() for s in subs] for t, subs in self._subs.items()
+                if subs and not isinstance((self._pubs.get(t) or [None])[0], LinkPublisher)}
+
+    def linked_topics(self) -> list[str]:
+        """Topics published by the linked process and subscribed here."""
+        return sorted(t for t, pubs in self._pubs.items()
+                      if pubs and isinstance(pubs[0], LinkPublisher) and self._subs.get(t))
 
     def published_topics(self) -> dict[str, object]:
         """Topic -> message type of every in-process publisher."""
-        return {t: pubs[0].pub.msg_type for t, pubs in self._pubs.items() if pubs}
+        return {t: pubs[0].msg_type for t, pubs in self._pubs.items() if pubs}
 
     def stats(self) -> dict:
         pubs = [p for ps in self._pubs.values() for p in ps]

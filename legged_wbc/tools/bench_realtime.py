@@ -58,7 +58,7 @@ from pathlib import Path
 
 from legged_wbc.conventions import CONTROL_DT
 
-CONTROL_PROCESSES = ("walking_container", "wbc_controller")   # the process that runs the controller
+CONTROL_PROCESSES = ("walking_container", "control_container", "wbc_controller")   # the process that runs the controller
 TIMING_TOPICS = ("/bridge/diagnostics", "/bridge/command_latency")   # 10 messages per sim second each
 TICK_TOPICS = ("/wbc/relative_pitch", "/wbc/diagnostics", "/estimator/support", "/ground_truth/odom")  # 500 Hz
 WALK_METRICS = ("fell", "max_violation_rad", "qp_failures")     # need TICK_TOPICS (or the bag)
@@ -67,6 +67,7 @@ REFERENCE_SECONDS = 2.0
 SAMPLE_PERIOD_S = 0.5
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PYTHON_NAMES = ("python", "python3")
+_COMM_LEN = 15                      # the kernel keeps this many characters of a process name
 
 
 class BenchError(RuntimeError):
@@ -103,9 +104,12 @@ def process_name(pid: int, comm: str, root: str) -> str:
     its ROS node name (``__node:=``), module (``-m``), script, the module of ``-c "from M import ..."``
     (``resource_tracker``), else ``<root>-child`` (e.g. a ``multiprocessing`` child of the launched node
     ``root``: its cmdline does not name it)."""
-    if not comm.startswith(_PYTHON_NAMES):
-        return comm
     args = _cmdline(pid)
+    if not comm.startswith(_PYTHON_NAMES):
+        if len(comm) == _COMM_LEN:            # the kernel cut the name: the script's own (control_container)
+            full = next((Path(a).name for a in args[:2] if Path(a).name.startswith(comm)), None)
+            return full or comm
+        return comm
     for a in args:
         if a.startswith("__node:="):
             return a.split(":=", 1)[1]
@@ -238,23 +242,25 @@ class _Tee:
 
 
 def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stream=None,
-              observe_walk: bool = False) -> dict:
+              observe_walk: bool = False, layout: str | None = None) -> dict:
     """Step 1 of the module docstring: the launch, its CPU per process over the walking window, its
     metrics. ``observe_walk`` (without ``record``): the monitor also takes :data:`TICK_TOPICS` for the
     walk metrics, at the cost the module docstring gives."""
     tmp = Path(tempfile.mkdtemp(prefix="bench_realtime_"))
     try:
-        return _run_stack(scenario, duration, record, domain_id, stream, observe_walk, tmp / "bag")
+        return _run_stack(scenario, duration, record, domain_id, stream, observe_walk, tmp / "bag", layout)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag: Path) -> dict:
+def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag: Path, layout=None) -> dict:
     from legged_wbc.ros.launcher import Launcher, load_launch, resolve_launch_file
     from legged_wbc.ros.stack_monitor import StackMonitor
     from legged_wbc.tools import bag_metrics
 
     args = {"controller": "cbf", "scenario": scenario, "mode": "realtime", "duration": f"{duration:g}"}
+    if layout:
+        args["layout"] = layout
     if record:
         args["record"] = str(bag)
     plan = load_launch(resolve_launch_file("walking_sim"), args)
@@ -415,14 +421,15 @@ def _finite(x) -> bool:
 
 
 def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool = False, stream=None,
-                   observe_walk: bool = False) -> dict:
+                   observe_walk: bool = False, layout: str | None = None) -> dict:
     """The module docstring's three measurements, one after the other; the result's keys are
     ``legged-wbc bench realtime --json``'s. ``stream`` gets the stack's output (None: discarded)."""
     from legged_wbc.scenario import load_scenario
 
     load_scenario(scenario)   # a bad name or file: one line (ConfigError) before anything starts
     load_before = os.getloadavg()
-    stack = run_stack(scenario, duration, record, choose_domain(), stream=stream, observe_walk=observe_walk)
+    stack = run_stack(scenario, duration, record, choose_domain(), stream=stream, observe_walk=observe_walk,
+                      layout=layout)
     if stream is not None:
         stream.write("[bench] headless loop and reference path ...\n")
         stream.flush()
