@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -312,3 +313,54 @@ def test_a_message_no_layout_fits_is_recorded_serialized_and_said_once(tmp_path,
     assert len(said) == 1 and "recording it serialized" in said[0]
     got = _read_mcap_independently(tmp_path / "bag")["/joint_states"]
     assert [m.position[0] for m in got] == list(range(50))
+
+
+def test_a_samples_values_go_as_one_batch_record_and_come_out_message_for_message(tmp_path):
+    """``write_values`` (the container's recorder after each sample): the adapters' records of several
+    topics in one ring record; the bag holds each message as if written one by one, in order, and a
+    batch that does not fit the ring counts every message it held as dropped."""
+    from legged_wbc.ros import adapters as A
+    from legged_wbc.ros.bag_process import KIND_BATCH, ShmBagSink, _expand_batches
+
+    rng = np.random.default_rng(11)
+    names = [f"j{i}" for i in range(18)]
+    js = A.JointStateAdapter(ros_io.joint_state_msg(0, names, np.zeros(18), np.zeros(18), np.zeros(18)))
+    imu = A.ImuAdapter(ros_io.imu_msg(0, "base_link", [0, 0, 0, 1], [0, 0, 0], [0, 0, 0], gyro_var=1e-4,
+                                      accel_var=1e-3))
+    arr = A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(5), "diag[a,b,c,d,e]"))
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, "mcap", "", ring_bytes=1 << 20)
+    expect: dict = {}
+    for topic, a in (("/joint_states", js), ("/imu", imu), ("/diag", arr)):
+        sink.add_topic(topic, ros_io_type(a.msg))
+    for k in range(200):
+        t = k * 2_000_000
+        values = [("/joint_states", t, A.JointSample(t, names, *rng.normal(size=(3, 18))), js),
+                  ("/imu", t, A.ImuSample(t, rng.normal(size=4), rng.normal(size=3), rng.normal(size=3)), imu),
+                  ("/diag", t, rng.normal(size=5), arr)]
+        sink.write_values(values)
+        sink.flush()
+        for topic, _, v, _a in values:
+            expect.setdefault(topic, []).append(v)
+    assert sink.close() == 0
+    read = _read_mcap_independently(bag)
+    for topic, a in (("/joint_states", js), ("/imu", imu), ("/diag", arr)):
+        assert len(read[topic]) == 200, topic
+    for v, m in zip(expect["/joint_states"], read["/joint_states"]):   # in order, bit for bit
+        assert m.header.stamp.sec * 10**9 + m.header.stamp.nanosec == v.stamp_ns and list(m.name) == names
+        assert np.array_equal(m.position, v.position) and np.array_equal(m.effort, v.effort)
+    for v, m in zip(expect["/imu"], read["/imu"]):
+        assert np.array_equal([m.angular_velocity.x, m.angular_velocity.y, m.angular_velocity.z], v.gyro)
+    assert all(np.array_equal(m.data, v) for v, m in zip(expect["/diag"], read["/diag"]))
+    # a batch record splits into its messages, payload for payload
+    recs = [(KIND_BATCH, 0, 0, memoryview(struct.pack("<IIq", 8, 4, 77) + b"abcdefgh" + struct.pack("<IIq", 3, 5, 78)
+                                                      + b"xyz" + bytes(5)))]
+    out = _expand_batches(recs)
+    assert [(k, tid, t, bytes(p)) for k, tid, t, p in out] == [(0, 4, 77, b"abcdefgh"), (0, 5, 78, b"xyz")]
+    # a batch that does not fit: every message in it is counted as dropped
+    small = ShmBagSink(tmp_path / "small", "mcap", "", ring_bytes=1 << 12)
+    small.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+    v = ("/joint_states", 0, A.JointSample(0, names, np.zeros(18), np.zeros(18), np.zeros(18)), js)
+    small.write_values([v])                 # the first message: described and checked on its own
+    small.write_values([v] * 40)            # ~18 kB: more than the ring holds
+    assert small.close() == 40

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import struct
 import sys
 import threading
 import time
@@ -35,7 +36,9 @@ from pathlib import Path
 
 from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
 
-KIND_DATA, KIND_RAW, KIND_TOPIC = 0, 1, 2
+KIND_DATA, KIND_RAW, KIND_TOPIC, KIND_BATCH = 0, 1, 2, 3
+_PAD = bytes(8)
+_SUB = struct.Struct("<IIq")   # KIND_BATCH: one sub-record (payload length, topic id, stamp [ns]) + payload
 POLL_S = 0.02           # recorder process: sleep when the ring is empty [s] (the ring holds ~20 s; fewer wake-ups)
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
 COMMIT_RECORDS = 256    # publish to the recorder process at the latest after this many records (else at flush())
@@ -46,6 +49,67 @@ class RecorderProcessError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------ producer side
+class LocalTaps:
+    """The in-process taps of a container's ``bag_recorder`` (``node``: its ``stamps``, ``closed``,
+    ``last_rx``, ``_clock_topic_stamps`` and clock): one tap per topic
+    (:meth:`~legged_wbc.ros.intra_process.IntraProcessBus.create_subscription`'s ``tap``) that takes a
+    message or an adapted value at a time, or, as the bus's deferred deliveries are flushed after each
+    sample, all of that sample's at once (:meth:`on_batch`: adapted values go to the recorder
+    process as one batch record, :meth:`ShmBagSink.write_values`)."""
+
+    def __init__(self, sink: "ShmBagSink", node):
+        self.sink, self.node = sink, node
+
+    def tap(self, topic: str) -> "_Tap":
+        return _Tap(self, topic)
+
+    def _now(self) -> int:
+        n = self.node
+        return 0 if n._clock_topic_stamps else n.get_clock().now().nanoseconds
+
+    def on_message(self, topic: str, item) -> None:
+        from legged_wbc.ros.intra_process import AdaptedValue
+
+        self.on_batch([(topic, item)]) if isinstance(item, AdaptedValue) else self._write_message(topic, item)
+
+    def _write_message(self, topic: str, msg) -> None:
+        n = self.node
+        if not n.closed:
+            self.sink.write_message(topic, n.stamps.of_message(topic, msg, self._now()), msg)
+            n.last_rx = time.monotonic()
+
+    def on_batch(self, items: list) -> None:
+        from legged_wbc.ros.intra_process import AdaptedValue
+
+        n = self.node
+        if n.closed:
+            return
+        now, stamps, values = self._now(), n.stamps, []
+        for topic, item in items:
+            if isinstance(item, AdaptedValue):
+                values.append((topic, stamps.of_value(topic, item.value, now), item.value, item.adapter))
+                continue
+            if values:                              # keep the order of the sample's messages
+                self.sink.write_values(values)
+                values = []
+            self._write_message(topic, item)
+        if values:
+            self.sink.write_values(values)
+        n.last_rx = time.monotonic()
+
+
+class _Tap:
+    """One recorded topic's tap (see :class:`LocalTaps`)."""
+
+    __slots__ = ("topic", "batch", "_taps")
+
+    def __init__(self, taps: LocalTaps, topic: str):
+        self.topic, self._taps, self.batch = topic, taps, taps.on_batch
+
+    def __call__(self, item) -> None:
+        self._taps.on_message(self.topic, item)
+
+
 class ShmBagSink:
     """What the container's ``bag_recorder`` writes to: same calls as :class:`~legged_wbc.ros.bag_writer.BagWriter`
     (``add_topic``, ``write`` for serialized messages, ``counts``, ``close``) plus :meth:`write_message`
@@ -172,6 +236,37 @@ class ShmBagSink:
                     self.log(f"{topic}: {type(adapter).__name__}.payload differs from the message's record; "
                              "filling every message of the topic instead")
 
+    def write_values(self, items: list) -> None:
+        """Several ``(topic, t_ns, value, adapter)`` at once (the container's recorder, once per sample):
+        their records go into the ring as ONE batch record (one ring entry instead of one per message;
+        the recorder process splits it). A topic's first value takes :meth:`write_value`'s checked path."""
+        parts, counted, slow = [], [], []
+        with self._lock:
+            if self.closed:
+                return
+            layouts, ok, ids, pack = self._layouts, self._value_ok, self._ids, _SUB.pack
+            for item in items:
+                topic, t_ns, value, adapter = item
+                layout = layouts.get(topic)
+                if ok.get(topic) and layout is not None:
+                    payload = adapter.payload(value)
+                    if len(payload) == layout.splicer.payload_size:
+                        parts.append(pack(len(payload), ids[topic], t_ns))
+                        parts.append(payload)
+                        parts.append(_PAD[:(-len(payload)) % 8])
+                        counted.append(topic)
+                        continue
+                slow.append(item)
+            if parts:
+                if self.ring.put(KIND_BATCH, 0, 0, b"".join(parts)):
+                    for topic in counted:
+                        self.counts[topic] += 1
+                else:
+                    self.ring.note_dropped(len(counted) - 1)   # put() counted one
+                self._commit_soon()
+        for item in slow:                    # first messages: checked against the filled message
+            self.write_value(*item)
+
     def flush(self) -> None:
         """Publish what was written to the recorder process (the container: after each sample)."""
         with self._lock:
@@ -229,6 +324,25 @@ def _parent_alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _expand_batches(records: list) -> list:
+    """The records of a read with each KIND_BATCH record replaced by the KIND_DATA records it holds
+    (payloads stay views into the ring)."""
+    if not any(r[0] == KIND_BATCH for r in records):
+        return records
+    out = []
+    for rec in records:
+        if rec[0] != KIND_BATCH:
+            out.append(rec)
+            continue
+        buf, off, end = rec[3], 0, len(rec[3])
+        while off < end:
+            n, tid, t_ns = _SUB.unpack_from(buf, off)
+            off += _SUB.size
+            out.append((KIND_DATA, tid, t_ns, buf[off:off + n]))
+            off += n + (-n) % 8
+    return out
 
 
 def _splice_batches(records: list, topics: dict) -> dict:
@@ -291,6 +405,7 @@ def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_
                     break
             time.sleep(POLL_S)
             continue
+        records = _expand_batches(records)
         built = _splice_batches(records, topics)
         for i, (kind, tid, t_ns, payload) in enumerate(records):
             if kind == KIND_TOPIC:

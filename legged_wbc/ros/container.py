@@ -8,27 +8,18 @@ them is a function call (:mod:`legged_wbc.ros.intra_process`). Messages go on DD
 outside the process. One control tick is then one call chain in the bridge's thread: sample ->
 estimator -> controller -> command, with no wake-up or copy in between.
 
-Parameters of the container node ``walking_container`` (everything else is passed through to the
-nodes by name, e.g. ``-p scenario:=paper``, ``--params-file config/wbc_controller.yaml``):
+Parameters of the container node (everything else reaches the nodes by name, e.g. ``-p
+scenario:=paper``, ``--params-file config/wbc_controller.yaml``): :class:`ContainerConfig`. The
+recorder (``record``) stamps with the recorded ``/clock`` and writes its bag from a process of its own
+(:mod:`legged_wbc.ros.bag_process`: the control thread only packs each sample's numbers into shared
+memory). In realtime mode the control thread runs ``SCHED_FIFO`` (``sched_priority``; without the
+permission: one warning); the thread switch interval is 0.5 ms (Python's 5 ms would let another
+thread hold the GIL that long); ``gc.freeze()`` after start-up keeps collections to what the run made.
 
-* ``record`` (str): bag directory; empty = no recorder. The recorder stamps with the recorded
-  ``/clock`` (``stamp_source: clock_topic``): no node needs ``use_sim_time``, so no ``/clock``
-  subscription goes through DDS.
-* ``sched_priority`` (int): realtime mode only, ``SCHED_FIFO`` priority of the control thread (the
-  bridge's, which runs the whole chain); 0 = normal scheduling. Without the permission the container
-  says so once and goes on with normal scheduling.
-* ``cpu``: realtime mode only, CPU to pin the control thread to (-1 = no pinning).
-
-The recorder's bag is written by a process of its own (``writer_process``, :mod:`legged_wbc.ros.bag_process`:
-the control thread only packs each message's numbers into shared memory), and the interpreter's thread
-switch interval is 0.5 ms (Python's default 5 ms would let another thread hold the GIL for up to 5 ms
-while the control thread waits). The garbage collector is frozen after start-up (``gc.freeze()``: the start-up objects are never
-scanned again), so a collection during the run only looks at what the run allocated.
 ``sim_container`` and ``control_container`` (``layout:=split``) are the same container holding part of
-the nodes: the bridge and the recorder, or the estimator and the controller, joined by a host link
-(:mod:`legged_wbc.ros.host_link`; parameters ``link``, the link's name, and ``link_timeout``). The
-control part runs its chain in the link's receiver thread (``SCHED_FIFO`` in realtime mode, from
-``mode``) and ends when the sim part says bye or is gone.
+the nodes, the bridge and the recorder or the estimator and the controller, joined by a host link
+(:mod:`legged_wbc.ros.host_link`). The control part runs its chain in the link's receiver thread and
+ends when the sim part says bye or is gone.
 Exit status: the bridge's (0 at the end of ``duration`` or on Ctrl-C / SIGTERM, after the bag is
 closed), 2 for a bad parameter or configuration, 1 if a node raised.
 """
@@ -36,35 +27,17 @@ closed), 2 for a bad parameter or configuration, 1 if a node raised.
 from __future__ import annotations
 
 import gc
-import os
 import signal
 import sys
 import threading
 from dataclasses import dataclass
 
 from legged_wbc.params import param, validate
+from legged_wbc.ros.composition import run_control, run_sim, teardown
 
 CONTAINER_NODE = "walking_container"
 CONTAINER_NODES = {"all": CONTAINER_NODE, "sim": "sim_container", "control": "control_container"}
 SWITCH_INTERVAL_S = 0.0005
-
-
-def _set_realtime_scheduling(priority: int, cpu: int, log) -> None:
-    """SCHED_FIFO / CPU pinning of the calling thread; fail soft (one line) without permission."""
-    if cpu >= 0:
-        try:
-            os.sched_setaffinity(0, {cpu})
-            log.info(f"control thread pinned to CPU {cpu}")
-        except (OSError, AttributeError) as exc:
-            log.warning(f"could not pin the control thread to CPU {cpu}: {exc}")
-    if priority > 0:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-            log.info(f"control thread: SCHED_FIFO priority {priority}")
-        except (OSError, AttributeError) as exc:
-            log.warning(f"no realtime scheduling ({exc}); running with normal priority")
-
-
 PART_NODES = {"all": ("bridge", "estimator", "controller", "recorder"), "sim": ("bridge", "recorder"),
               "control": ("estimator", "controller")}
 
@@ -157,19 +130,6 @@ def _wire(bus, bridge, recorder, P, log, stop) -> None:
              + (f"; through DDS: {', '.join(sorted(set(external)))}" if external else ""))
 
 
-def _run_control(bus, P, log, stop_event) -> int:
-    """The control part: the link's receiver thread runs the estimator -> controller chain; this
-    thread waits until the sim part says bye (or is gone) or a signal."""
-    link = bus.link
-    realtime = P.mode == "realtime"
-    link.start(on_start=(lambda: _set_realtime_scheduling(P.sched_priority, P.cpu, log)) if realtime else None,
-               batch_replies=True, newest_only=True)
-    while not (link.closed.wait(0.1) or stop_event.is_set()):
-        pass
-    log.info("the sim part ended" if link.closed.is_set() else "stopped")
-    return 0
-
-
 def main_sim(argv: list[str] | None = None) -> int:
     """``sim_container``: the bridge and the recorder; the other part of ``layout:=split``."""
     return main(argv, part="sim")
@@ -228,20 +188,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         # the GIL passes between threads (the executor, the link's receiver) every 0.5 ms instead of 5 ms:
         # the control thread never waits long for it
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        if bridge is None:
-            rc = _run_control(bus, P, log, stop_event)
-        else:
-            if link is not None:                      # commands and the control part's topics: a thread as
-                link.start(on_start=None if bridge.lockstep else   # urgent as the bridge's (the command path)
-                           lambda: _set_realtime_scheduling(P.sched_priority, -1, log))
-            if not bridge.lockstep:
-                _set_realtime_scheduling(P.sched_priority, P.cpu, log)
-            rc = bridge.run()
-            if link is not None:
-                link.flush()
-                link.bye()                            # the control part answers the last sample, then bye
-                if not link.closed.wait(2.0):
-                    log.warning("the control part did not say bye within 2 s")
+        rc = run_control(bus, P, log, stop_event) if bridge is None else run_sim(bridge, link, P, log)
         bus.flush()
         stats = bus.stats()
         log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
@@ -252,22 +199,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         print(f"{CONTAINER_NODES[part]}: {exc}", file=sys.stderr)
         rc = 2
     finally:
-        if link is not None:
-            link.close()
-        if recorder is not None:
-            recorder.close()                # every message was written synchronously: nothing to drain
-        if executor is not None:
-            executor.shutdown(timeout_sec=1.0)
-        if spin is not None:
-            spin.join(timeout=2.0)
-        for n in reversed(nodes):
-            viewer = getattr(n, "viewer", None)
-            if viewer is not None:
-                try:
-                    viewer.close()
-                except Exception:
-                    pass
-            n.destroy_node()
+        teardown(nodes, link, recorder, executor, spin)
         if rclpy.ok():
             rclpy.shutdown()
     return rc

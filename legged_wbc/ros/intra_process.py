@@ -61,6 +61,7 @@ class _Subscription:
     qos: object
     raw: bool
     tap: object = None                  # raw subscriptions in-process: takes the message object instead of bytes
+    batch: object = None                # the tap's ``batch`` sink, if it has one (see IntraProcessBus.flush)
     value_cb: object = None             # adapted subscriptions: takes the value of an adapted publisher
     dds: object = None                  # the rclpy subscription, if it had to go through DDS
     errors: int = 0
@@ -268,11 +269,13 @@ class IntraProcessBus:
         """``tap`` (raw subscriptions only): called with the message object (or, from an adapted
         publisher, an :class:`AdaptedValue`) for in-process deliveries, instead of ``callback`` with its
         serialization (the recorder packs it itself, see :mod:`legged_wbc.ros.bag_process`); messages
-        through DDS still reach ``callback`` as bytes. ``value_callback``: called with the value of an
+        through DDS still reach ``callback`` as bytes. A tap with a ``batch`` attribute (deferred
+        deliveries only): :meth:`flush` calls ``batch([(topic, item), ...])`` once with all of them instead. ``value_callback``: called with the value of an
         adapted publisher in the process (``callback`` then takes messages: DDS, plain publishers)."""
         name = node.resolve_topic_name(topic)
         sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
-                            tap=tap if raw else None, value_cb=value_callback)
+                            tap=tap if raw else None, value_cb=value_callback,
+                            batch=getattr(tap, "batch", None) if raw else None)
         with self._lock:
             if self._finalized and name not in self._pubs:
                 sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)
@@ -307,16 +310,26 @@ class IntraProcessBus:
         items = self._deferred
         last_msg = last_raw = None
         n = 0
+        batches: dict = {}
         while items:
             sub, msg = items.popleft()
             n += 1
             try:
                 if sub.tap is not None:
-                    sub.tap(msg)              # a message or an AdaptedValue
+                    sink = sub.batch
+                    if sink is not None:      # collected: one call per sink and flush (the recorder)
+                        batches.setdefault(sink, (sub, []))[1].append((sub.topic, msg))
+                    else:
+                        sub.tap(msg)          # a message or an AdaptedValue
                     continue
                 if msg is not last_msg:
                     last_msg, last_raw = msg, _serialize(msg)
                 sub.callback(last_raw)
+            except Exception:
+                self._callback_failed(sub)
+        for sink, (sub, batch) in batches.items():
+            try:
+                sink(batch)
             except Exception:
                 self._callback_failed(sub)
         return n

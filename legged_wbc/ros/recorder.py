@@ -35,10 +35,9 @@ import time
 from pathlib import Path
 
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.bag_process import RecorderProcessError, open_sink
+from legged_wbc.ros.bag_process import LocalTaps, RecorderProcessError, open_sink
 from legged_wbc.ros.bag_writer import (BagStamps, RecorderConfig, StartupGate, default_output, describe_publishers,
                                        message_class)
-from legged_wbc.ros.intra_process import AdaptedValue
 from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
 
@@ -60,7 +59,8 @@ def _make_node_class():
                                      log=self.get_logger().warning)
             except (FileExistsError, RecorderProcessError) as exc:
                 raise ParameterSchemaError(str(exc)) from None
-            self._tap = getattr(self.bag, "write_message", None)   # message objects in-process
+            # in-process messages and values (a container): packed for the recorder process by LocalTaps
+            self.local = LocalTaps(self.bag, self) if hasattr(self.bag, "write_message") else None
             self.path = out
             self.exclude = set(P["exclude"])
             self.wanted: dict[str, str | None] = {self.resolve_topic_name(name): typ or None for name, _, typ in
@@ -119,7 +119,7 @@ def _make_node_class():
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self._qos_depth,
                              reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
-            tap = (lambda msg, t=topic: self._on_local_message(t, msg)) if self._tap is not None else None
+            tap = self.local.tap(topic) if self.local is not None else None
             self.subs[topic] = ros_io.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
                                                         qos, raw=True, tap=tap)
             self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
@@ -173,25 +173,13 @@ def _make_node_class():
                 self.bag.write(topic, self.stamps.of_bytes(topic, data, now), data)
                 self.last_rx = time.monotonic()
 
-        def _on_local_message(self, topic: str, item) -> None:
-            """An in-process message object or adapted value (container): handed to the recorder
-            process, not serialized."""
-            if self.closed:
-                return
-            now = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
-            if isinstance(item, AdaptedValue):
-                self.bag.write_value(topic, self.stamps.of_value(topic, item.value, now), item.value, item.adapter)
-            else:
-                self._tap(topic, self.stamps.of_message(topic, item, now), item)
-            self.last_rx = time.monotonic()
-
         def close(self) -> None:
             if self.closed:
                 return
             self.closed, dropped = True, self.bag.close() or 0
             total = sum(self.counts.values())
             per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
-            where = " by the recorder process" if self._tap is not None else ""
+            where = " by the recorder process" if self.local is not None else ""
             self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages: {per}"
                                    f"{f'; {dropped} DROPPED' if dropped else ''})")
 

@@ -105,9 +105,10 @@ class RecordRing:
         with self.lock:
             self._hdr[_CONSUMER] = state
 
-    def note_dropped(self) -> None:
-        """Producer: count a message that was given up without a :meth:`put` (e.g. its topic's description did not fit)."""
-        self._hdr[_DROPPED] += 1
+    def note_dropped(self, n: int = 1) -> None:
+        """Producer: count ``n`` messages given up without a :meth:`put` of their own (a topic whose
+        description did not fit, the other messages of a batch record that did not fit)."""
+        self._hdr[_DROPPED] += n
 
     def pending_bytes(self) -> int:
         with self.lock:

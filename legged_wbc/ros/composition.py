@@ -1,0 +1,71 @@
+"""How a container runs its part once the nodes are composed (:mod:`legged_wbc.ros.container`): the
+control thread's scheduling, the sim part's loop (the bridge's), the control part's wait (its chain
+runs in the host link's receiver thread), and the orderly end."""
+
+from __future__ import annotations
+
+import os
+
+
+def set_realtime_scheduling(priority: int, cpu: int, log) -> None:
+    """SCHED_FIFO / CPU pinning of the calling thread; fail soft (one line) without permission."""
+    if cpu >= 0:
+        try:
+            os.sched_setaffinity(0, {cpu})
+            log.info(f"control thread pinned to CPU {cpu}")
+        except (OSError, AttributeError) as exc:
+            log.warning(f"could not pin the control thread to CPU {cpu}: {exc}")
+    if priority > 0:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            log.info(f"control thread: SCHED_FIFO priority {priority}")
+        except (OSError, AttributeError) as exc:
+            log.warning(f"no realtime scheduling ({exc}); running with normal priority")
+
+
+def run_control(bus, P, log, stop_event) -> int:
+    """The control part: the link's receiver thread runs the estimator -> controller chain; this
+    thread waits until the sim part says bye (or is gone) or a signal."""
+    link = bus.link
+    realtime = P.mode == "realtime"
+    link.start(on_start=(lambda: set_realtime_scheduling(P.sched_priority, P.cpu, log)) if realtime else None,
+               batch_replies=True, newest_only=True)
+    while not (link.closed.wait(0.1) or stop_event.is_set()):
+        pass
+    log.info("the sim part ended" if link.closed.is_set() else "stopped")
+    return 0
+
+
+def run_sim(bridge, link, P, log) -> int:
+    """The bridge's loop in this thread (realtime: SCHED_FIFO, as the link's receiver: the command path)."""
+    if link is not None:
+        link.start(on_start=None if bridge.lockstep else lambda: set_realtime_scheduling(P.sched_priority, -1, log))
+    if not bridge.lockstep:
+        set_realtime_scheduling(P.sched_priority, P.cpu, log)
+    rc = bridge.run()
+    if link is not None:
+        link.flush()
+        link.bye()                            # the control part answers the last sample, then says bye
+        if not link.closed.wait(2.0):
+            log.warning("the control part did not say bye within 2 s")
+    return rc
+
+
+def teardown(nodes, link, recorder, executor, spin) -> None:
+    """Close the link, the bag (the recorder process drains), the executor and the nodes."""
+    if link is not None:
+        link.close()
+    if recorder is not None:
+        recorder.close()                # every message was handed to the recorder process: it drains
+    if executor is not None:
+        executor.shutdown(timeout_sec=1.0)
+    if spin is not None:
+        spin.join(timeout=2.0)
+    for n in reversed(nodes):
+        viewer = getattr(n, "viewer", None)
+        if viewer is not None:
+            try:
+                viewer.close()
+            except Exception:
+                pass
+        n.destroy_node()
