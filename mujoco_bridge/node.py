@@ -105,12 +105,13 @@ def _make_node_class():
                      f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
                      f"initial base height {self.q0[2]:.3f} m")
 
+        poll_inputs = None    # realtime: inputs this thread reads itself (the container: a host link's poll)
+        source_time = None    # () -> when the command being delivered was sent [s monotonic] or None
         # the disturbance hook ``disturbance_fn(t, sim) -> torque | None`` (see mujoco_bridge.scenario_setup)
         disturbance_fn = property(lambda self: self.physics.disturbance_fn,
                                   lambda self, fn: setattr(self.physics, "disturbance_fn", fn))
         after_sample = None   # hook called after each sample is published (the container: the recorder's copies)
         _last_step = -1       # the step of the last sample published
-
         def _on_config(self, cfg: BridgeConfig, changed) -> None:
             self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
 
@@ -121,7 +122,7 @@ def _make_node_class():
             except ros_io.CommandError as exc:
                 self.sched.reject(str(exc), kind=exc.kind)
                 return
-            self.sched.offer_command(cmd)
+            self.sched.offer_command(cmd, self.source_time() if self.source_time else None)
 
         def _on_support(self, sample: adapters.JointSample) -> None:
             ns = sample.stamp_ns
@@ -188,7 +189,6 @@ def _make_node_class():
             if ticks:
                 self.pub_latency.publish(ros_io.command_latency_msg(ticks, latency))
 
-        # ------------------------------------------------------------ run
         def flush_publishers(self, timeout: float = 5.0) -> None:
             """Wait until subscribers acked the last samples (exiting at once lost 3 of 501; Fast DDS acks: 3 s)."""
             t_end = time.monotonic() + timeout

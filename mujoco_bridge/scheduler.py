@@ -181,7 +181,9 @@ class BridgeScheduler:
     * ``publish_sample(step)``: publish the state after ``step`` physics steps (stamp ``step`` ms);
     * ``joint_velocities()``: for the watchdog's damping;
     * ``peers_missing() -> str | None``: None once the subscribers needed at start-up are there, else
-      what is missing (for the log); ``settle_peers()``: called once they are.
+      what is missing (for the log); ``settle_peers()``: called once they are;
+    * optionally ``poll_inputs()`` (realtime): deliver the inputs waiting for this thread (a host link
+      read by the bridge's own thread; they reach :meth:`offer_command` with their send time).
 
     Commands (``.tick``, ``.tau``) come from any thread through :meth:`offer_command`, the estimated
     support sets through :meth:`offer_support`. All shared state is guarded by :attr:`cond` (an
@@ -229,10 +231,12 @@ class BridgeScheduler:
         return self.step_count * PHYSICS_DT_NS
 
     # ------------------------------------------------------------ inputs (any thread)
-    def offer_command(self, cmd) -> bool:
+    def offer_command(self, cmd, arrived: float | None = None) -> bool:
         """Take a decoded command (``.tick``: the tick it answers or ``UNTIMED_TICK``; ``.tau``); True
-        if accepted. Stale ones are counted and dropped, future ones (lockstep) rejected."""
-        now = self.clock.monotonic()
+        if accepted. Stale ones are counted and dropped, future ones (lockstep) rejected. ``arrived``:
+        when it was there [s, the clock's], if earlier than now (taken from a transport that is read
+        later, :meth:`run_realtime`'s ``poll_inputs``)."""
+        now = self.clock.monotonic() if arrived is None else arrived
         with self.cond:
             answers = cmd.tick              # the tick it answers (realtime: for the command delay)
             if cmd.tick != UNTIMED_TICK:
@@ -460,8 +464,13 @@ class BridgeScheduler:
         t0 = monotonic()
         next_republish = t0 + float(self.cfg.republish_period)
         cond = self.cond
+        poll = getattr(self.ports, "poll_inputs", None)     # inputs this thread reads itself: look every 1 ms
         with cond:
             while self._latest is None and not self.stop_requested:
+                if poll is not None:
+                    poll()
+                    if self._latest is not None:
+                        break
                 now = monotonic()
                 left = (t0 + startup - now) if startup else 0.5
                 if startup and left <= 0:
@@ -470,7 +479,7 @@ class BridgeScheduler:
                 if now >= next_republish:  # a late subscriber may have missed the tick-0 sample
                     self._republish_tick0("no command yet")
                     next_republish = now + float(self.cfg.republish_period)
-                wait(cond, min(max(left, 0.0), 0.5, max(next_republish - now, 0.0)))
+                wait(cond, min(max(left, 0.0), 0.5 if poll is None else 0.001, max(next_republish - now, 0.0)))
 
     def run_realtime(self) -> None:
         self.wait_first_command_realtime()
@@ -483,7 +492,9 @@ class BridgeScheduler:
         self._run_wall0 = (wall0, step0)
         rtf = float(self.cfg.realtime_factor)
         early = bool(self.cfg.early_intermediate_steps)
+        poll = getattr(self.ports, "poll_inputs", None) or (lambda: None)
         while not self.done():
+            poll()                           # inputs read by this thread (a host link), else nothing
             cfg = self.cfg
             step = self.step_count
             if cfg.realtime_factor != rtf:   # a new factor: the schedule goes on from this step's slot
@@ -493,6 +504,7 @@ class BridgeScheduler:
             delay = target - monotonic()
             if delay > 0 and not (early and (step + 1) % spt and self._command_there(step // spt - lag)):
                 sleep(delay)
+                poll()
             elif delay < -OVERRUN_S:  # far behind (debugger, overload): re-anchor instead of racing
                 counters["overruns"] += 1
                 wall0, step0 = monotonic(), step

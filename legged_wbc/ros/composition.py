@@ -5,6 +5,7 @@ runs in the host link's receiver thread), and the orderly end."""
 from __future__ import annotations
 
 import os
+import time
 
 
 def set_realtime_scheduling(priority: int, cpu: int, log) -> None:
@@ -37,16 +38,26 @@ def run_control(bus, P, log, stop_event) -> int:
 
 
 def run_sim(bridge, link, P, log) -> int:
-    """The bridge's loop in this thread (realtime: SCHED_FIFO, as the link's receiver: the command path)."""
+    """The bridge's loop in this thread (realtime: SCHED_FIFO). With a host link: in lockstep a receiver
+    thread delivers the control part's frames (the bridge waits for each command anyway); in realtime
+    the bridge's thread reads them itself before each physics step (``poll_inputs``), so nothing in
+    this process wakes up for a command, and a command's latency runs to its frame's send time."""
     if link is not None:
-        link.start(on_start=None if bridge.lockstep else lambda: set_realtime_scheduling(P.sched_priority, -1, log))
+        if bridge.lockstep:
+            link.start()
+        else:
+            bridge.poll_inputs, bridge.source_time = link.poll, link.frame_time
     if not bridge.lockstep:
         set_realtime_scheduling(P.sched_priority, P.cpu, log)
     rc = bridge.run()
     if link is not None:
         link.flush()
         link.bye()                            # the control part answers the last sample, then says bye
-        if not link.closed.wait(2.0):
+        t_end = time.monotonic() + 2.0
+        while not link.closed.wait(0.005) and time.monotonic() < t_end:
+            if not bridge.lockstep:
+                link.poll()                   # its last frames (the recorder's), then its bye
+        if not link.closed.is_set():
             log.warning("the control part did not say bye within 2 s")
     return rc
 

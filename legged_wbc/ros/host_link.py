@@ -196,6 +196,7 @@ class HostLink:
         self._rx = None
         self._rbuf = bytearray()
         self.frame_sent_ns = 0                        # send time of the frame being delivered (monotonic [ns])
+        self.delivering = False
 
     # ------------------------------------------------------------ set-up
     def _connect(self, timeout: float, stop) -> None:
@@ -267,20 +268,26 @@ class HostLink:
         except OSError:
             pass                                      # the peer is gone: the receiver sees it
 
+    def _take_frame(self):
+        """The next complete frame in the read buffer ``(kind, body)`` (a copy: delivered values may be
+        kept), or None."""
+        buf = self._rbuf
+        if len(buf) >= _FRAME.size:
+            (n,) = _FRAME.unpack_from(buf, 0)
+            if len(buf) >= _FRAME.size + n:
+                frame = buf[_FRAME.size:_FRAME.size + n]
+                del buf[:_FRAME.size + n]
+                return frame[0], frame[1:]
+        return None
+
     def _read_frame(self) -> tuple[int, bytearray]:
         """One frame from the stream (blocking): ``(kind, body)``; raises EOFError at the end."""
-        buf = self._rbuf
-        while True:
-            if len(buf) >= _FRAME.size:
-                (n,) = _FRAME.unpack_from(buf, 0)
-                if len(buf) >= _FRAME.size + n:
-                    frame = buf[_FRAME.size:_FRAME.size + n]   # a copy: delivered values may be kept
-                    del buf[:_FRAME.size + n]
-                    return frame[0], frame[1:]
+        while (frame := self._take_frame()) is None:
             chunk = self.sock.recv(MAX_READ)
             if not chunk:
                 raise EOFError
-            buf += chunk
+            self._rbuf += chunk
+        return frame
 
     # ------------------------------------------------------------ sending
     def sends(self, topic: str) -> bool:
@@ -348,29 +355,63 @@ class HostLink:
         if batch_replies:
             self.batching()
         try:
-            while True:
-                kind, body = self._read_frame()
-                if kind == DATA:
-                    self.received += 1
-                    if newest_only and self._newer_data_waiting():
-                        self.skipped += 1             # a newer frame is already here: this one is stale
-                        continue
-                    self.frame_sent_ns = _SENT.unpack_from(body, 0)[0]
-                    self._deliver(memoryview(body)[_SENT.size:])
-                    if batch_replies:
-                        self.flush()
-                elif kind == SUBS:
-                    self.peer_subs = pickle.loads(body)
-                    if self.on_peer_subs is not None:
-                        self.on_peer_subs(self.peer_subs)
-                elif kind == BYE:
-                    if self.part == "control":
-                        self.bye()                    # after our last replies: the sim part may close
-                    break
+            while self._handle(*self._read_frame(), batch_replies, newest_only):
+                pass
         except (EOFError, OSError):
             pass                                      # the peer is gone, or we closed
         finally:
             self.closed.set()
+
+    def poll(self) -> None:
+        """Take and deliver, in the calling thread, every frame that is there, without waiting (the
+        sim part in realtime: the bridge's thread looks before each physics step, so no thread of the
+        sim part wakes up for a command; its latency is taken from the frame's send time)."""
+        if self.closed.is_set():
+            return
+        try:
+            while True:
+                chunk = self.sock.recv(MAX_READ, socket.MSG_DONTWAIT)
+                if not chunk:
+                    self.closed.set()
+                    break
+                self._rbuf += chunk
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.closed.set()
+        while (frame := self._take_frame()) is not None:
+            if not self._handle(*frame, False, False):
+                self.closed.set()
+                return
+
+    def _handle(self, kind: int, body, batch_replies: bool, newest_only: bool) -> bool:
+        """Act on one frame; False at BYE."""
+        if kind == DATA:
+            self.received += 1
+            if newest_only and self._newer_data_waiting():
+                self.skipped += 1                     # a newer frame is already here: this one is stale
+                return True
+            self.frame_sent_ns = _SENT.unpack_from(body, 0)[0]
+            self.delivering = True
+            try:
+                self._deliver(memoryview(body)[_SENT.size:])
+            finally:
+                self.delivering = False
+            if batch_replies:
+                self.flush()
+        elif kind == SUBS:
+            self.peer_subs = pickle.loads(body)
+            if self.on_peer_subs is not None:
+                self.on_peer_subs(self.peer_subs)
+        elif kind == BYE:
+            if self.part == "control":
+                self.bye()                            # after our last replies: the sim part may close
+            return False
+        return True
+
+    def frame_time(self) -> float | None:
+        """The send time [s, ``time.monotonic``'s clock] of the frame being delivered, else None."""
+        return self.frame_sent_ns * 1e-9 if self.delivering else None
 
     def _newer_data_waiting(self) -> bool:
         """Is a complete DATA frame waiting behind the one just read? (Takes what the socket holds.)"""
