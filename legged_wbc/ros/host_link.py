@@ -82,7 +82,7 @@ class ValueCodec:
         self.msg_type = msg_type
         self.names = list(names) if names is not None else None
         self._names_key = tuple(self.names) if self.names is not None else None
-        enc = {"JointStateAdapter": self._enc_js, "ImuAdapter": self._enc_fixed, "OdometryAdapter": self._enc_odom,
+        enc = {"JointStateAdapter": self._enc_js, "ImuAdapter": self._enc_imu, "OdometryAdapter": self._enc_odom,
                "ArrayAdapter": self._enc_array, "ClockAdapter": self._enc_clock, None: self._enc_msg}
         dec = {"JointStateAdapter": self._dec_js, "ImuAdapter": self._dec_imu, "OdometryAdapter": self._dec_odom,
                "ArrayAdapter": self._dec_array, "ClockAdapter": self._dec_clock, None: self._dec_msg}
@@ -112,7 +112,7 @@ class ValueCodec:
         return JointSample(stamp, names, a[:n], a[n:2 * n], a[2 * n:])
 
     @staticmethod
-    def _enc_fixed(v) -> bytes:                      # ImuSample
+    def _enc_imu(v) -> bytes:
         return b"".join((ValueCodec._Q.pack(int(v.stamp_ns)), np.ascontiguousarray(v.quat_xyzw, np.float64).tobytes(),
                          np.ascontiguousarray(v.gyro, np.float64).tobytes(),
                          np.ascontiguousarray(v.accel, np.float64).tobytes()))

@@ -25,6 +25,11 @@ publishers and subscriptions through :func:`legged_wbc.ros.io.create_publisher` 
   have a ``tap``: the container's bag recorder takes the message object and packs its numbers into
   shared memory itself (:mod:`legged_wbc.ros.bag_process`), so nothing is serialized in the process.
 
+* a bus may be joined to the bus of a second process by a host link (:mod:`legged_wbc.ros.host_link`,
+  ``layout:=split``): the other process's publishers appear here as :class:`LinkPublisher` stand-ins
+  that deliver what comes over the link, and a publisher whose topic the other process subscribes
+  also sends its values there (:meth:`IntraProcessBus.connect_link`).
+
 Contract for callbacks (as for rclcpp intra-process with borrowed messages): the message object
 belongs to the publisher and may be refilled after the callback returns, so a callback copies what
 it keeps (our nodes convert to numpy arrays at once); a callback must not block. An exception in a
@@ -270,8 +275,9 @@ class IntraProcessBus:
         publisher, an :class:`AdaptedValue`) for in-process deliveries, instead of ``callback`` with its
         serialization (the recorder packs it itself, see :mod:`legged_wbc.ros.bag_process`); messages
         through DDS still reach ``callback`` as bytes. A tap with a ``batch`` attribute (deferred
-        deliveries only): :meth:`flush` calls ``batch([(topic, item), ...])`` once with all of them instead. ``value_callback``: called with the value of an
-        adapted publisher in the process (``callback`` then takes messages: DDS, plain publishers)."""
+        deliveries only): :meth:`flush` calls ``batch([(topic, item), ...])`` once with all of them
+        instead. ``value_callback``: called with the value of an adapted publisher in the process
+        (``callback`` then takes messages: DDS, plain publishers)."""
         name = node.resolve_topic_name(topic)
         sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
                             tap=tap if raw else None, value_cb=value_callback,
