@@ -23,6 +23,7 @@ from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, delay_ticks, initial_height,  # noqa: F401
                                           load_scenario_config, scenario_disturbance, scenario_sim, sensor_noise)
 from mujoco_bridge.scheduler import PHYSICS_DT_NS, BridgeScheduler
+from mujoco_bridge.timing import WallStamps
 
 
 def _make_node_class():
@@ -48,7 +49,7 @@ def _make_node_class():
                 raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
             self.n, self.joint_names, self.leg_names = self.robot.n, list(self.robot.joint_names), self.robot.cfg.leg_names
             self.lockstep, self.untimed = cfg.lockstep, cfg.command_timing == "untimed"
-            self.wall_stamps = cfg.sample_stamps == "wall"       # hardware emulation (BridgeConfig)
+            self._wall = WallStamps() if cfg.sample_stamps == "wall" else None   # hardware emulation (BridgeConfig)
             self.q0 = self.robot.stance_configuration(initial_height(cfg.initial_height, self.scenario))
             self.sim.reset(self.q0)
             self.sched = BridgeScheduler(cfg, self, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps, log=log,
@@ -105,8 +106,7 @@ def _make_node_class():
                      f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
                      f"initial base height {self.q0[2]:.3f} m")
 
-        poll_inputs = None    # realtime: inputs this thread reads itself (the container: a host link's poll)
-        source_time = None    # () -> when the command being delivered was sent [s monotonic] or None
+        poll_inputs = source_time = None   # realtime, split: a host link's poll; its frame's send time [s]
         # the disturbance hook ``disturbance_fn(t, sim) -> torque | None`` (see mujoco_bridge.scenario_setup)
         disturbance_fn = property(lambda self: self.physics.disturbance_fn,
                                   lambda self, fn: setattr(self.physics, "disturbance_fn", fn))
@@ -126,7 +126,7 @@ def _make_node_class():
 
         def _on_support(self, sample: adapters.JointSample) -> None:
             ns = sample.stamp_ns
-            tick = self.sched.tick_of_stamp(ns) if self.wall_stamps else ros_io.tick_from_stamp(ns)
+            tick = self.sched.tick_of_stamp(ns) if self._wall else ros_io.tick_from_stamp(ns)
             if tick is None:
                 return
             try:
@@ -153,11 +153,11 @@ def _make_node_class():
                 self.get_logger().warning("start-up: some subscriptions did not match within 2 s")
 
         def publish_sample(self, step: int) -> None:
-            """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: the sensors
-            ROS time now). Message objects are reused; topics nobody subscribes to are skipped."""
+            """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: ROS time, see
+            ``WallStamps``). Message objects are reused; topics nobody subscribes to are skipped."""
             t_ns = step * PHYSICS_DT_NS
             repeat, self._last_step = step == self._last_step, step   # re-published (start-up): control inputs only
-            sensor_ns = self.get_clock().now().nanoseconds if self.wall_stamps else t_ns
+            sensor_ns = self._wall.stamp(t_ns, self.get_clock().now().nanoseconds) if self._wall else t_ns
             if self.untimed:
                 self.sched.note_sample(sensor_ns, step)   # untimed answers name it
             s = self.sim.sensors()

@@ -140,3 +140,26 @@ class CommandDelayLine:
             return tau
         self._line.append(None if tau is None else np.array(tau, dtype=float))
         return self._line.popleft() if len(self._line) > self.ticks else None
+
+
+class WallStamps:
+    """Sensor stamps of ``sample_stamps: wall`` (a ros2_control robot's: ROS time when read), kept
+    consistent with the physics when the simulation cannot keep real time.
+
+    A real robot's physics never runs slower than the wall clock; a simulation on a busy machine can.
+    Stamping each sample with the bare wall time would then stretch every interval the estimator
+    integrates over (0.8x real time: 2.5 ms between stamps for 2 ms of physics) and steer it wrong.
+    So a stamp is the wall time the first sample was published at, plus the sample's sim time, plus
+    the sample's real lateness against that schedule clipped to ``max_jitter_ns``: on time, the
+    stamps carry the real publication jitter like a driver's; behind, they stay on the physics' clock.
+    """
+
+    def __init__(self, max_jitter_ns: int = 1_000_000):
+        self.max_jitter_ns = int(max_jitter_ns)
+        self.epoch_ns = None                 # wall time [ns] - sim time [ns] of the first sample
+
+    def stamp(self, sim_ns: int, now_ns: int) -> int:
+        if self.epoch_ns is None:
+            self.epoch_ns = now_ns - sim_ns
+        due = self.epoch_ns + sim_ns
+        return due + min(max(now_ns - due, 0), self.max_jitter_ns)
