@@ -48,7 +48,7 @@ class BridgeConfig:
                                 "stamp names; untimed = ignore stamps, apply the newest command (realtime only, "
                                 "like a hardware interface)", choices=("stamped", "untimed"), live=False)
     sample_stamps: str = param("sim", desc="stamps of /joint_states and /imu: sim = sim time (tick k at k * 2 ms); "
-                               "wall = ROS time now at publication, off the tick grid, like a ros2_control robot "
+                               "wall = ROS time at publication (on the physics' clock if the sim runs behind), like a ros2_control robot "
                                "(needs mode realtime and command_timing untimed; ground truth keeps sim time)",
                                choices=("sim", "wall"), live=False)
     realtime_factor: float = param(1.0, 0.01, 100.0, "realtime mode: sim seconds per wall second")
