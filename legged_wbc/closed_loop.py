@@ -113,7 +113,7 @@ class ClosedLoop:
         self.gait_cfg = GaitConfig.from_dict(scenario.gait_dict(rm.cfg.gait))
         noise = SensorNoise(**{k: scenario.noise[k] for k in ("joint_velocity", "gyro", "accel", "seed")
                                if k in scenario.noise})
-        self.sim = MujocoSim(rm, noise=noise)
+        self.sim = MujocoSim(rm, noise=noise, terrain=scenario.terrain)
         self.sim.set_physics(**scenario.physics())  # ground friction, payload, push (evaluation scenarios)
         over = scenario.controller_overrides(mode)
         if solver:
@@ -163,7 +163,7 @@ class ClosedLoop:
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
-        min_height, max_tilt = sc.fall_min_height, sc.fall_max_tilt_deg
+        min_height, max_tilt, ground = sc.fall_min_height, sc.fall_max_tilt_deg, sc.terrain.height
         t_standing = sc.stand_up_start + sc.stand_up_duration
         gc_state = _GcPause.start()
         wall0 = time.perf_counter()
@@ -220,7 +220,8 @@ class ClosedLoop:
                         sim.set_torque(damping_torque(sim.joint_velocities(), self.no_command_damping, effort))
                         sim.step(1)
                 # fall detection on ground truth (evaluation only)
-                qx, qy, z = float(q_gt[3]), float(q_gt[4]), float(q_gt[2])
+                qx, qy = float(q_gt[3]), float(q_gt[4])
+                z = float(q_gt[2]) - float(ground(q_gt[0], q_gt[1]))   # above the terrain under the base
                 tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (qx ** 2 + qy ** 2)))))
                 if z < min_height and t > t_standing:
                     fell, reason = True, f"base height {z:.3f} m < {min_height} m at t={t:.3f} s"

@@ -1,7 +1,7 @@
 """MuJoCo model of a robot config: the same URDF Pinocchio loads, plus the scene.
 
 ``build_spec`` loads the URDF with ``mujoco.MjSpec`` and adds what a URDF cannot say: the free
-joint of the base, a floor (friction from the robot config), torque motors on every joint, joint
+joint of the base, the ground (the scenario's terrain, :mod:`legged_wbc.terrain`; friction from the robot config), torque motors on every joint, joint
 armature (the same values Pinocchio uses), foot contact parameters, an IMU site with
 orientation / gyro / accelerometer sensors, a light and a tracking camera. Only the foot spheres
 and the base box collide. ``legged-wbc export-mjcf`` writes the result as MJCF for inspection.
@@ -13,11 +13,13 @@ import mujoco
 import numpy as np
 
 from legged_wbc.robot import RobotConfig, load_robot_config
+from legged_wbc.terrain import add_terrain, is_terrain_geom
 
 TIMESTEP = 0.001  # [s] physics step (1 kHz)
 
 
-def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP) -> mujoco.MjSpec:
+def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP, terrain=None) -> mujoco.MjSpec:
+    """The robot's spec; ``terrain`` (:class:`legged_wbc.terrain.Terrain`, None: flat) is its ground."""
     if not isinstance(cfg, RobotConfig):
         cfg = load_robot_config(cfg)
     spec = mujoco.MjSpec.from_file(str(cfg.urdf_path()))
@@ -28,8 +30,7 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP)
     base.add_freejoint(name="floating_base")
     # floor and scene
     world = spec.worldbody
-    world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
-                   friction=[cfg.friction, 0.005, 0.0001], rgba=[0.8, 0.8, 0.8, 1])
+    add_terrain(spec, terrain, cfg.friction)
     world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1])
     base.add_camera(name="track", mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
                     pos=[0.0, -2.8, 1.2], xyaxes=[1, 0, 0, 0, 0.4, 0.92])
@@ -51,7 +52,7 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP)
                               ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
     foot_links = set(cfg.foot_links)
     for g in spec.geoms:
-        if g.name == "floor":
+        if is_terrain_geom(g.name):
             continue
         body = g.parent
         if g.type == mujoco.mjtGeom.mjGEOM_SPHERE and body.name in foot_links:
@@ -68,8 +69,8 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP)
     return spec
 
 
-def build_model(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP) -> mujoco.MjModel:
-    return build_spec(cfg, timestep).compile()
+def build_model(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP, terrain=None) -> mujoco.MjModel:
+    return build_spec(cfg, timestep, terrain).compile()
 
 
 def hinge_joint_names(m: mujoco.MjModel) -> list[str]:

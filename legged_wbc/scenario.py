@@ -10,7 +10,9 @@ defaults filled in for scenario files that do not have them, so ``--set`` works 
 * ``ground.friction``: foot-floor friction coefficient (``null``: the robot config's, 0.9);
 * ``payload.mass_kg``: mass added to the body [kg] (negative: lighter), its inertia scaled with it;
 * ``push``: a world-frame lateral force ``force_n`` [N] (signed, along world y) on the body's centre
-  of mass from ``t_s + start_offset`` for ``duration`` s.
+  of mass from ``t_s + start_offset`` for ``duration`` s;
+* ``terrain``: the ground, ``kind: flat | slope | steps | rough`` and its sizes
+  (:mod:`legged_wbc.terrain`; e.g. ``--set terrain.kind=slope --set terrain.angle_deg=10``).
 
 And the command path's latency: ``command_delay_ticks`` (int >= 0, default 0): the torque command
 that answers control tick ``k`` is applied from control period ``k + 1 + N`` (the one from tick
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from legged_wbc import terrain as _terrain
 from legged_wbc.robot import ConfigError, find_config, load_yaml_file
 
 
@@ -58,6 +61,7 @@ PHYSICS_DEFAULTS = {
     "ground": {"friction": None},
     "payload": {"mass_kg": 0.0},
     "push": {"enabled": False, "force_n": 0.0, "start_offset": 0.0, "duration": 0.0},
+    "terrain": dict(_terrain.DEFAULTS),
 }
 # Top-level keys a scenario file may omit, with their defaults.
 SCALAR_DEFAULTS = {"command_delay_ticks": 0}
@@ -87,6 +91,7 @@ class Scenario:
     payload_kg: float                  # mass added to the body [kg]
     push: Push
     command_delay_ticks: int = 0       # the command answering tick k acts from period k + 1 + N
+    terrain: _terrain.Terrain = _terrain.Terrain()   # the ground (legged_wbc.terrain)
 
     def physics(self) -> dict:
         """What :meth:`mujoco_bridge.sim.MujocoSim.set_physics` takes for this scenario."""
@@ -198,7 +203,7 @@ def scenario_from_dict(raw: dict) -> Scenario:
             payload_kg=float(raw["payload"]["mass_kg"]),
             push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),
                       start=t_s + float(raw["push"]["start_offset"]), duration=float(raw["push"]["duration"])),
-            command_delay_ticks=delay)
+            command_delay_ticks=delay, terrain=_terrain.Terrain.from_dict(raw["terrain"]))
     except KeyError as exc:
         raise ConfigError(f"scenario: missing key {exc}") from exc
     except (TypeError, ValueError) as exc:

@@ -50,7 +50,7 @@ def sensor_noise(scenario, joint_velocity: float, gyro: float, accel: float, see
 def scenario_sim(robot, scenario, noise: SensorNoise) -> MujocoSim:
     """The simulation of ``robot`` with the scenario's physical variations (``ground.friction``,
     ``payload.mass_kg``, ``push``; ``Scenario.physics()``), applied exactly as the headless loop does."""
-    sim = MujocoSim(robot, noise=noise)
+    sim = MujocoSim(robot, noise=noise, terrain=getattr(scenario, "terrain", None))
     if scenario is not None:
         sim.set_physics(**scenario.physics())
     return sim

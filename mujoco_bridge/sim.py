@@ -18,6 +18,7 @@ import numpy as np
 from legged_wbc.conventions import StateConverter, quat_wxyz_to_xyzw
 from legged_wbc.model import RobotModel
 from legged_wbc.mujoco_model import TIMESTEP, actuator_joint_names, build_model, hinge_joint_names
+from legged_wbc.terrain import Terrain, is_terrain_geom
 
 
 @dataclass
@@ -51,9 +52,10 @@ class MujocoSim:
     """The robot in MuJoCo at 1 kHz with a zero-order-held joint torque command."""
 
     def __init__(self, robot: RobotModel | str | None = None, timestep: float = TIMESTEP,
-                 noise: SensorNoise | None = None):
+                 noise: SensorNoise | None = None, terrain=None):
         self.robot = robot if isinstance(robot, RobotModel) else RobotModel(robot)
-        self.m = build_model(self.robot.cfg, timestep)
+        self.terrain = terrain or Terrain()                  # the ground (legged_wbc.terrain)
+        self.m = build_model(self.robot.cfg, timestep, self.terrain)
         self.d = mujoco.MjData(self.m)
         self.conv = StateConverter(self.robot.joint_names, hinge_joint_names(self.m), actuator_joint_names(self.m))
         self.dt = self.m.opt.timestep
@@ -64,12 +66,14 @@ class MujocoSim:
         self.foot_geoms = [mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_GEOM, f"{f}_sphere") for f in self.robot.cfg.foot_links]
         if min(self.foot_geoms) < 0:
             raise RuntimeError("foot sphere geoms missing from the MuJoCo model")
-        self.floor_geom = mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+        self.terrain_geoms = [i for i in range(self.m.ngeom)
+                              if is_terrain_geom(mujoco.mj_id2name(self.m, mujoco.mjtObj.mjOBJ_GEOM, i))]
+        self._terrain_set = set(self.terrain_geoms)
         self._foot_geom_set = set(self.foot_geoms)
         self.tau = np.zeros(self.robot.n)
         self.disturbance = np.zeros(self.robot.n)  # extra joint torque [N m], Pinocchio order
         self.base_body = mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_BODY, self.robot.cfg.base_link)
-        self._nominal = {"friction": self.m.geom_friction[[self.floor_geom] + self.foot_geoms, 0].copy(),
+        self._nominal = {"friction": self.m.geom_friction[self.terrain_geoms + self.foot_geoms, 0].copy(),
                          "mass": float(self.m.body_mass[self.base_body]),
                          "inertia": self.m.body_inertia[self.base_body].copy()}
         self.physics = {"friction": None, "payload_kg": 0.0, "push": None}
@@ -107,7 +111,7 @@ class MujocoSim:
         """Physical variations of the world (evaluation scenarios; the controller's model does not
         know them), each set absolutely (calling again with the same values changes nothing):
 
-        ``friction``: foot-floor sliding friction, set on the floor and the foot spheres (MuJoCo
+        ``friction``: foot-ground sliding friction, set on the terrain and the foot spheres (MuJoCo
         combines a contact's friction as the max of its geoms'); None: the robot config's.
         ``payload_kg``: mass added to the body (negative: lighter), the body's inertia scaled by
         the same factor (a payload spread like the body). ``push``: ``(force_world[3], t_start,
@@ -115,7 +119,7 @@ class MujocoSim:
         time of each physics step); None: no push. Derived model constants are recomputed
         (``mj_setConst``) and the current state re-evaluated (``mj_forward``)."""
         m, nom = self.m, self._nominal
-        geoms = [self.floor_geom] + self.foot_geoms
+        geoms = self.terrain_geoms + self.foot_geoms
         mu = nom["friction"] if friction is None else np.full(len(geoms), float(friction))
         mass = nom["mass"] + float(payload_kg)
         if not mass > 0:
@@ -185,12 +189,12 @@ class MujocoSim:
         return self.conv.q_from_mj(self.d.qpos), self.conv.v_from_mj(self.d.qpos, self.d.qvel)
 
     def _floor_contacts(self) -> list[int]:
-        """Geoms touching the floor (one entry per contact)."""
+        """Geoms touching the ground (any terrain geom; one entry per contact)."""
         n = self.d.ncon
         if n == 0:
             return []
-        fl = self.floor_geom
-        return [b if a == fl else a for a, b in self.d.contact.geom[:n].tolist() if a == fl or b == fl]
+        ground = self._terrain_set
+        return [b if a in ground else a for a, b in self.d.contact.geom[:n].tolist() if a in ground or b in ground]
 
     def foot_contacts(self) -> np.ndarray:
         """True foot-floor contact per leg (bool, evaluation only)."""

@@ -558,7 +558,8 @@ def _detect_fall(run: RunData) -> None:
         run.fell = False
         return
     t = S["t"]
-    z = S["base_pos"][:, 2]
+    p = S["base_pos"]
+    z = p[:, 2] - sc.terrain.height(p[:, 0], p[:, 1])     # above the terrain under the base
     qx, qy = S["base_quat"][:, 0], S["base_quat"][:, 1]
     tilt = np.degrees(np.arccos(np.clip(1 - 2 * (qx ** 2 + qy ** 2), -1.0, 1.0)))
     low = (z < sc.fall_min_height) & (t > sc.stand_up_start + sc.stand_up_duration)

@@ -443,14 +443,19 @@ def _offscreen_gl():
 
 
 # ============================================================================ scene
-def build_render_model(cfg, width: int, height: int, shadows: bool = True):
-    """The simulation scene (same URDF, same joints) dressed for pictures: checker floor, sky,
-    offscreen buffer of at least ``width x height``, a smaller shadow map (software GL)."""
+def _terrain_of(rec):
+    """The terrain the recorded run walked on (its scenario's; flat when unknown)."""
+    return getattr(rec.scenario, "terrain", None)
+
+
+def build_render_model(cfg, width: int, height: int, shadows: bool = True, terrain=None):
+    """The simulation scene (same URDF, same joints, the run's ``terrain``) dressed for pictures:
+    checker floor, sky, offscreen buffer of at least ``width x height``, a smaller shadow map (software GL)."""
     import mujoco
 
     from legged_wbc.mujoco_model import build_spec
 
-    spec = build_spec(cfg)
+    spec = build_spec(cfg, terrain=terrain)
     spec.add_texture(name="lwbc_grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
                      rgb1=[0.72, 0.74, 0.77], rgb2=[0.58, 0.61, 0.65], mark=mujoco.mjtMark.mjMARK_EDGE,
                      markrgb=[0.5, 0.52, 0.56], width=512, height=512)
@@ -481,7 +486,7 @@ class SceneRenderer:
     following the base) or the name of another camera of the model."""
 
     def __init__(self, robot: str = "hexapod", width: int = 640, height: int = 480, camera: str = "track",
-                 shadows: bool = True):
+                 shadows: bool = True, terrain=None):
         mujoco = _import_mujoco()
 
         from legged_wbc.conventions import StateConverter
@@ -489,7 +494,7 @@ class SceneRenderer:
 
         self.rm = _robot_model(robot)
         self.width, self.height = int(width), int(height)
-        self.m = build_render_model(self.rm.cfg, self.width, self.height, shadows)
+        self.m = build_render_model(self.rm.cfg, self.width, self.height, shadows, terrain)
         self.d = mujoco.MjData(self.m)
         self.conv = StateConverter(self.rm.joint_names, hinge_joint_names(self.m), actuator_joint_names(self.m))
         self._mj = mujoco
@@ -883,7 +888,7 @@ def render_run(run: str | Path, out: str | Path, compare: str | Path | None = No
                 raise RenderError(f"--compare-time {tc:g} s is outside {r.path}'s data [{r.t_start:.3f}, {r.t_end:.3f}] s")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    sr = SceneRenderer(rec.robot, o.width, o.height, o.camera, o.shadows)
+    sr = SceneRenderer(rec.robot, o.width, o.height, o.camera, o.shadows, _terrain_of(rec))
     summary["gl_backend"] = sr.backend
     summary["setup_s"] = time.perf_counter() - t0
     sb = None
@@ -893,7 +898,8 @@ def render_run(run: str | Path, out: str | Path, compare: str | Path | None = No
         if st is not None:
             summary["strip"] = render_strip(rec, sr, out / "gait_strip.png", st, span, o.overlay)
         if other is not None:
-            sb = sr if other.robot == rec.robot else SceneRenderer(other.robot, o.width, o.height, o.camera, o.shadows)
+            sb = (sr if other.robot == rec.robot and _terrain_of(other) == _terrain_of(rec) else
+                  SceneRenderer(other.robot, o.width, o.height, o.camera, o.shadows, _terrain_of(other)))
             summary["compare"] = render_compare(rec, other, sr, sb, out / "compare.png", tc, o.overlay)
     finally:
         if sb is not None and sb is not sr:
