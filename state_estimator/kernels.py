@@ -1,4 +1,4 @@
-"""Compiled kernels of the fast estimator path (``StateEstimator(..., impl="fast")``).
+"""Compiled kernels of the fast estimator path (:class:`.estimator.StateEstimator`).
 
 numba ``@njit(cache=True)`` versions of the per-cycle arithmetic of :mod:`.touchdown`,
 :mod:`.velocity` and :mod:`.estimator`, of ``GaitScheduler.phases`` / ``cycle_index`` and of the

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from legged_wbc.closed_loop import ClosedLoop
+from legged_wbc.closed_loop import ClosedLoop, make_controller
 from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.model import R2_EPS, RobotModel, null_vectors
 from legged_wbc.scenario import load_scenario
@@ -49,7 +49,7 @@ def pair(loop, **over):
     cfg = dataclasses.replace(loop.wcfg, **over)
     out = []
     for impl in ("fast", "reference"):
-        c = WholeBodyController(loop.rm, cfg, loop.gait_cfg, impl=impl)
+        c = make_controller(loop.rm, cfg, loop.gait_cfg, impl)
         c.reset(loop.q0)
         out.append(c)
     return out
@@ -338,7 +338,7 @@ def rm_n_legs(loop):
 def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
     """mu, w_lambda_t, w_lambda_n are live parameters: the next QP uses the new values."""
     loop, inputs = walk
-    ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl=impl)
+    ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
     ctl.reset(loop.q0)
     ctl.update(inputs[0])
     before = ctl.problem.copy()
@@ -357,21 +357,33 @@ def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
             np.testing.assert_allclose(lam_diag[4 * i + np.array(cols)], value, rtol=1e-9)
         assert not np.array_equal(p.H, before.H)
     # and both paths agree after the change
-    other = WholeBodyController(loop.rm, dataclasses.replace(loop.wcfg, **{name: value}), loop.gait_cfg,
-                                impl="reference" if impl == "fast" else "fast")
+    other = make_controller(loop.rm, dataclasses.replace(loop.wcfg, **{name: value}), loop.gait_cfg,
+                            "reference" if impl == "fast" else "fast")
     other.reset(loop.q0)
     other.update(inputs[0])
     for k in ("H", "C", "l", "u"):
         assert rel(getattr(p, k), getattr(other.problem, k)) <= 1e-12
 
 
-def test_set_config_rebuild_keeps_impl(walk):
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_set_config_rebuild_keeps_state(walk, impl):
+    """cbf_slack rebuilds the QP workspace in place (no new object): the failure bookkeeping and
+    the reference's start point are kept, the problem has the slack columns, and the next cycle
+    agrees with a controller built with the slack from the start."""
     loop, inputs = walk
-    ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="fast")
-    ctl.set_config(dataclasses.replace(loop.wcfg, cbf_slack=True))
-    assert ctl.impl == "fast" and ctl.ns == ctl.N
+    ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
+    ctl.reset(loop.q0)
+    ctl.total_failures = 3
+    p0 = ctl.refs.p0.copy()
+    cfg = dataclasses.replace(loop.wcfg, cbf_slack=True)
+    ctl.set_config(cfg)
+    assert ctl.ns == ctl.N and ctl.problem.H.shape == (ctl.nx, ctl.nx) and ctl.total_failures == 3
+    np.testing.assert_array_equal(ctl.refs.p0, p0)
+    fresh = make_controller(loop.rm, cfg, loop.gait_cfg, impl)
+    fresh.reset(loop.q0)
+    np.testing.assert_array_equal(ctl.update(inputs[0]).tau, fresh.update(inputs[0]).tau)
     with pytest.raises(ValueError, match="impl"):
-        WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="numba")
+        make_controller(loop.rm, loop.wcfg, loop.gait_cfg, "numba")
 
 
 @pytest.mark.parametrize("field,value", [("q", np.full(31, np.nan)), ("v", np.zeros(5)),
@@ -380,7 +392,7 @@ def test_fast_rejects_bad_input_like_reference(walk, field, value):
     loop, inputs = walk
     msgs = []
     for impl in ("fast", "reference"):
-        ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl=impl)
+        ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
         inp = dataclasses.replace(inputs[0], **{field: value})
         with pytest.raises(InputError) as e:
             ctl.update(inp)
@@ -721,7 +733,7 @@ def test_option_jdot_fd_changes_only_the_pitch_drift(walk):
     dg = fd.problem.g - ex.problem.g
     for i in range(N):                                  # g_i = -J_i^T W_i b_i, b_i[3] = ... - dJ_theta
         np.testing.assert_allclose(dg[ex.leg_v[i]], le.J[i, 3] * ex.cfg.w_pitch * diff[i], rtol=0, atol=1e-9)
-    np.testing.assert_array_equal(np.delete(dg, ex._legv.reshape(-1)), 0.0)
+    np.testing.assert_array_equal(np.delete(dg, np.array(ex.leg_v).reshape(-1)), 0.0)
     assert_same_blocks(ex, fd, but=("g", "l", "u"))
     rows = np.r_[0:ex.row_cbf]
     np.testing.assert_array_equal(fd.problem.l[rows], ex.problem.l[rows])

@@ -1,4 +1,4 @@
-"""The compiled estimator path (``impl="fast"``) against the reference path and the reference
+"""The compiled estimator (:class:`StateEstimator`) against its oracle (:class:`ReferenceEstimator`) and the reference
 functions: a recorded closed-loop walk through both estimators, every kernel against the code it
 replaces, bad input, live parameter changes. No wall-clock assertions."""
 
@@ -11,7 +11,9 @@ import pytest
 from legged_wbc.gait import SWING_DOWN, GaitConfig, GaitScheduler
 from state_estimator import kernels
 from state_estimator.config import EstimatorConfig, TouchdownConfig, VelocityConfig
+from legged_wbc.closed_loop import _check_impl
 from state_estimator.estimator import EstimatedState, StateEstimator
+from state_estimator.oracle import ReferenceEstimator
 from state_estimator.touchdown import TouchdownDetector
 from state_estimator.velocity import BaseVelocityFilter
 
@@ -30,7 +32,7 @@ def walk():
     from legged_wbc.scenario import load_scenario
 
     loop = ClosedLoop(load_scenario("paper"), "cbf")
-    assert loop.est.impl == "fast", "the headless loop must run the fast estimator by default"
+    assert type(loop.est) is StateEstimator, "the headless loop must run the fast estimator by default"
     samples = []
 
     def hook(_loop, t, f, _est):
@@ -41,10 +43,13 @@ def walk():
     return loop, samples
 
 
+IMPL_CLASS = {"fast": StateEstimator, "reference": ReferenceEstimator}
+
+
 def make(loop, impl, cfg=None, rm=None):
     rm = rm or loop.rm
-    return StateEstimator(rm, GaitScheduler(loop.gait_cfg, rm.cfg.leg_names), cfg or loop.ecfg, dt=DT,
-                          impl=impl)
+    _check_impl(impl)
+    return IMPL_CLASS[impl](rm, GaitScheduler(loop.gait_cfg, rm.cfg.leg_names), cfg or loop.ecfg, dt=DT)
 
 
 def run_both(fast, ref, samples, on_tick=None):
@@ -99,8 +104,7 @@ def assert_state_agrees(fast, ref, rtol=RTOL):
 
 def test_impl_choice(walk):
     loop, _ = walk
-    assert make(loop, "fast").impl == "fast"
-    assert StateEstimator(loop.rm, GaitScheduler(loop.gait_cfg, loop.rm.cfg.leg_names)).impl == "fast"
+    assert type(make(loop, "fast")) is StateEstimator and type(make(loop, "reference")) is ReferenceEstimator
     for bad in ("numba", "Fast", "", None):
         with pytest.raises(ValueError, match="impl"):
             make(loop, bad)
@@ -170,7 +174,7 @@ def test_no_support_phases_match_reference(walk):
     loop, samples = walk
     legs = loop.rm.cfg.leg_names
     gait_cfg = GaitConfig(groups=(tuple(legs),), period=0.8, duty=0.5, start_time=3.1)
-    fast, ref = (StateEstimator(loop.rm, GaitScheduler(gait_cfg, legs), loop.ecfg, dt=DT, impl=impl)
+    fast, ref = (IMPL_CLASS[impl](loop.rm, GaitScheduler(gait_cfg, legs), loop.ecfg, dt=DT)
                  for impl in ("fast", "reference"))
     for e in (fast, ref):
         e.reset(loop.q0)
@@ -219,7 +223,7 @@ def test_quadruped_pd_swing_matches_reference(quadruped):
     gait_cfg = GaitConfig(groups=(("lf",),), period=1.0, duty=0.6, start_time=0.3)
     gait = GaitScheduler(gait_cfg, rm.cfg.leg_names)
     cfg = EstimatorConfig().replace(**{"touchdown.gamma_land": 300.0})
-    fast, ref = (StateEstimator(rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), cfg, impl=impl)
+    fast, ref = (IMPL_CLASS[impl](rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), cfg)
                  for impl in ("fast", "reference"))
     sim = MujocoSim(rm)
     sim.reset(q0)
@@ -506,7 +510,7 @@ def test_inv_small_and_coupled_bias():
 def test_leg_blocks_and_kinematics_match_pinocchio(robot, request):
     rm = request.getfixturevalue(robot)
     gait = GaitScheduler(GaitConfig(groups=((rm.cfg.leg_names[0],),), start_time=1e6), rm.cfg.leg_names)
-    fast, ref = StateEstimator(rm, gait, impl="fast"), StateEstimator(rm, gait, impl="reference")
+    fast, ref = StateEstimator(rm, gait), ReferenceEstimator(rm, gait)
     assert fast._tree is not None, "the compiled kinematics must cover this robot"
     rng = np.random.default_rng(0)
     for _ in range(30):

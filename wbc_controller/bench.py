@@ -231,13 +231,13 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
     the controller's stages (input check, model = Pinocchio + leg kinematics, QP build, QP solve
     (with DAQP: including the solution's residual check and torque), check + torque (acceptance and
     diagnostics)), the controller call and estimator + controller. The
-    reference implementation (``impl="reference"`` estimator when it has one, and controller) runs
+    reference implementation (the oracles ``state_estimator.oracle`` and ``wbc_controller.oracle``) runs
     as a shadow on the same samples and states in the same run, timed the same way;
     ``max_torque_diff_rel = max_ticks |tau - tau_ref|_inf / max(1, |tau_ref|_inf)``."""
-    from legged_wbc.closed_loop import ClosedLoop, estimator_accepts_impl, make_estimator
+    from legged_wbc.closed_loop import ClosedLoop, estimator_accepts_impl, make_controller, make_estimator
     from legged_wbc.scenario import load_scenario
 
-    from .controller import STAGES, WholeBodyController
+    from .controller import STAGES
 
     from legged_wbc.gait import GaitConfig
     from legged_wbc.robot import load_robot_config
@@ -249,7 +249,7 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
     loop = ClosedLoop(load_scenario(scenario, over), "cbf", impl=impl)
     shadow_est = make_estimator(loop.rm, loop.gait_cfg, loop.ecfg, "reference")
     shadow_est.reset(loop.q0)
-    shadow_ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="reference")
+    shadow_ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, "reference")
     shadow_ctl.reset(loop.q0)
     rec = _TickRecorder(start, ("estimator",) + STAGES)
     loop.est = _ShadowedEstimator(loop.est, shadow_est, rec)

@@ -1,7 +1,7 @@
 """Compiled (numba ``@njit(cache=True)``) kernels of the fast controller cycle.
 
 Every kernel writes into preallocated arrays and repeats, operation for operation where the
-arithmetic allows, the numpy code of :meth:`WholeBodyController._update_reference` and
+arithmetic allows, the numpy code of :class:`wbc_controller.oracle.ReferenceController` and
 :meth:`legged_wbc.model.RobotModel.legs_batch`; the tests compare them entry by entry.
 
 Frames and units as in the controller: leg quantities in the base frame (the fixed-base model's
