@@ -51,7 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 import pinocchio as pin
 
-from legged_wbc.gait import GaitScheduler
+from legged_wbc.gait import GaitScheduler, gait_state
+from legged_wbc.kinematics import kinematic_tree, tree_foot_kinematics
 from legged_wbc.model import RobotModel
 
 from . import kernels
@@ -235,11 +236,12 @@ class StateEstimator(EstimatorCore):
         self._tau_leg = np.zeros((L, k))
         self._dq_leg = np.zeros((L, k))
         self._z = np.zeros((L, 3))
+        self._progress = np.zeros(L)                          # swing progress (not an output)
         self._imu_r = np.ascontiguousarray(self._imu_r, dtype=float)
         self._tick_scratch = (self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z)
         # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
         # handle, then Pinocchio computes them)
-        self._tree = kernels.kinematic_tree(self.rm.fixed, self._feet)
+        self._tree = kinematic_tree(self.rm.fixed, self._feet)
         nj = self.rm.fixed.njoints
         self._o_rot, self._o_pos = np.zeros((nj, 3, 3)), np.zeros((nj, 3))
         self._params_of = None                                # configs the derived constants are for
@@ -307,11 +309,11 @@ class StateEstimator(EstimatorCore):
         dt = 0.0 if t_prev is None else t - t_prev
         step = dt if dt > 0 else self.dt
         gait = self.gait
-        if type(gait) is GaitScheduler:                       # its phases() / cycle_index(), compiled
+        if type(gait) is GaitScheduler:                       # its state(), compiled
             g = gait.cfg
             phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
-            kernels.gait_phases(t, g.start_time, g.stop_time, g.period, gait.swing_duration,
-                                gait.offset, gait.group, phase, cycle)
+            gait_state(t, g.start_time, g.stop_time, g.period, gait.swing_duration, gait.offset, gait.group, phase,
+                       self._progress, cycle)
         else:
             phase = gait.phases(t)
             cycle = gait.cycle_index(t)
@@ -378,7 +380,7 @@ class StateEstimator(EstimatorCore):
         if tree is None:
             self._kinematics(qj, dqj)
             return
-        kernels.leg_kinematics(qj, dqj, *tree, self._o_rot, self._o_pos, self._p_foot, self._v_rel)
+        tree_foot_kinematics(qj, dqj, *tree, self._o_rot, self._o_pos, self._p_foot, self._v_rel)
 
     def _dynamics_fast(self, q: np.ndarray, v: np.ndarray) -> None:
         """``_dynamics`` into the preallocated leg blocks (one crba + one nonLinearEffects)."""

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from legged_wbc.closed_loop import ClosedLoop, make_controller
-from legged_wbc.gait import GaitConfig, GaitScheduler
-from legged_wbc.model import R2_EPS, RobotModel, null_vectors
+from legged_wbc.gait import GaitConfig, GaitScheduler, gait_state
+from legged_wbc.kinematics import R2_EPS, legs_from_frames
+from legged_wbc.model import RobotModel, null_vectors
 from legged_wbc.scenario import load_scenario
 from wbc_controller import kernels as K
 from wbc_controller.config import load_wbc_config
@@ -438,7 +439,7 @@ def test_leg_kinematics_vertical_foot_link_zeroes_theta_row():
     P, A, acc = np.zeros((N, 3)), np.array([[0.0, 0.0, -1.0]]), np.ones((N, 6))
     J, th, thd, Jwo, dJp, dJt, vp = (np.full((N, 4, 4), 7.0), np.zeros(N), np.ones(N), np.zeros((N, 3, 4)),
                                      np.zeros((N, 3)), np.ones(N), np.zeros((N, 3)))
-    K.leg_kinematics(Jw, cols, P, A, acc, np.ones(4), J, th, thd, Jwo, dJp, dJt, vp)
+    legs_from_frames(Jw, cols, P, A, acc, np.ones(4), J, th, thd, Jwo, dJp, dJt, vp)
     assert th[0] == pytest.approx(math.pi / 2) and thd[0] == 0.0 and dJt[0] == 0.0
     np.testing.assert_array_equal(J[0, 3], 0.0)
     np.testing.assert_array_equal(J[0, :3], Jw[:3])          # p = 0: v - p x w = v (exact on any IEEE machine)
@@ -622,7 +623,7 @@ def test_references_and_gait_equal_numpy(rm):
         np.testing.assert_allclose(acc, expect, rtol=1e-12, atol=1e-10)
         from wbc_controller.references import vee
         np.testing.assert_allclose(e, 0.5 * vee(ref.R.T @ R - R.T @ ref.R), rtol=1e-14, atol=1e-16)
-        K.gait_state(float(t), gcfg.start_time, gcfg.stop_time, gcfg.period, sch.swing_duration,
+        gait_state(float(t), gcfg.start_time, gcfg.stop_time, gcfg.period, sch.swing_duration,
                      sch.offset.astype(float), sch.group.astype(np.int64), ph, pr, cy)
         eph, epr, ecy = sch.state(float(t))
         np.testing.assert_array_equal(ph, eph)                             # decisions: equal

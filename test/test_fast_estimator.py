@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from legged_wbc.gait import SWING_DOWN, GaitConfig, GaitScheduler
+from legged_wbc.kinematics import kinematic_tree, tree_foot_kinematics
+from legged_wbc.gait import SWING_DOWN, GaitConfig, GaitScheduler, gait_state
 from state_estimator import kernels
 from state_estimator.config import EstimatorConfig, TouchdownConfig, VelocityConfig
 from legged_wbc.closed_loop import _check_impl
@@ -537,21 +538,21 @@ def test_kinematic_tree_refuses_unknown_joints():
     model = pin.Model()
     j = model.addJoint(0, pin.JointModelSpherical(), pin.SE3.Identity(), "ball")
     f = model.addFrame(pin.Frame("foot", j, 0, pin.SE3.Identity(), pin.FrameType.OP_FRAME))
-    assert kernels.kinematic_tree(model, [f]) is None
+    assert kinematic_tree(model, [f]) is None
     model = pin.Model()
     j1 = model.addJoint(0, pin.JointModelRevoluteUnaligned(np.array([0.6, 0.0, 0.8])), pin.SE3.Random(), "a")
     j2 = model.addJoint(j1, pin.JointModelPY(), pin.SE3.Random(), "b")
     j3 = model.addJoint(j2, pin.JointModelRX(), pin.SE3.Random(), "c")
     f = model.addFrame(pin.Frame("foot", j3, 0, pin.SE3(np.eye(3), np.array([0.1, 0.2, -0.3])),
                                  pin.FrameType.OP_FRAME))
-    tree = kernels.kinematic_tree(model, [f])
+    tree = kinematic_tree(model, [f])
     assert tree is not None
     data = model.createData()
     rng = np.random.default_rng(3)
     p, vr = np.zeros((1, 3)), np.zeros((1, 3))
     for _ in range(20):
         q, dq = rng.normal(size=3), rng.normal(size=3)
-        kernels.leg_kinematics(q, dq, *tree, np.zeros((4, 3, 3)), np.zeros((4, 3)), p, vr)
+        tree_foot_kinematics(q, dq, *tree, np.zeros((4, 3, 3)), np.zeros((4, 3)), p, vr)
         pin.forwardKinematics(model, data, q, dq)
         pin.updateFramePlacement(model, data, f)
         close(p[0], data.oMf[f].translation)
@@ -576,12 +577,14 @@ def test_gait_kernel_matches_scheduler():
         ts.append(cfg.start_time)
         if math.isfinite(cfg.stop_time):
             ts += [cfg.stop_time, np.nextafter(cfg.stop_time, -np.inf)]
-        ph, cy = np.zeros(len(legs), np.int64), np.zeros(len(legs), np.int64)
+        ph, pr, cy = np.zeros(len(legs), np.int64), np.zeros(len(legs)), np.zeros(len(legs), np.int64)
         for t in ts:
-            kernels.gait_phases(float(t), cfg.start_time, cfg.stop_time, cfg.period, g.swing_duration,
-                                g.offset, g.group, ph, cy)
-            np.testing.assert_array_equal(ph, g.phases(float(t)), err_msg=f"t={t!r}")
-            np.testing.assert_array_equal(cy, g.cycle_index(float(t)), err_msg=f"t={t!r}")
+            gait_state(float(t), cfg.start_time, cfg.stop_time, cfg.period, g.swing_duration, g.offset, g.group,
+                       ph, pr, cy)
+            eph, epr, ecy = g.state(float(t))
+            np.testing.assert_array_equal(ph, eph, err_msg=f"t={t!r}")
+            np.testing.assert_array_equal(pr, epr, err_msg=f"t={t!r}")
+            np.testing.assert_array_equal(cy, ecy, err_msg=f"t={t!r}")
 
 
 def test_sample_check_codes():

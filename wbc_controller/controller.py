@@ -33,7 +33,8 @@ import numpy as np
 import pinocchio as pin
 
 from legged_wbc.gait import GaitConfig, GaitScheduler
-from legged_wbc.model import LegBatch, RobotModel
+from legged_wbc.kinematics import LegBatch
+from legged_wbc.model import RobotModel
 
 from .config import WbcConfig
 from .qp import DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend

@@ -20,16 +20,14 @@ import math
 import numpy as np
 from numba import njit
 
+from legged_wbc.gait import SUPPORT, gait_state
 from legged_wbc.jit import announce_compiles
+from legged_wbc.kinematics import LEG_CHAIN_WORK, leg_chain_kinematics, legs_from_frames
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
-R2_EPS = 1e-10          # legged_wbc.model.R2_EPS: foot-link x-axis along base z
-LEG_CHAIN_WORK = 75     # scratch sizes (floats) of the kernels that take a ``work`` array
-SWING_WORK = 60
+SWING_WORK = 60         # scratch size (floats) of swing_torques
 INF = 1e20              # wbc_controller.qp.INF: loose bound
-SUPPORT = 0             # legged_wbc.gait.SUPPORT
-SWING_UP, SWING_DOWN = 1, 2
 
 
 # ---------------------------------------------------------------------------- model
@@ -58,170 +56,6 @@ def rotation_from_quat(q, R):
     R[2, 0] = 2 * (x * z - y * w)
     R[2, 1] = 2 * (y * z + x * w)
     R[2, 2] = 1 - 2 * (x * x + y * y)
-
-
-@njit(cache=True)
-def leg_kinematics(J_world, leg_cols, P, A, acc, dqj, J, theta, theta_dot, J_w, dJ_p, dJ_theta, v_p):
-    """Leg kinematics of all legs from one Pinocchio pass on the fixed-base model.
-
-    Inputs: ``J_world`` (6, n) joint Jacobian of the fixed model (``data.J``: spatial velocity at
-    the base origin, base axes; ``[linear; angular]``), ``leg_cols`` (N, 4) joint indices per leg,
-    ``P`` (N, 3) foot points, ``A`` (N, 3) foot-link x-axes, ``acc`` (N, 6) classical foot-point
-    accelerations at zero joint acceleration ``[linear; angular]`` (all base frame), ``dqj`` (n).
-    Outputs as :class:`legged_wbc.model.LegBatch`: ``J`` (N, 4, 4) rows ``[J_p; J_theta]``,
-    ``theta``, ``theta_dot``, ``J_w`` (N, 3, 4), ``dJ_p`` (N, 3), ``dJ_theta`` (N), ``v_p`` (N, 3).
-
-    ``J_p`` is the local-world-aligned frame Jacobian ``v - p x w`` of each joint column."""
-    N = leg_cols.shape[0]
-    for i in range(N):
-        px, py, pz = P[i, 0], P[i, 1], P[i, 2]
-        for k in range(4):
-            c = leg_cols[i, k]
-            wx, wy, wz = J_world[3, c], J_world[4, c], J_world[5, c]
-            J[i, 0, k] = J_world[0, c] - (py * wz - pz * wy)
-            J[i, 1, k] = J_world[1, c] - (pz * wx - px * wz)
-            J[i, 2, k] = J_world[2, c] - (px * wy - py * wx)
-            J_w[i, 0, k] = wx
-            J_w[i, 1, k] = wy
-            J_w[i, 2, k] = wz
-        for r in range(3):
-            dJ_p[i, r] = acc[i, r]
-        _foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p)
-
-
-@njit(cache=True)
-def _foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p):
-    """Leg ``i`` from its ``J_p`` (rows 0-2 of ``J``), ``J_w``, foot-link x-axis ``A[i]`` and the
-    foot's classical angular acceleration ``acc[i, 3:]``: ``v_p = J_p dq``, relative pitch
-    ``theta = atan2(-a_z, r)``, ``J_theta = (a x g)^T J_w`` (row 3 of ``J``; zero when
-    ``r^2 <= R2_EPS``), ``theta_dot`` and the drift ``dJ_theta = g.a_ddot + (dg/dt).a_dot``."""
-    dq0 = dqj[leg_cols[i, 0]]
-    dq1 = dqj[leg_cols[i, 1]]
-    dq2 = dqj[leg_cols[i, 2]]
-    dq3 = dqj[leg_cols[i, 3]]
-    for r in range(3):
-        v_p[i, r] = J[i, r, 0] * dq0 + J[i, r, 1] * dq1 + J[i, r, 2] * dq2 + J[i, r, 3] * dq3
-    ax, ay, az = A[i, 0], A[i, 1], A[i, 2]
-    r = math.sqrt(ax * ax + ay * ay)
-    theta[i] = math.atan2(-az, r)
-    if r * r <= R2_EPS:
-        for k in range(4):
-            J[i, 3, k] = 0.0
-        theta_dot[i] = 0.0
-        dJ_theta[i] = 0.0
-        return
-    wx = J_w[i, 0, 0] * dq0 + J_w[i, 0, 1] * dq1 + J_w[i, 0, 2] * dq2 + J_w[i, 0, 3] * dq3
-    wy = J_w[i, 1, 0] * dq0 + J_w[i, 1, 1] * dq1 + J_w[i, 1, 2] * dq2 + J_w[i, 1, 3] * dq3
-    wz = J_w[i, 2, 0] * dq0 + J_w[i, 2, 1] * dq1 + J_w[i, 2, 2] * dq2 + J_w[i, 2, 3] * dq3
-    gx, gy, gz = az * ax / r, az * ay / r, -r                      # g = d theta / d a
-    cx, cy, cz = ay * gz - az * gy, az * gx - ax * gz, ax * gy - ay * gx   # a x g
-    for k in range(4):
-        J[i, 3, k] = cx * J_w[i, 0, k] + cy * J_w[i, 1, k] + cz * J_w[i, 2, k]
-    theta_dot[i] = J[i, 3, 0] * dq0 + J[i, 3, 1] * dq1 + J[i, 3, 2] * dq2 + J[i, 3, 3] * dq3
-    adx, ady, adz = wy * az - wz * ay, wz * ax - wx * az, wx * ay - wy * ax
-    r_dot = (ax * adx + ay * ady) / r
-    gdx = (adz * ax + az * adx) / r - az * ax * r_dot / (r * r)
-    gdy = (adz * ay + az * ady) / r - az * ay * r_dot / (r * r)
-    gdz = -r_dot
-    wadx, wady, wadz = wy * adz - wz * ady, wz * adx - wx * adz, wx * ady - wy * adx
-    awx, awy, awz = acc[i, 3], acc[i, 4], acc[i, 5]
-    dJ_theta[i] = (cx * awx + cy * awy + cz * awz + gx * wadx + gy * wady + gz * wadz
-                   + gdx * adx + gdy * ady + gdz * adz)
-
-
-@njit(cache=True)
-def leg_chain_kinematics(qj, dqj, leg_cols, axes, R_joint, p_joint, R_foot, p_foot, P, A, acc, J, theta, theta_dot,
-                         J_w, dJ_p, dJ_theta, v_p, work):
-    """Leg kinematics of serial 4-joint legs mounted on the base, without Pinocchio: the same
-    outputs as :func:`leg_kinematics` plus ``P``, ``A``, ``acc``, from the fixed-base model's
-    constants: per leg and joint ``k`` the unit axis ``axes[i, k]`` (joint frame), the joint
-    placement in its parent ``(R_joint, p_joint)[i, k]``, and the foot-point frame in the last
-    joint's frame ``(R_foot, p_foot)[i]`` (base frame = the fixed model's world).
-
-    Joint ``k``: origin ``p_k``, world axis ``z_k``, angular velocity of its parent link ``w_{k-1}``,
-    origin velocity ``v_k``. ``J_p`` column ``z_k x (P - p_k)``, ``J_w`` column ``z_k``; classical
-    accelerations at zero joint acceleration: ``a_P = sum_k dq_k [(w_{k-1} x z_k) x (P - p_k) +
-    z_k x (v_P - v_k)]``, ``alpha = sum_k dq_k w_{k-1} x z_k``. ``work``: scratch of
-    ``LEG_CHAIN_WORK`` floats (no allocation in the kernel)."""
-    N = leg_cols.shape[0]
-    R = work[0:9].reshape(3, 3)
-    Rk = work[9:18].reshape(3, 3)
-    Rq = work[18:27].reshape(3, 3)
-    z = work[27:39].reshape(4, 3)
-    o = work[39:51].reshape(4, 3)
-    vo = work[51:63].reshape(4, 3)
-    wp = work[63:75].reshape(4, 3)
-    for i in range(N):
-        for r in range(3):
-            for c in range(3):
-                R[r, c] = 1.0 if r == c else 0.0
-        px, py, pz = 0.0, 0.0, 0.0          # parent origin, world
-        vx, vy, vz = 0.0, 0.0, 0.0          # parent origin velocity
-        wx, wy, wz = 0.0, 0.0, 0.0          # parent link angular velocity
-        for k in range(4):
-            # origin of joint k and its velocity (rigid parent link)
-            ox = px + R[0, 0] * p_joint[i, k, 0] + R[0, 1] * p_joint[i, k, 1] + R[0, 2] * p_joint[i, k, 2]
-            oy = py + R[1, 0] * p_joint[i, k, 0] + R[1, 1] * p_joint[i, k, 1] + R[1, 2] * p_joint[i, k, 2]
-            oz = pz + R[2, 0] * p_joint[i, k, 0] + R[2, 1] * p_joint[i, k, 1] + R[2, 2] * p_joint[i, k, 2]
-            dx, dy, dz = ox - px, oy - py, oz - pz
-            vx, vy, vz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
-            for r in range(3):
-                for c in range(3):
-                    Rk[r, c] = R[r, 0] * R_joint[i, k, 0, c] + R[r, 1] * R_joint[i, k, 1, c] + R[r, 2] * R_joint[i, k, 2, c]
-            ux, uy, uz = axes[i, k, 0], axes[i, k, 1], axes[i, k, 2]
-            zx = Rk[0, 0] * ux + Rk[0, 1] * uy + Rk[0, 2] * uz
-            zy = Rk[1, 0] * ux + Rk[1, 1] * uy + Rk[1, 2] * uz
-            zz = Rk[2, 0] * ux + Rk[2, 1] * uy + Rk[2, 2] * uz
-            z[k, 0], z[k, 1], z[k, 2] = zx, zy, zz
-            o[k, 0], o[k, 1], o[k, 2] = ox, oy, oz
-            vo[k, 0], vo[k, 1], vo[k, 2] = vx, vy, vz
-            wp[k, 0], wp[k, 1], wp[k, 2] = wx, wy, wz
-            # rotation about the joint axis (Rodrigues), then the child link's angular velocity
-            qk, dqk = qj[leg_cols[i, k]], dqj[leg_cols[i, k]]
-            sn, cs = math.sin(qk), math.cos(qk)
-            t = 1.0 - cs
-            Rq[0, 0], Rq[0, 1], Rq[0, 2] = cs + t * ux * ux, t * ux * uy - sn * uz, t * ux * uz + sn * uy
-            Rq[1, 0], Rq[1, 1], Rq[1, 2] = t * ux * uy + sn * uz, cs + t * uy * uy, t * uy * uz - sn * ux
-            Rq[2, 0], Rq[2, 1], Rq[2, 2] = t * ux * uz - sn * uy, t * uy * uz + sn * ux, cs + t * uz * uz
-            for r in range(3):
-                for c in range(3):
-                    R[r, c] = Rk[r, 0] * Rq[0, c] + Rk[r, 1] * Rq[1, c] + Rk[r, 2] * Rq[2, c]
-            px, py, pz = ox, oy, oz
-            wx, wy, wz = wx + zx * dqk, wy + zy * dqk, wz + zz * dqk
-        # foot point and foot-link x-axis
-        fx, fy, fz = p_foot[i, 0], p_foot[i, 1], p_foot[i, 2]
-        Px = px + R[0, 0] * fx + R[0, 1] * fy + R[0, 2] * fz
-        Py = py + R[1, 0] * fx + R[1, 1] * fy + R[1, 2] * fz
-        Pz = pz + R[2, 0] * fx + R[2, 1] * fy + R[2, 2] * fz
-        P[i, 0], P[i, 1], P[i, 2] = Px, Py, Pz
-        for r in range(3):
-            A[i, r] = R[r, 0] * R_foot[i, 0, 0] + R[r, 1] * R_foot[i, 1, 0] + R[r, 2] * R_foot[i, 2, 0]
-        dx, dy, dz = Px - px, Py - py, Pz - pz
-        vPx, vPy, vPz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
-        ax_, ay_, az_, bx_, by_, bz_ = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        for k in range(4):
-            zx, zy, zz = z[k, 0], z[k, 1], z[k, 2]
-            rx, ry, rz = Px - o[k, 0], Py - o[k, 1], Pz - o[k, 2]
-            J[i, 0, k] = zy * rz - zz * ry
-            J[i, 1, k] = zz * rx - zx * rz
-            J[i, 2, k] = zx * ry - zy * rx
-            J_w[i, 0, k], J_w[i, 1, k], J_w[i, 2, k] = zx, zy, zz
-            dqk = dqj[leg_cols[i, k]]
-            # d z_k / dt = w_{k-1} x z_k
-            gx = wp[k, 1] * zz - wp[k, 2] * zy
-            gy = wp[k, 2] * zx - wp[k, 0] * zz
-            gz = wp[k, 0] * zy - wp[k, 1] * zx
-            ex, ey, ez = vPx - vo[k, 0], vPy - vo[k, 1], vPz - vo[k, 2]
-            ax_ += dqk * ((gy * rz - gz * ry) + (zy * ez - zz * ey))
-            ay_ += dqk * ((gz * rx - gx * rz) + (zz * ex - zx * ez))
-            az_ += dqk * ((gx * ry - gy * rx) + (zx * ey - zy * ex))
-            bx_ += dqk * gx
-            by_ += dqk * gy
-            bz_ += dqk * gz
-        acc[i, 0], acc[i, 1], acc[i, 2], acc[i, 3], acc[i, 4], acc[i, 5] = ax_, ay_, az_, bx_, by_, bz_
-        for r in range(3):
-            dJ_p[i, r] = acc[i, r]
-        _foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p)
 
 
 # ---------------------------------------------------------------------------- references
@@ -283,32 +117,6 @@ def body_task(ref_p, ref_v, ref_a, q, R, v, kp_pos, kd_pos, kp_rot, kd_rot, acc_
     acc_body[4] = -kp_rot[1] * e1 - kd_rot[1] * w1
     acc_body[5] = -kp_rot[2] * e2 - kd_rot[2] * w2
     e_rpy[0], e_rpy[1], e_rpy[2] = e0, e1, e2
-
-
-@njit(cache=True)
-def gait_state(t, start_time, stop_time, period, swing_duration, offset, group, phases, progress, cycles):
-    """Nominal phase, swing progress and cycle index per leg at ``t`` [s] (as
-    :meth:`legged_wbc.gait.GaitScheduler.state`) into ``phases``, ``progress``, ``cycles``."""
-    N = offset.shape[0]
-    if t < start_time:
-        for i in range(N):
-            phases[i] = SUPPORT
-            progress[i] = 0.0
-            cycles[i] = -1
-        return
-    active = start_time <= t < stop_time
-    for i in range(N):
-        tau = t - start_time - offset[i]
-        k = math.floor(tau / period)
-        loc = tau - k * period
-        cycles[i] = int(k)
-        phases[i] = SUPPORT
-        progress[i] = 0.0
-        if active:
-            s = loc / swing_duration
-            if s < 1.0 and k >= 0 and group[i] >= 0:
-                phases[i] = SWING_UP if s < 0.5 else SWING_DOWN
-                progress[i] = s
 
 
 @njit(cache=True)
@@ -1232,7 +1040,7 @@ def warmup() -> None:
     A3[:, 0] = 1.0
     th, thd, dJt = f1(N), f1(N), f1(N)
     J_world = np.asfortranarray(np.ones((6, n)))  # Pinocchio's data.J: F order
-    leg_kinematics(J_world, leg_cols, P, A3, np.zeros((N, 6)), f1(n), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt, v_p)
+    legs_from_frames(J_world, leg_cols, P, A3, np.zeros((N, 6)), f1(n), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt, v_p)
     acc_body = f1(6)
     W, b = np.zeros((N, 4)), np.zeros((N, 4))
     H, g = np.zeros((nx, nx)), f1(nx)
@@ -1248,5 +1056,5 @@ def warmup() -> None:
                    True, f1(n), f1(n), np.zeros(N, dtype=np.bool_))
 
 
-KERNELS = (leg_kinematics, friction_rows, all_finite, qp_blocks, check_solution, inputs_ok)   # see warmup
+KERNELS = (legs_from_frames, friction_rows, all_finite, qp_blocks, check_solution, inputs_ok)   # see warmup
 STAGE_KERNELS = (model_stage, build_stage, ldp_solution_stage)   # compiled per workspace layout by the controller
