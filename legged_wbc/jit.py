@@ -26,6 +26,12 @@ import threading
 KERNEL_MODULES = {
     "state_estimator.kernels": "warm_up",
     "wbc_controller.kernels": "warmup",
+    # kernels compiled by the warm-ups above and the walk below (they call them): imported only
+    "legged_wbc.gait": None,
+    "legged_wbc.kinematics": None,
+    "wbc_controller.ldp": None,
+    **{f"wbc_controller.blocks.{m}": None for m in ("cbf", "compensation", "contact", "floating_base", "friction",
+                                                       "swing", "tasks", "torque")},
 }
 
 NOTICE = ("legged_wbc: compiling the estimator/controller kernels for this CPU "
@@ -79,7 +85,9 @@ def warm_all() -> None:
     record type when a controller is built, which no module warm-up can know): afterwards the
     stack's kernels are in numba's cache for this CPU (compiled now if they were not)."""
     for name, fn in KERNEL_MODULES.items():
-        getattr(importlib.import_module(name), fn)()
+        module = importlib.import_module(name)
+        if fn is not None:
+            getattr(module, fn)()
     from legged_wbc.closed_loop import ClosedLoop
     from legged_wbc.scenario import load_scenario
 

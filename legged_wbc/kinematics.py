@@ -24,7 +24,7 @@ numba (``cache=True``; a process that has to compile says so once, :mod:`legged_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pinocchio as pin
@@ -38,10 +38,9 @@ R2_EPS = 1e-10          # foot-link x-axis along base z: theta's Jacobian row is
 LEG_CHAIN_WORK = 75     # scratch size (floats) of leg_chain_kinematics
 
 
-@dataclass
-class LegBatch:
+class LegBatch(NamedTuple):
     """Body-relative kinematics of all legs, stacked (leg index first); fields as in
-    :class:`legged_wbc.model.LegState`."""
+    :class:`legged_wbc.model.LegState`. A named tuple: the compiled kernels take it as it is."""
 
     p: np.ndarray            # (N, 3)
     J: np.ndarray            # (N, 4, 4): rows [J_p; J_theta]

@@ -38,7 +38,8 @@ from legged_wbc.model import RobotModel
 
 from .config import WbcConfig
 from .qp import DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend
-from .references import BodyReferenceGenerator, SwingPlanner
+from .blocks.swing import SwingPlanner
+from .blocks.tasks import BodyReferenceGenerator
 
 
 @dataclass
@@ -130,7 +131,6 @@ class ControllerCore:
         self._qp_pending = False
         self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
         self.swing = SwingPlanner(N)
-        self._swing_cycle = -np.ones(N, dtype=int)
         self._cache_config()
 
     def _fill_config(self) -> None:
@@ -146,7 +146,7 @@ class ControllerCore:
         self.total_failures = 0
         self.safe_stop = False
         self.last_tau = np.zeros(self.n)
-        self._swing_cycle[:] = -1
+        self.swing.cycle[:] = -1
         if q0 is not None:
             self.refs.reset(q0[:3])
 
@@ -237,7 +237,7 @@ class WholeBodyController(ControllerCore):
     def problem(self) -> QpProblem:
         """The last cycle's QP in its stacked form (``H, g, A_eq, b_eq, C, l, u`` of the module
         docstring). The fast cycle hands DAQP the same QP in least-distance form built from the
-        blocks directly (:func:`kernels.ldp_direct`) and fills these matrices only when they are
+        blocks directly (:func:`ldp.ldp_direct`) and fills these matrices only when they are
         asked for (tests, ``bench qp``, diagnostics), from the same blocks."""
         if self._qp_pending:
             self._qp_pending = False
@@ -249,14 +249,15 @@ class WholeBodyController(ControllerCore):
         """Workspace and own Pinocchio data of the fast cycle; compiles (or loads from numba's
         cache) the kernels so the first cycle does not pay for it.
 
-        The cycle's arrays and parameters are fields of one structured array ``_ws``
+        The cycle's arrays and settings are fields of one structured array ``_ws``
         (:func:`kernels.workspace_dtype`); the attributes below (``_M``, ``_W``, ``_tau_sw_total``,
-        ...) are views of its fields."""
+        ...) are views of its fields, and so are the swing planner's arrays and the references'
+        start point (the compiled cycle updates them in place)."""
         from . import kernels as K
 
         K.warmup()
         self._K = K
-        rm, N, n, nv = self.rm, self.N, self.n, self.nv
+        rm, N, n = self.rm, self.N, self.n
         self._legs_ws = rm.leg_workspace()
         self._pdata = rm.model.createData()
         self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns))
@@ -273,13 +274,16 @@ class WholeBodyController(ControllerCore):
         if self._chain_legs:
             for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
                 ws["chain_" + name] = a
-        self._leg_j[:] = np.array(self.leg_j)
-        self._leg_v[:] = self._leg_j + 6
-        self._leg_cols, self._leg_vcols = self._leg_j, self._leg_v
-        self._stance_p[:] = np.array([p for p, _ in self.stance], dtype=float)
-        self._gait_offset[:] = self.gait.offset
-        self._gait_group[:] = self.gait.group
-        self._theta_nom[:] = self.theta_nominal
+        sw = self.swing
+        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned"):
+            view = getattr(self, "_sw_" + name)
+            if name == "planned":
+                view = view.view(np.bool_)                   # uint8 in the record
+            view[...] = getattr(sw, name)
+            setattr(sw, name, view)
+        self._p0[:] = self.refs.p0
+        self.refs.p0 = self._p0
+        self._qp = K.QpArrays(*(getattr(self._problem, k) for k in K.QpArrays._fields))
         self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
         self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
         self._nq, self._f8, self._b1 = rm.nq, np.dtype(np.float64), np.dtype(np.bool_)
@@ -287,29 +291,28 @@ class WholeBodyController(ControllerCore):
         # stage times of the last cycle [us]: input check, model, QP build, QP solve (with the least-
         # distance form: including the solution's residual check and torque), check + torque
         self.stage_us = {k: 0.0 for k in STAGES}
-        self._init_ldp()
         self._fill_config_blocks_fast()
+        self._init_ldp()
         self._compile_stages()
 
     def _compile_stages(self) -> None:
         """Compile (or load from the cache) the stage kernels for this workspace's layout, on
-        harmless data (all legs in support before the gait: no swing starts; everything written is
-        overwritten by the first cycle)."""
-        K, N, nv, n = self._K, self.N, self.nv, self.n
+        harmless data (all legs in support before the gait: no swing starts; what is written is
+        overwritten by the first cycle; the swing plan and the references' start are kept)."""
+        K, N, nv = self._K, self.N, self.nv
         q = np.zeros(self.rm.nq)
         q[6] = 1.0
-        K.model_stage(np.eye(nv), np.zeros(nv), q, np.zeros(nv), self._chain_legs, self._ws)
-        lb, sw = self._legs_ws.batch, self.swing
-        planned = sw.planned.copy()
-        K.build_stage(0.0, q, np.zeros(nv), np.ones(N, dtype=bool), self._no_tau_ext, False, lb.p, lb.v_p, lb.J,
-                      lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, np.zeros(3), np.full(N, -1, dtype=np.int64),
-                      sw.start.copy(), sw.target.copy(), sw.v_start.copy(), sw.v_end.copy(), sw.duration.copy(),
-                      planned, False, self._ws)
-        K.ldp_solution_stage(np.zeros(self.ldp.n), np.zeros(self.nx), lb.J, lb.p, np.ones(N, dtype=bool),
-                              self._cbf_act, self._ws)
+        ws, saved = self._ws, self._ws.copy()
+        support = np.ones(N, dtype=bool)
+        K.model_stage(np.eye(nv), np.zeros(nv), q, np.zeros(nv), self._chain_legs, ws)
+        K.build_stage(0.0, q, np.zeros(nv), support, self._no_tau_ext, False, False, ws)
+        K.ldp_solution_stage(np.zeros(self.ldp.n), np.zeros(self.nx), support, self._cbf_act, ws)
+        K.qp_blocks(support, ws, self._qp)
+        K.check_solution(self._qp, np.zeros(self.nx), support, ws, self._cbf_act)
+        ws[...] = saved
 
     def _init_ldp(self) -> None:
-        """The QP in DAQP's least-distance form (:func:`kernels.ldp_direct`; its arrays are fields
+        """The QP in DAQP's least-distance form (:func:`ldp.ldp_direct`; its arrays are fields
         of the workspace): ``y`` = forces ``(f_x, f_y, f_z)`` of each foot, ``nu_dot``, slacks
         (scaled by the Cholesky factor of their cost block), with the forces' bounds as simple
         bounds; general rows: the 6 floating-base equalities, the friction pyramids, CBF rows,
@@ -336,39 +339,14 @@ class WholeBodyController(ControllerCore):
     def _fill_config_blocks_fast(self) -> None:
         """What depends on the configuration only (refilled by :meth:`set_config`): the stacked
         QP's friction pyramid, ``m_theta = 0`` and base force rows, slack columns; the workspace's
-        gains, force weights, torque bounds and scalar parameters."""
+        settings (:attr:`params`, :func:`kernels.make_params`)."""
         cfg, p, N, ws = self.cfg, self.problem, self.N, self._ws
         self._K.friction_rows(N, self.lam0, self.row_fric, float(cfg.mu), p.A_eq, p.C, p.l, p.u)
         for i in range(self.ns):
             p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
-        self._lam_diag_f[:] = self._lam_diag
-        self._gains[:] = [cfg.kp_pos, cfg.kd_pos, cfg.kp_rot, cfg.kd_rot, cfg.kp_swing, cfg.kd_swing]
-        self._tmin_f[:], self._tmax_f[:], self._tau_tol_f[:] = self._tmin, self._tmax, self._tau_tol
-        c, mode, gc = cfg, cfg.relative_pitch_mode, self.gait.cfg
-        par = dict(
-            stand_up_start=c.stand_up_start, stand_up_duration=c.stand_up_duration, stand_height=c.stand_height,
-            gait_start=self.refs.gait_start, velocity_ramp_end=c.velocity_ramp_end, forward_velocity=c.forward_velocity,
-            gait_start_time=gc.start_time, gait_stop_time=gc.stop_time, gait_period=gc.period,
-            swing_duration=self.gait.swing_duration, support_duration=self.gait.support_duration,
-            w_support=c.w_support, w_swing=c.w_swing, w_pitch=c.w_pitch_none if mode == "none" else c.w_pitch,
-            mode_none=mode == "none", consistent=c.support_foot_acceleration == "consistent", k_dtheta=c.k_dtheta,
-            theta_ddot_max=c.theta_ddot_max, recenter=c.swing_pitch_recenter, kp_swing_pitch=c.kp_swing_pitch,
-            kd_swing_pitch=c.kd_swing_pitch,
-            # swing start (kernels.start_swings): touchdown height and Raibert gain
-            z_touchdown=-c.stand_height + self.rm.foot_radius - c.touchdown_depth, raibert_gain=c.raibert_gain,
-            lift_height=c.lift_height, projection=c.swing_pitch_projection, compensation_limit=c.compensation_limit,
-            fz_max=c.fz_max, w_body=c.w_body, n_slack=self.ns, slack_weight=c.cbf_slack_weight,
-            hessian_reg=c.hessian_reg, cbf_on=mode == "cbf", kp_b=c.kp_b, kd_b=c.kd_b,
-            th_lo=c.theta_min + c.cbf_margin, th_hi=c.theta_max - c.cbf_margin, mu=c.mu)
-        for k, val in par.items():
+        self.params = par = self._K.make_params(self)
+        for k, val in zip(par._fields, par):
             ws[k] = val
-        # the stacked QP's blocks (kernels.qp_blocks: the path without the least-distance form)
-        self._p_cost = (float(c.w_body), int(self.ns), float(c.cbf_slack_weight), float(c.hessian_reg))
-        self._p_cbf = (mode == "cbf", float(c.kp_b), float(c.kd_b), float(c.theta_min + c.cbf_margin),
-                       float(c.theta_max - c.cbf_margin))
-        self._p_misc = (float(c.compensation_limit), float(c.fz_max))
-        self._p_rows = (int(self.lam0), int(self.row_fric), int(self.row_tau), int(self.row_cbf))
-        self._mu = float(c.mu)
 
     def _check_input_fast(self, inp: ControllerInput):
         """:meth:`_check_input` (same errors). Inputs that are already what the kernels take
@@ -429,19 +407,16 @@ class WholeBodyController(ControllerCore):
             self._fd_jdot(lb, q[7:], v[6:])
         return lb
 
-    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> bool:
+    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext) -> bool:
         """The QP of this cycle (paper sec. 4): references and task targets, swing and compensation
         torques (:func:`kernels.cycle_targets`), then its blocks in the form the solver takes, in
         one compiled call (:func:`kernels.build_stage`): DAQP's least-distance form
-        (:func:`kernels.ldp_direct`; returns True), or, for another backend or a cost block too
+        (:func:`ldp.ldp_direct`; returns True), or, for another backend or a cost block too
         close to singular for the plain Cholesky factor, the stacked matrices (:meth:`_fill_qp_fast`;
         returns False)."""
-        sw = self.swing
         compensate = self.cfg.null_space_compensation and tau_ext is not None
         np.copyto(self._support, support)
-        if self._K.build_stage(t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate, lb.p,
-                               lb.v_p, lb.J, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self.refs.p0,
-                               self._swing_cycle, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned,
+        if self._K.build_stage(t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate,
                                self.ldp_backend is not None, self._ws):
             self._qp_pending = True
             return True
@@ -452,11 +427,7 @@ class WholeBodyController(ControllerCore):
     def _fill_qp_fast(self) -> None:
         """The stacked QP's blocks of the last cycle (:func:`kernels.qp_blocks`), from the quantities
         the cycle kept (model, leg kinematics, task targets, swing and compensation torques)."""
-        lb, p = self._legs_ws.batch, self._problem
-        self._K.qp_blocks(self._support, lb.p, lb.J, lb.theta, lb.theta_dot, lb.dJ_theta_dq, self._M, self._h,
-                          self._W, self._b, self._acc_body, self._tau_sw_total, self._lam_diag_f, self._tmin_f,
-                          self._tmax_f, self._leg_j, self._leg_v, self._p_cost, self._p_cbf, self._p_misc[1],
-                          self._p_rows, p.H, p.g, p.A_eq, p.b_eq, p.C, p.l, p.u, p.bl)
+        self._K.qp_blocks(self._support, self._ws, self._qp)
 
     def update(self, inp: ControllerInput) -> ControllerOutput:
         """One control cycle on the compiled QP blocks (the same result as the oracle's). Raises
@@ -468,19 +439,15 @@ class WholeBodyController(ControllerCore):
         t_cycle = clock()
         lb = self._model_fast(q, v)
         t_start = clock()
-        ldp = self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
+        ldp = self._build_qp_fast(inp.t, q, v, support, tau_ext)
         t_solve = clock()
         x = np.empty(self.nx)
         if ldp:                # the solution mapped back (the same optimum) and checked from the blocks
-            res, finite, eq_res, viol, in_bounds = self._solve_ldp(x, lb, support)
+            res, finite, eq_res, viol, in_bounds = self._solve_ldp(x, support)
         else:
             res = self._solve(self.backend, self._problem, self.nx)
             x[:] = res.x
-            p = self._problem
-            finite, eq_res, viol, in_bounds = K.check_solution(
-                p.A_eq, p.b_eq, p.C, p.l, p.u, x, self._M, self._h, lb.J, self._leg_j, self.lam0,
-                self._tau_sw_total, self._tmin_f, self._tmax_f, self._tau_tol_f, support, self.row_cbf, self._p_cbf[0],
-                self._tau_wbc, self._tau, self._cbf_act)
+            finite, eq_res, viol, in_bounds = K.check_solution(self._qp, x, support, self._ws, self._cbf_act)
         t_check = clock()
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
         t_done = clock()
@@ -524,7 +491,7 @@ class WholeBodyController(ControllerCore):
 
     TAU_ROWS_HOLD = 50      # cycles the torque rows stay in the solved problem once one was needed
 
-    def _solve_ldp(self, x: np.ndarray, lb, support: np.ndarray):
+    def _solve_ldp(self, x: np.ndarray, support: np.ndarray):
         """Solve the least-distance QP and check its solution (``x`` filled; returns ``(result,
         finite, equality residual, inequality violation, torque in bounds)``).
 
@@ -536,13 +503,12 @@ class WholeBodyController(ControllerCore):
         K, n = self._K, self.ldp.n
         if self._tau_rows_hold == 0:
             res = self._solve(self.ldp_backend_free, self.ldp_free, n)
-            finite, eq_res, viol, in_bounds, tau_rows = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support,
-                                                                              self._cbf_act, self._ws)
+            finite, eq_res, viol, in_bounds, tau_rows = K.ldp_solution_stage(res.x, x, support, self._cbf_act,
+                                                                              self._ws)
             if tau_rows and res.optimal:
                 return res, finite, eq_res, viol, in_bounds
             self._tau_rows_hold = self.TAU_ROWS_HOLD
         self._tau_rows_hold -= 1
         res = self._solve(self.ldp_backend, self.ldp, n)
-        finite, eq_res, viol, in_bounds, _ = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support, self._cbf_act,
-                                                                  self._ws)
+        finite, eq_res, viol, in_bounds, _ = K.ldp_solution_stage(res.x, x, support, self._cbf_act, self._ws)
         return res, finite, eq_res, viol, in_bounds
