@@ -10,7 +10,7 @@
 2. **the headless loop** (:class:`legged_wbc.closed_loop.ClosedLoop`, what ``legged-wbc run`` runs)
    on the same scenario and duration, in a process of its own, after a short warm-up run (the
    compiled kernels loaded): the process CPU time of the loop alone per tick;
-3. **the reference path** of ``bench cycle`` for 2 s of walking (:func:`wbc_controller.bench.bench_cycle`):
+3. **the reference path** of ``bench cycle`` for 2 s of walking (:func:`legged_wbc.tools.bench_cycle.bench_cycle`):
    its p50 per tick is the machine's speed index (``reference_p50_us``).
 
 CPU time of the stack: every process the launcher started and every descendant of those (the
@@ -369,7 +369,7 @@ def headless_and_reference(scenario: str, duration: float, reference_seconds: fl
     warnings.filterwarnings("ignore")   # solver deprecation / sparse-conversion chatter
     from legged_wbc.closed_loop import ClosedLoop
     from legged_wbc.scenario import load_scenario
-    from wbc_controller.bench import bench_cycle
+    from legged_wbc.tools.bench_cycle import bench_cycle
 
     ClosedLoop(load_scenario(scenario), "cbf").run(0.1, progress=False)   # warm-up: compiled kernels loaded
     res = ClosedLoop(load_scenario(scenario), "cbf").run(duration, progress=False)

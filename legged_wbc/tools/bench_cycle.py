@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from .qp import INF, make_backend
+from wbc_controller.qp import INF, make_backend
 
 BENCH_BACKENDS = ("daqp", "proxqp", "osqp", "qpsolvers-osqp")
 REFERENCE = "qpsolvers-daqp"
@@ -237,7 +237,7 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
     from legged_wbc.closed_loop import ClosedLoop, estimator_accepts_impl, make_controller, make_estimator
     from legged_wbc.scenario import load_scenario
 
-    from .controller import STAGES
+    from wbc_controller.controller import STAGES
 
     from legged_wbc.gait import GaitConfig
     from legged_wbc.robot import load_robot_config
