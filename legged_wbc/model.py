@@ -118,7 +118,17 @@ class RobotModel:
         self.armature, self.lower, self.upper, self.effort = arm, lower, upper, effort
         self.model.armature[6:] = arm
         self.fixed.armature[:] = arm
-        # foot point frames (sphere centres) on the foot links, in both models
+        self._add_foot_frames(urdf)
+        self.data = self.model.createData()
+        self.fdata = self.fixed.createData()
+        self.total_mass = float(sum(i.mass for i in self.model.inertias))
+        self.nq, self.nv = self.model.nq, self.model.nv
+        self._tril = np.tril_indices(self.nv, -1)
+        self._zeros_n = np.zeros(self.n)
+
+    def _add_foot_frames(self, urdf: str) -> None:
+        """Foot-point frames (sphere centres) on the foot links, in both models."""
+        cfg, lt = self.cfg, self.cfg.leg_type
         fg = foot_geometry(cfg)
         self.foot_offset = fg.offset
         self.foot_radius = fg.radius
@@ -136,12 +146,6 @@ class RobotModel:
                                body.placement * pin.SE3(np.eye(3), fg.offset), pin.FrameType.OP_FRAME)
                 out.append(mdl.addFrame(fr))
             self.foot_link_frames_fixed.append(self.fixed.getFrameId(link))
-        self.data = self.model.createData()
-        self.fdata = self.fixed.createData()
-        self.total_mass = float(sum(i.mass for i in self.model.inertias))
-        self.nq, self.nv = self.model.nq, self.model.nv
-        self._tril = np.tril_indices(self.nv, -1)
-        self._zeros_n = np.zeros(self.n)
 
     # ------------------------------------------------------------------ state helpers
     def neutral(self) -> np.ndarray:

@@ -279,26 +279,7 @@ class StateEstimator(EstimatorCore):
         t = self._checked_time(t)
         t_prev = self._t
         buf = self._in
-        nd = np.ndarray
-        bad = kernels.BAD_SHAPE
-        if (type(joint_pos) is nd and type(joint_vel) is nd and type(joint_effort) is nd
-                and type(imu_quat_xyzw) is nd and type(imu_gyro) is nd and type(imu_accel) is nd):
-            try:                                              # arrays: packed and checked compiled
-                bad = kernels.load_sample(buf, joint_pos, joint_vel, joint_effort, imu_quat_xyzw,
-                                          imu_gyro, imu_accel, QUAT_NORM_TOL)
-            except Exception:                                 # a dtype numba cannot take (object, complex)
-                bad = kernels.BAD_SHAPE
-        if bad == kernels.BAD_SHAPE:                          # other inputs, or the error message
-            load = self._load
-            load("joint_pos", joint_pos, 0)
-            load("joint_vel", joint_vel, 1)
-            load("joint_effort", joint_effort, 2)
-            load("imu_quat_xyzw", imu_quat_xyzw, 3)
-            load("imu_gyro", imu_gyro, 4)
-            load("imu_accel", imu_accel, 5)
-            bad = kernels.check_sample(buf, self.n, QUAT_NORM_TOL)
-        if bad != kernels.OK:
-            self._raise_bad_sample(bad)
+        self._load_sample(joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel)
 
         # ---- all inputs valid: advance
         td, vf = self.touchdown, self.velocity
@@ -351,6 +332,31 @@ class StateEstimator(EstimatorCore):
             td_score=score, td_count=count, tau_ext=tau_ext,
             vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
             vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt)
+
+    def _load_sample(self, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel) -> None:
+        """Pack the inputs into the sample buffer and check them (compiled for arrays); raises
+        ``ValueError`` naming the first bad field (nothing else is touched)."""
+        buf = self._in
+        nd = np.ndarray
+        bad = kernels.BAD_SHAPE
+        if (type(joint_pos) is nd and type(joint_vel) is nd and type(joint_effort) is nd
+                and type(imu_quat_xyzw) is nd and type(imu_gyro) is nd and type(imu_accel) is nd):
+            try:                                              # arrays: packed and checked compiled
+                bad = kernels.load_sample(buf, joint_pos, joint_vel, joint_effort, imu_quat_xyzw,
+                                          imu_gyro, imu_accel, QUAT_NORM_TOL)
+            except Exception:                                 # a dtype numba cannot take (object, complex)
+                bad = kernels.BAD_SHAPE
+        if bad == kernels.BAD_SHAPE:                          # other inputs, or the error message
+            load = self._load
+            load("joint_pos", joint_pos, 0)
+            load("joint_vel", joint_vel, 1)
+            load("joint_effort", joint_effort, 2)
+            load("imu_quat_xyzw", imu_quat_xyzw, 3)
+            load("imu_gyro", imu_gyro, 4)
+            load("imu_accel", imu_accel, 5)
+            bad = kernels.check_sample(buf, self.n, QUAT_NORM_TOL)
+        if bad != kernels.OK:
+            self._raise_bad_sample(bad)
 
     def _raise_bad_sample(self, bad: int):
         """The ``ValueError`` for a ``kernels.check_sample`` failure code."""
