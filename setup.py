@@ -21,7 +21,7 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=["legged_wbc", "legged_wbc.cli", "legged_wbc.ros", "legged_wbc.tools",
-              "wbc_controller", "state_estimator", "mujoco_bridge"],
+              "wbc_controller", "wbc_controller.blocks", "state_estimator", "mujoco_bridge"],
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

@@ -19,7 +19,6 @@ logged ``tau`` stays the command computed at each tick.
 from __future__ import annotations
 
 import gc
-import inspect
 import json
 import math
 import sys
@@ -59,16 +58,39 @@ class RunResult:
     extra: dict = field(default_factory=dict)
 
 
+IMPLS = ("fast", "reference")
+
+
 def estimator_accepts_impl() -> bool:
-    """Whether :class:`StateEstimator` takes the ``impl`` keyword (fast / reference paths)."""
-    return "impl" in inspect.signature(StateEstimator.__init__).parameters
+    """Whether the estimator has a reference implementation the loop can run (its oracle,
+    :class:`state_estimator.oracle.ReferenceEstimator`); kept for ``bench cycle``'s JSON."""
+    return True
+
+
+def _check_impl(impl: str) -> None:
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
 
 
 def make_estimator(rm: RobotModel, gait_cfg: GaitConfig, ecfg, impl: str | None = None) -> StateEstimator:
-    """The loop's estimator (500 Hz, ``dt = CONTROL_DT``); ``impl`` is passed on when the estimator
-    supports it (otherwise its only implementation is used)."""
-    kw = {"impl": impl} if impl is not None and estimator_accepts_impl() else {}
-    return StateEstimator(rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), ecfg, dt=CONTROL_DT, **kw)
+    """The loop's estimator (500 Hz, ``dt = CONTROL_DT``): the compiled :class:`StateEstimator`
+    (``impl="fast"``, default) or its numpy oracle (``"reference"``, tests and ``bench cycle``)."""
+    impl = "fast" if impl is None else impl
+    _check_impl(impl)
+    cls = StateEstimator
+    if impl == "reference":
+        from state_estimator.oracle import ReferenceEstimator as cls
+    return cls(rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), ecfg, dt=CONTROL_DT)
+
+
+def make_controller(rm: RobotModel, wcfg, gait_cfg: GaitConfig, impl: str = "fast") -> WholeBodyController:
+    """The loop's controller: the compiled :class:`WholeBodyController` (``impl="fast"``) or its
+    numpy oracle (``"reference"``)."""
+    _check_impl(impl)
+    cls = WholeBodyController
+    if impl == "reference":
+        from wbc_controller.oracle import ReferenceController as cls
+    return cls(rm, wcfg, gait_cfg)
 
 
 class _GcPause:
@@ -119,7 +141,7 @@ class ClosedLoop:
         if solver:
             over["solver"] = solver
         self.wcfg = load_wbc_config(overrides=over)
-        self.ctl = WholeBodyController(rm, self.wcfg, self.gait_cfg, impl=impl)
+        self.ctl = make_controller(rm, self.wcfg, self.gait_cfg, impl)
         self.ecfg = load_estimator_config(overrides=scenario.estimator)
         self.est = make_estimator(rm, self.gait_cfg, self.ecfg, impl)
         self.disturbance = DisturbanceModel(scenario, rm)

@@ -1,5 +1,9 @@
 """Nominal gait schedule shared by the estimator and the controller (both compute it from time).
 
+One schedule: :func:`gait_state` (compiled; the estimator's and the controller's 500 Hz path) and
+:meth:`GaitScheduler.state` (numpy, its specification; ``phases``, ``swing_progress`` and
+``cycle_index`` are read off it), compared at and around every phase boundary by the tests.
+
 Legs swing in groups, one group after the other, within a cycle of ``period`` seconds. Group ``k``
 of ``G`` starts its swing at ``start_time + k * period / G`` (mod ``period``) and swings for
 ``(1 - duty) * period``; the first half of a swing is *swing-up*, the second *swing-down*. Before
@@ -12,8 +16,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
+from legged_wbc.jit import announce_compiles
 from legged_wbc.robot import ConfigError
+
+announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 SUPPORT, SWING_UP, SWING_DOWN = 0, 1, 2
 PHASE_NAMES = ("support", "swing_up", "swing_down")
@@ -69,7 +77,7 @@ class GaitScheduler:
         self.support_duration = cfg.duty * cfg.period
 
     def _local(self, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """Time since the current cycle began for each leg, and the cycle index."""
+        """Time since the current cycle began for each leg, and the cycle index (a float)."""
         tau = t - self.cfg.start_time - self.offset
         k = np.floor(tau / self.cfg.period)
         return tau - k * self.cfg.period, k
@@ -78,7 +86,10 @@ class GaitScheduler:
         return self.cfg.start_time <= t < self.cfg.stop_time
 
     def state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(phases, swing_progress, cycle_index)`` at ``t`` in one pass (the 500 Hz path)."""
+        """``(phases, swing_progress, cycle_index)`` at ``t``: nominal phase per leg (``SUPPORT``,
+        ``SWING_UP`` in the first half of its swing, ``SWING_DOWN`` in the second), swing progress
+        in [0, 1) (0 in support), index of each leg's current gait cycle (-1 before the gait
+        starts). The numpy specification of :func:`gait_state`."""
         N = self.n_legs
         if t < self.cfg.start_time:
             return np.zeros(N, dtype=int), np.zeros(N), -np.ones(N, dtype=int)
@@ -92,29 +103,41 @@ class GaitScheduler:
         return phases, np.where(swinging, s, 0.0), cycles
 
     def phases(self, t: float) -> np.ndarray:
-        """Nominal phase per leg: ``SUPPORT``, ``SWING_UP`` or ``SWING_DOWN``."""
-        out = np.zeros(self.n_legs, dtype=int)
-        if not self.active(t):
-            return out
-        loc, k = self._local(t)
-        swinging = (loc < self.swing_duration) & (k >= 0) & (self.group >= 0)
-        out[swinging & (loc < 0.5 * self.swing_duration)] = SWING_UP
-        out[swinging & (loc >= 0.5 * self.swing_duration)] = SWING_DOWN
-        return out
+        """Nominal phase per leg: ``SUPPORT``, ``SWING_UP`` or ``SWING_DOWN`` (:meth:`state`)."""
+        return self.state(t)[0]
 
     def swing_progress(self, t: float) -> np.ndarray:
-        """Swing progress in [0, 1) per leg (0 in support)."""
-        if not self.active(t):
-            return np.zeros(self.n_legs)
-        loc, k = self._local(t)
-        s = loc / self.swing_duration
-        return np.where((s < 1.0) & (k >= 0) & (self.group >= 0), s, 0.0)
+        """Swing progress in [0, 1) per leg (0 in support; :meth:`state`)."""
+        return self.state(t)[1]
 
     def cycle_index(self, t: float) -> np.ndarray:
-        """Index of each leg's current gait cycle (-1 before the gait starts)."""
-        if t < self.cfg.start_time:
-            return -np.ones(self.n_legs, dtype=int)
-        return self._local(t)[1].astype(int)
+        """Index of each leg's current gait cycle (-1 before the gait starts; :meth:`state`)."""
+        return self.state(t)[2]
 
     def nominal_support(self, t: float) -> np.ndarray:
         return self.phases(t) == SUPPORT
+
+
+@njit(cache=True, error_model="numpy")
+def gait_state(t, start_time, stop_time, period, swing_duration, offset, group, phases, progress, cycles):
+    """:meth:`GaitScheduler.state` compiled, with the same operations (so the same floating-point
+    decisions): leg ``i`` swings from ``start_time + offset[i]`` every ``period`` [s] for
+    ``swing_duration`` unless ``group[i] < 0``; all legs in ``SUPPORT`` outside ``[start_time,
+    stop_time)``; cycle -1 before ``start_time``. Writes ``phases``, ``progress``, ``cycles`` (N,)."""
+    active = start_time <= t < stop_time
+    for i in range(offset.shape[0]):
+        phases[i] = SUPPORT
+        progress[i] = 0.0
+        if t < start_time:
+            cycles[i] = -1
+            continue
+        tau = t - start_time - offset[i]
+        k = np.floor(tau / period)                  # a float, as in numpy
+        loc = tau - k * period
+        # float -> int64 as numpy's astype on x86-64 (out of range: INT64_MIN, no undefined cast)
+        cycles[i] = np.int64(k) if -9.2e18 < k < 9.2e18 else np.int64(-9223372036854775807 - 1)
+        if active:
+            s = loc / swing_duration
+            if s < 1.0 and k >= 0 and group[i] >= 0:
+                phases[i] = SWING_UP if s < 0.5 else SWING_DOWN
+                progress[i] = s

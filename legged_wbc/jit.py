@@ -1,5 +1,5 @@
 """The numba kernels of the stack: a one-line notice when a process has to compile them, and the
-warm-up of every kernel module (``python -m legged_wbc.jit``, run by ``setup.sh``).
+table of kernel modules the warm-up (:mod:`legged_wbc.tools.warmup`, run by ``setup.sh``) compiles.
 
 The kernels are ``@njit(cache=True)``: the first call of each compiles it (or loads it from numba's
 on-disk cache, ``__pycache__`` next to the module, or ``$NUMBA_CACHE_DIR``). A compile happens on
@@ -17,7 +17,6 @@ that loads every kernel from the cache prints nothing. No ROS import here (math 
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 
@@ -26,6 +25,12 @@ import threading
 KERNEL_MODULES = {
     "state_estimator.kernels": "warm_up",
     "wbc_controller.kernels": "warmup",
+    # kernels compiled by the warm-ups above and the walk below (they call them): imported only
+    "legged_wbc.gait": None,
+    "legged_wbc.kinematics": None,
+    "wbc_controller.ldp": None,
+    **{f"wbc_controller.blocks.{m}": None for m in ("cbf", "compensation", "contact", "floating_base", "friction",
+                                                       "swing", "tasks", "torque")},
 }
 
 NOTICE = ("legged_wbc: compiling the estimator/controller kernels for this CPU "
@@ -71,26 +76,3 @@ def announce_compiles(module: str) -> None:
 def announced() -> bool:
     """Whether this process has printed :data:`NOTICE` (it compiled a kernel)."""
     return _announced
-
-
-def warm_all() -> None:
-    """Import every module of :data:`KERNEL_MODULES` and run its warm-up, then a few ticks of the
-    default robot's headless walk (the controller's stage kernels are compiled for its workspace's
-    record type when a controller is built, which no module warm-up can know): afterwards the
-    stack's kernels are in numba's cache for this CPU (compiled now if they were not)."""
-    for name, fn in KERNEL_MODULES.items():
-        getattr(importlib.import_module(name), fn)()
-    from legged_wbc.closed_loop import ClosedLoop
-    from legged_wbc.scenario import load_scenario
-
-    for mode in ("cbf", "damping"):
-        ClosedLoop(load_scenario("paper"), mode).run(0.02, stop_on_fall=False)
-
-
-def main() -> int:
-    warm_all()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

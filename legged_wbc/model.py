@@ -32,9 +32,9 @@ from typing import Sequence
 import numpy as np
 import pinocchio as pin
 
+from legged_wbc.kinematics import LegBatch, LegKinematicsWorkspace, relative_pitch
 from legged_wbc.robot import ConfigError, RobotConfig, foot_geometry, load_robot_config
 
-R2_EPS = 1e-10
 
 
 def cross3(a, b) -> np.ndarray:
@@ -51,21 +51,6 @@ def cross_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out[:, 1] = a[:, 2] * b[:, 0] - a[:, 0] * b[:, 2]
     out[:, 2] = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
     return out
-
-
-@dataclass
-class LegBatch:
-    """Body-relative kinematics of all legs, stacked (leg index first); fields as in :class:`LegState`."""
-
-    p: np.ndarray            # (N, 3)
-    J: np.ndarray            # (N, 4, 4): rows [J_p; J_theta]
-    a: np.ndarray            # (N, 3)
-    theta: np.ndarray        # (N,)
-    theta_dot: np.ndarray    # (N,)
-    J_w: np.ndarray          # (N, 3, 4)
-    dJ_p_dq: np.ndarray      # (N, 3)
-    dJ_theta_dq: np.ndarray  # (N,)
-    v_p: np.ndarray          # (N, 3)
 
 
 @dataclass
@@ -133,7 +118,17 @@ class RobotModel:
         self.armature, self.lower, self.upper, self.effort = arm, lower, upper, effort
         self.model.armature[6:] = arm
         self.fixed.armature[:] = arm
-        # foot point frames (sphere centres) on the foot links, in both models
+        self._add_foot_frames(urdf)
+        self.data = self.model.createData()
+        self.fdata = self.fixed.createData()
+        self.total_mass = float(sum(i.mass for i in self.model.inertias))
+        self.nq, self.nv = self.model.nq, self.model.nv
+        self._tril = np.tril_indices(self.nv, -1)
+        self._zeros_n = np.zeros(self.n)
+
+    def _add_foot_frames(self, urdf: str) -> None:
+        """Foot-point frames (sphere centres) on the foot links, in both models."""
+        cfg, lt = self.cfg, self.cfg.leg_type
         fg = foot_geometry(cfg)
         self.foot_offset = fg.offset
         self.foot_radius = fg.radius
@@ -151,12 +146,6 @@ class RobotModel:
                                body.placement * pin.SE3(np.eye(3), fg.offset), pin.FrameType.OP_FRAME)
                 out.append(mdl.addFrame(fr))
             self.foot_link_frames_fixed.append(self.fixed.getFrameId(link))
-        self.data = self.model.createData()
-        self.fdata = self.fixed.createData()
-        self.total_mass = float(sum(i.mass for i in self.model.inertias))
-        self.nq, self.nv = self.model.nq, self.model.nv
-        self._tril = np.tril_indices(self.nv, -1)
-        self._zeros_n = np.zeros(self.n)
 
     # ------------------------------------------------------------------ state helpers
     def neutral(self) -> np.ndarray:
@@ -250,28 +239,16 @@ class RobotModel:
             dJp[i] = acc.linear
             dq = dqj[cols]
             v_p[i] = Jf[:3] @ dq
-            r = math.sqrt(ax * ax + ay * ay)
-            theta[i] = math.atan2(-az, r)
-            if r * r <= R2_EPS:  # foot-link x-axis along the base z: theta's Jacobian row is zeroed
-                J[i, 3] = 0.0
-                theta_dot[i] = dJt[i] = 0.0
-                continue
             wx, wy, wz = (Jw @ dq).tolist()
-            gx, gy, gz = az * ax / r, az * ay / r, -r                     # g = d theta / d a
-            cx, cy, cz = ay * gz - az * gy, az * gx - ax * gz, ax * gy - ay * gx   # a x g
+            awx, awy, awz = acc.angular.tolist()
+            theta[i], ok, cx, cy, cz, dJt[i] = _pitch(ax, ay, az, wx, wy, wz, awx, awy, awz)
+            if not ok:  # foot-link x-axis along the base z: theta's Jacobian row is zeroed
+                J[i, 3] = 0.0
+                theta_dot[i] = 0.0
+                continue
             Jt = cx * Jw[0] + cy * Jw[1] + cz * Jw[2]                      # J_theta = (a x g)^T J_w
             J[i, 3] = Jt
             theta_dot[i] = float(Jt @ dq)
-            # theta_ddot = g.a_ddot + (dg/dt).a_dot, a_dot = w x a, a_ddot = w_dot x a + w x a_dot
-            adx, ady, adz = wy * az - wz * ay, wz * ax - wx * az, wx * ay - wy * ax
-            r_dot = (ax * adx + ay * ady) / r
-            gdx = (adz * ax + az * adx) / r - az * ax * r_dot / (r * r)
-            gdy = (adz * ay + az * ady) / r - az * ay * r_dot / (r * r)
-            gdz = -r_dot
-            wadx, wady, wadz = wy * adz - wz * ady, wz * adx - wx * adz, wx * ady - wy * adx
-            awx, awy, awz = acc.angular.tolist()
-            dJt[i] = (cx * awx + cy * awy + cz * awz + gx * wadx + gy * wady + gz * wadz
-                      + gdx * adx + gdy * ady + gdz * adz)
         return LegBatch(p=P, J=J, a=A, theta=theta, theta_dot=theta_dot, J_w=Jw_all, dJ_p_dq=dJp,
                         dJ_theta_dq=dJt, v_p=v_p)
 
@@ -288,16 +265,15 @@ class RobotModel:
         fp = self.foot_frames_fixed[i]
         Jf = pin.getFrameJacobian(m, d, fp, pin.LOCAL_WORLD_ALIGNED)[:, self.leg_joints[i]]
         ax, ay, az = d.oMf[fp].rotation[:, 0].tolist()
-        r = math.sqrt(ax * ax + ay * ay)
-        if r * r <= R2_EPS:
+        _, ok, cx, cy, cz, _ = _pitch(ax, ay, az, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        if not ok:
             return Jf[:3].copy(), np.zeros(Jf.shape[1])
         Jw = Jf[3:]
-        gx, gy, gz = az * ax / r, az * ay / r, -r
-        cx, cy, cz = ay * gz - az * gy, az * gx - ax * gz, ax * gy - ay * gx
         return Jf[:3].copy(), cx * Jw[0] + cy * Jw[1] + cz * Jw[2]
 
-    def leg_workspace(self, use_chain: bool = True) -> "LegKinematicsWorkspace":
-        """Preallocated, compiled leg kinematics (the fast 500 Hz path), see :class:`LegKinematicsWorkspace`."""
+    def leg_workspace(self, use_chain: bool = True) -> LegKinematicsWorkspace:
+        """Preallocated, compiled leg kinematics (the fast 500 Hz path), see
+        :class:`legged_wbc.kinematics.LegKinematicsWorkspace`."""
         return LegKinematicsWorkspace(self, use_chain)
 
     def legs(self, qj: np.ndarray, dqj: np.ndarray | None = None) -> list[LegState]:
@@ -370,6 +346,9 @@ class RobotModel:
         return q
 
 
+_pitch = relative_pitch.py_func    # the kernel's own code, run as plain Python (one definition)
+
+
 def _det3(x0, x1, x2, y0, y1, y2, z0, z1, z2) -> float:
     """Determinant of the 3x3 matrix with rows ``(x0, x1, x2)``, ``(y0, y1, y2)``, ``(z0, z1, z2)``."""
     return x0 * (y1 * z2 - y2 * z1) - x1 * (y0 * z2 - y2 * z0) + x2 * (y0 * z1 - y1 * z0)
@@ -417,100 +396,3 @@ def joint_permutation(names_from: Sequence[str], names_to: Sequence[str]) -> np.
     if len(set(names_to)) != len(names_to):
         raise ValueError(f"duplicate joint names in {list(names_to)}")
     return np.array([pos[n] for n in names_to], dtype=int)
-
-
-class LegKinematicsWorkspace:
-    """:meth:`RobotModel.legs_batch` into preallocated arrays, compiled (the 500 Hz path).
-
-    Legs that are serial chains of revolute joints mounted on the base (our robots) are computed by
-    one kernel from the fixed-base model's constants (joint placements, axes, foot frames):
-    :func:`wbc_controller.kernels.leg_chain_kinematics`. Otherwise one Pinocchio pass on the
-    workspace's own fixed-base data (``forwardKinematics`` with ``q, q_dot, 0``,
-    ``computeJointJacobians``, ``updateFramePlacements``; foot placements and classical
-    accelerations read per leg) feeds :func:`wbc_controller.kernels.leg_kinematics`.
-    ``batch`` is a :class:`LegBatch` over the workspace arrays (overwritten by every :meth:`update`;
-    base frame, [m, rad, s])."""
-
-    def __init__(self, rm: RobotModel, use_chain: bool = True):
-        from wbc_controller import kernels
-
-        self._K = kernels
-        N, n = rm.n_legs, rm.n
-        self.rm = rm
-        self.model = rm.fixed
-        self.data = rm.fixed.createData()
-        self.frames = list(rm.foot_frames_fixed)
-        self.leg_cols = np.ascontiguousarray(np.array(rm.leg_joints, dtype=np.int64))
-        self._zeros_n = np.zeros(n)
-        self.P = np.zeros((N, 3))
-        self.A = np.zeros((N, 3))
-        self.acc = np.zeros((N, 6))
-        self.batch = LegBatch(p=self.P, J=np.zeros((N, 4, 4)), a=self.A, theta=np.zeros(N), theta_dot=np.zeros(N),
-                              J_w=np.zeros((N, 3, 4)), dJ_p_dq=np.zeros((N, 3)), dJ_theta_dq=np.zeros(N),
-                              v_p=np.zeros((N, 3)))
-        self._lwa = pin.LOCAL_WORLD_ALIGNED
-        self._get_acc = pin.getFrameClassicalAcceleration
-        self.chain = self._chain_constants() if use_chain else None
-        self._work = np.zeros(kernels.LEG_CHAIN_WORK)
-
-    _AXES = {"JointModelRX": (1.0, 0.0, 0.0), "JointModelRY": (0.0, 1.0, 0.0), "JointModelRZ": (0.0, 0.0, 1.0)}
-
-    def _chain_constants(self):
-        """``(axes, R_joint, p_joint, R_foot, p_foot)`` of serial 4-joint legs on the base, or None
-        if a leg is not such a chain (then the Pinocchio pass is used)."""
-        m, N = self.model, self.leg_cols.shape[0]
-        k_joints = self.leg_cols.shape[1]
-        axes, Rj, pj = np.zeros((N, k_joints, 3)), np.zeros((N, k_joints, 3, 3)), np.zeros((N, k_joints, 3))
-        Rf, pf = np.zeros((N, 3, 3)), np.zeros((N, 3))
-        for i in range(N):
-            parent = 0
-            for k in range(k_joints):
-                jid = int(self.leg_cols[i, k]) + 1          # fixed model: joint of q[j] is joint id j + 1
-                jm = m.joints[jid]
-                if m.parents[jid] != parent or jm.idx_q != jid - 1:
-                    return None
-                name = jm.shortname()
-                if name in self._AXES:
-                    axes[i, k] = self._AXES[name]
-                elif name == "JointModelRevoluteUnaligned":
-                    axes[i, k] = np.asarray(jm.extract().axis, dtype=float)
-                else:
-                    return None
-                Rj[i, k] = m.jointPlacements[jid].rotation
-                pj[i, k] = m.jointPlacements[jid].translation
-                parent = jid
-            fr = m.frames[self.frames[i]]
-            if fr.parentJoint != parent:
-                return None
-            Rf[i], pf[i] = fr.placement.rotation, fr.placement.translation
-        return tuple(np.ascontiguousarray(a) for a in (axes, Rj, pj, Rf, pf))
-
-    def bind(self, P: np.ndarray, A: np.ndarray, acc: np.ndarray, batch: LegBatch, work: np.ndarray) -> None:
-        """Compute into the given arrays from now on (same shapes; ``batch.p is P``, ``batch.a is A``):
-        the controller keeps them in its compiled workspace, where its own kernel may fill them
-        with the chain constants (:attr:`chain`) instead of :meth:`update`."""
-        self.P, self.A, self.acc, self.batch, self._work = P, A, acc, batch, work
-
-    def update(self, qj: np.ndarray, dqj: np.ndarray) -> LegBatch:
-        """Leg kinematics at joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio
-        order, C-contiguous float64 vectors of length n; not checked here: the controller checks
-        its input)."""
-        b = self.batch
-        if self.chain is not None:
-            axes, Rj, pj, Rf, pf = self.chain
-            self._K.leg_chain_kinematics(qj, dqj, self.leg_cols, axes, Rj, pj, Rf, pf, self.P, self.A, self.acc, b.J,
-                                         b.theta, b.theta_dot, b.J_w, b.dJ_p_dq, b.dJ_theta_dq, b.v_p, self._work)
-            return b
-        m, d = self.model, self.data
-        pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
-        pin.computeJointJacobians(m, d, qj)
-        pin.updateFramePlacements(m, d)
-        oMf, P, A, acc, lwa, get_acc = d.oMf, self.P, self.A, self.acc, self._lwa, self._get_acc
-        for i, f in enumerate(self.frames):
-            X = oMf[f]
-            P[i] = X.translation
-            A[i] = X.rotation[:, 0]
-            acc[i] = get_acc(m, d, f, lwa).vector
-        self._K.leg_kinematics(d.J, self.leg_cols, P, A, acc, dqj, b.J, b.theta, b.theta_dot, b.J_w, b.dJ_p_dq,
-                               b.dJ_theta_dq, b.v_p)
-        return b

@@ -34,15 +34,13 @@ Time: the filters integrate over the actual sample spacing ``t - t_prev``; ``upd
 non-increasing ``t`` and non-finite or wrongly sized inputs with ``ValueError`` before touching any
 state, so a bad sample can simply be dropped.
 
-Two implementations of ``update`` (``StateEstimator(..., impl=...)``), same state, same outputs:
-
-* ``"fast"`` (default): the cycle runs in the compiled kernels of :mod:`.kernels` (numba), writing
-  into preallocated arrays; Pinocchio computes ``crba`` and ``nonLinearEffects`` once per cycle,
-  the leg kinematics are a compiled walk of the fixed-base tree (Pinocchio if the tree has joint
-  types it does not handle). About 5x cheaper than the reference (README, "Estimator speed").
-* ``"reference"``: plain Python / numpy (:mod:`.touchdown`, :mod:`.velocity` and the code below),
-  the specification the fast path is tested against (``test/test_fast_estimator.py``: every
-  output field to 1e-12 of its scale, flags exactly).
+The cycle runs in the compiled kernels of :mod:`.kernels` (numba), writing into preallocated
+arrays; Pinocchio computes ``crba`` and ``nonLinearEffects`` once per cycle, the leg kinematics
+are a compiled walk of the fixed-base tree (Pinocchio if the tree has joint types it does not
+handle). Its specification is :class:`state_estimator.oracle.ReferenceEstimator`, the same cycle
+in plain Python / numpy (:mod:`.touchdown`, :mod:`.velocity`), which the tests compare it against
+(``test/test_fast_estimator.py``: every output field to 1e-12 of its scale, flags exactly) and
+``legged-wbc bench cycle`` times beside it (about 5x slower; README, "Estimator speed").
 """
 
 from __future__ import annotations
@@ -53,8 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 import pinocchio as pin
 
-from legged_wbc.conventions import rotation_from_quat_xyzw
-from legged_wbc.gait import GaitScheduler
+from legged_wbc.gait import GaitScheduler, gait_state
+from legged_wbc.kinematics import kinematic_tree, tree_foot_kinematics
 from legged_wbc.model import RobotModel
 
 from . import kernels
@@ -63,7 +61,6 @@ from .touchdown import TouchdownDetector
 from .velocity import GRAVITY_WORLD, BaseVelocityFilter
 
 QUAT_NORM_TOL = 1e-2  # accepted |‖quat‖ - 1| of the IMU orientation (it is renormalized)
-IMPLS = ("fast", "reference")
 
 
 @dataclass
@@ -98,23 +95,13 @@ class EstimatedState:
     dt: float                      # time since the previous sample [s] (0 on the first)
 
 
-def _as_vector(name: str, x, n: int) -> np.ndarray:
-    try:
-        a = np.array(x, dtype=float)  # a copy: the caller's buffer may change later
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: expected {n} numbers, got {x!r}") from exc
-    if a.shape != (n,):
-        raise ValueError(f"{name}: expected {n} values, got shape {a.shape}")
-    return a
-
-
-class StateEstimator:
-    """Floating-base state estimator of a legged robot (see the module docstring)."""
+class EstimatorCore:
+    """What the production estimator (:class:`StateEstimator`) and its numpy oracle
+    (:class:`state_estimator.oracle.ReferenceEstimator`) share: checks, filter objects (their
+    state), configuration, reset and the sample-time rule. Subclasses add ``update``."""
 
     def __init__(self, rm: RobotModel, gait: GaitScheduler, cfg: EstimatorConfig | None = None,
-                 dt: float = 0.002, *, impl: str = "fast"):
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+                 dt: float = 0.002):
         if not (math.isfinite(dt) and dt > 0):
             raise ValueError(f"dt must be a positive number of seconds, got {dt}")
         if gait.n_legs != rm.n_legs:
@@ -126,13 +113,6 @@ class StateEstimator:
         if any(len(j) != self.k for j in rm.leg_joints):
             raise ValueError("all legs must have the same number of joints")
         self.leg_j = np.array(rm.leg_joints)                  # (L, k) joint indices
-        lv = self.leg_j + 6                                   # (L, k) indices in v
-        r, c = lv[:, :, None], lv[:, None, :]
-        self._m_rows = np.broadcast_to(np.minimum(r, c), (self.L, self.k, self.k)).copy()  # upper triangle
-        self._m_cols = np.broadcast_to(np.maximum(r, c), (self.L, self.k, self.k)).copy()
-        self._h_idx = lv
-        self._mb_rows = np.broadcast_to(lv[:, :, None], (self.L, self.k, 6)).copy()
-        self._mb_cols = np.broadcast_to(np.arange(6)[None, None, :], (self.L, self.k, 6)).copy()
         self._M_lb = np.zeros((self.L, self.k, 6))            # leg-base coupling blocks
         self._gyro_prev = (0.0, 0.0, 0.0)                     # last gyro sample [rad/s]
         self._vb_prev = (0.0, 0.0, 0.0)                       # last base velocity, base frame [m/s]
@@ -156,54 +136,11 @@ class StateEstimator:
         self._started = False                                 # first sample processed
         self._height_init: float | None = None
         self._is_reset = False
-        self.impl = impl
-        self._fast = impl == "fast"
-        if self._fast:
-            self._init_fast()
 
-    def _init_fast(self) -> None:
-        """Preallocated buffers and derived constants of the compiled path (``impl="fast"``)."""
-        L, k, n = self.L, self.k, self.n
-        self._in = np.zeros(3 * n + 10)                       # packed sample, kernels.sample_layout
-        self._layout = kernels.sample_layout(n)
-        self._leg_j64 = np.ascontiguousarray(self.leg_j, dtype=np.int64)
-        self._leg_v64 = np.ascontiguousarray(self.leg_j + 6, dtype=np.int64)
-        # estimator state [p_world (3), previous gyro (3), previous base velocity (3)]; _pos,
-        # _gyro_prev and _vb_prev are views of it on this path
-        self._st = np.zeros(9)
-        self._st[:3] = self._pos
-        self._pos, self._gyro_prev, self._vb_prev = self._st[0:3], self._st[3:6], self._st[6:9]
-        self._M_inv = np.zeros((L, k, k))
-        self._h_leg = np.zeros((L, k))
-        self._M_lb = np.zeros((L, k, 6))
-        self._blk_work = np.zeros((2, k, k))
-        self._td_work = np.zeros((6, 2 * k, 2 * k))
-        self._vec_work = np.zeros((1, 6))
-        self._h_cpl = np.zeros((L, k))
-        self._tau_leg = np.zeros((L, k))
-        self._dq_leg = np.zeros((L, k))
-        self._z = np.zeros((L, 3))
-        self._imu_r = np.ascontiguousarray(self._imu_r, dtype=float)
-        self._tick_scratch = (self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z)
-        # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
-        # handle, then Pinocchio computes them)
-        self._tree = kernels.kinematic_tree(self.rm.fixed, self._feet)
-        nj = self.rm.fixed.njoints
-        self._o_rot, self._o_pos = np.zeros((nj, 3, 3)), np.zeros((nj, 3))
-        self._params_of = None                                # configs the derived constants are for
-        self._refresh_fast_params()
-        kernels.warm_up()
-
-    def _refresh_fast_params(self) -> None:
-        """Constants of the compiled path derived from the filters' current configs (re-derived when
-        any config object changes, so ``set_config`` on the estimator or a filter takes effect)."""
-        td, vf = self.touchdown, self.velocity
-        tc, vc = td.cfg, vf.cfg
-        self._tick_consts = (self._leg_j64, self.dt, np.ascontiguousarray(np.diag(td._Q), dtype=float), td._r,
-                             tc.gamma_land, tc.n_land, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
-                             vc.exclusion_cycles, self._imu_r, self._imu_offset, float(GRAVITY_WORLD[2]),
-                             self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius)
-        self._params_of = (self.cfg, tc, vc)
+    def _reset_history(self) -> None:
+        """Forget the previous sample's gyro and base velocity (``reset``)."""
+        self._gyro_prev = (0.0, 0.0, 0.0)
+        self._vb_prev = (0.0, 0.0, 0.0)
 
     # ------------------------------------------------------------------ setup
     def _alpha(self, dt: float) -> float:
@@ -231,25 +168,9 @@ class StateEstimator:
         self._t = None if t0 is None else float(t0)
         self.velocity.reset(np.zeros(3))
         self.touchdown.initialized = False
-        if self._fast:
-            self._st[3:] = 0.0                                # _gyro_prev, _vb_prev (views)
-        else:
-            self._gyro_prev = (0.0, 0.0, 0.0)
-            self._vb_prev = (0.0, 0.0, 0.0)
+        self._reset_history()
         self._started = False
         self._is_reset = True
-
-    # ------------------------------------------------------------------ one cycle
-    def update(self, t: float, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-               imu_accel) -> EstimatedState:
-        """Process one sensor sample (Pinocchio joint order; IMU quaternion ``xyzw`` base->world,
-        gyro [rad/s] and accelerometer specific force [m/s^2] in the base frame; effort = applied
-        motor torque [N m]). Raises ``ValueError`` (state untouched) on bad input."""
-        if self._fast:
-            return self._update_fast(t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-                                     imu_accel)
-        return self._update_reference(t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-                                      imu_accel)
 
     def _checked_time(self, t) -> float:
         """The sample time ``t`` [s] as a float, checked as ``update`` requires: after ``reset``,
@@ -266,127 +187,77 @@ class StateEstimator:
             raise ValueError(f"t: samples must be strictly increasing in time, got t={t!r} after {self._t!r}")
         return t
 
-    def _update_reference(self, t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-                          imu_accel) -> EstimatedState:
-        """``update`` in plain Python/numpy (``impl="reference"``): the specification of the fast path."""
-        # ---- validate everything before touching any state
-        t = self._checked_time(t)
-        n = self.n
-        qj = _as_vector("joint_pos", joint_pos, n)
-        dqj = _as_vector("joint_vel", joint_vel, n)
-        tau = _as_vector("joint_effort", joint_effort, n)
-        quat = _as_vector("imu_quat_xyzw", imu_quat_xyzw, 4)
-        gyro = _as_vector("imu_gyro", imu_gyro, 3)
-        acc = _as_vector("imu_accel", imu_accel, 3)
-        if not np.isfinite(np.concatenate((qj, dqj, tau, quat, gyro, acc))).all():
-            for name, a in (("joint_pos", qj), ("joint_vel", dqj), ("joint_effort", tau),
-                            ("imu_quat_xyzw", quat), ("imu_gyro", gyro), ("imu_accel", acc)):
-                if not np.isfinite(a).all():
-                    raise ValueError(f"{name}: contains NaN/inf: {a}")
-        qx, qy, qz, qw = quat.tolist()
-        qn = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
-        if abs(qn - 1.0) > QUAT_NORM_TOL:
-            raise ValueError(f"imu_quat_xyzw: not a unit quaternion (norm {qn:.6g})")
+    def update_sensors(self, frame) -> EstimatedState:
+        """``update`` from an object with the fields of ``mujoco_bridge.sim.SensorFrame``."""
+        return self.update(frame.t, frame.joint_pos, frame.joint_vel, frame.joint_effort,
+                           frame.imu_quat_xyzw, frame.imu_gyro, frame.imu_accel)
 
-        # ---- all inputs valid: advance (3-vector algebra in plain floats: cheaper than numpy here)
-        qx, qy, qz, qw = qx / qn, qy / qn, qz / qn, qw / qn
-        first = not self._started
-        dt = 0.0 if self._t is None else t - self._t
-        step = dt if dt > 0 else self.dt                     # integration step of the filters
-        R = rotation_from_quat_xyzw((qx, qy, qz, qw))                    # base -> world
-        (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = R.tolist()
-        wx, wy, wz = gyro.tolist()
-        fx, fy, fz = acc.tolist()
-        gz = GRAVITY_WORLD[2]
-        gait = self.gait
-        phase = gait.phases(t)
-        cycle = gait.cycle_index(t)
-        nominal = phase == 0
-        lj = self.leg_j
-        td = self.touchdown
-        # base angular acceleration (gyro differenced over the step) and specific force at the base
-        # origin (the accelerometer sits at imu_xyz = r: f_B = f_imu - w_dot x r - w x (w x r))
-        if first:
-            ax_, ay_, az_ = 0.0, 0.0, 0.0
-        else:
-            gx0, gy0, gz0 = self._gyro_prev
-            ax_, ay_, az_ = (wx - gx0) / step, (wy - gy0) / step, (wz - gz0) / step
-        if self._imu_offset:
-            rx, ry, rz = self._imu_r.tolist()
-            cx, cy, cz = wy * rz - wz * ry, wz * rx - wx * rz, wx * ry - wy * rx          # w x r
-            fx -= ay_ * rz - az_ * ry + wy * cz - wz * cy
-            fy -= az_ * rx - ax_ * rz + wz * cx - wx * cz
-            fz -= ax_ * ry - ay_ * rx + wx * cy - wy * cx
+    def _kinematics(self, qj: np.ndarray, dqj: np.ndarray) -> None:
+        """Foot points ``p_i`` and velocities ``J_p,i dq_i`` relative to the base, base frame (Pinocchio)."""
+        m, d = self.rm.fixed, self._fdata
+        pin.forwardKinematics(m, d, qj, dqj)
+        for i, f in enumerate(self._feet):
+            pin.updateFramePlacement(m, d, f)
+            self._p_foot[i] = d.oMf[f].translation
+            self._v_rel[i] = pin.getFrameVelocity(m, d, f, self._lwa).linear
 
-        # 1. touchdown filters (M, h from the previous estimate; on the first sample, from this one)
-        if first:
-            self._dynamics(np.concatenate((self._pos, (qx, qy, qz, qw), qj)),
-                           np.concatenate(((0.0, 0.0, 0.0), (wx, wy, wz), dqj)))
-            td.reset(dqj[lj], tau[lj] - self._h_leg)        # at rest: tau_ext = tau - h
-            touchdown = td.detect(phase, cycle)
-        else:
-            h_leg = self._h_leg
-            if self.base_coupling:
-                # Pinocchio base acceleration (base frame): [R^T a_world - w x v_B; w_dot],
-                # R^T a_world = f + R^T g
-                vx, vy, vz = self._vb_prev
-                a_b = np.array((fx + gz * r20 - (wy * vz - wz * vy), fy + gz * r21 - (wz * vx - wx * vz),
-                                fz + gz * r22 - (wx * vy - wy * vx), ax_, ay_, az_))
-                h_leg = h_leg + self._M_lb @ a_b
-            touchdown = td.update(self._M_inv, tau[lj], h_leg, dqj[lj], phase, cycle, step)
 
-        # 2. support set
-        support = nominal | touchdown
+class StateEstimator(EstimatorCore):
+    """Floating-base state estimator of a legged robot (see the module docstring): the cycle in
+    the compiled kernels of :mod:`.kernels`, into preallocated arrays."""
 
-        # 3. leg kinematics and base velocity
-        self._kinematics(qj, dqj)
-        vf = self.velocity
-        if not first and dt > 0:
-            vf.predict(np.array((r00 * fx + r01 * fy + r02 * fz, r10 * fx + r11 * fy + r12 * fz,
-                                 r20 * fx + r21 * fy + r22 * fz + gz)), step)     # R f + g
-        usable = vf.reliable(support)
-        W = np.array(((0.0, -wz, wy), (wz, 0.0, -wx), (-wy, wx, 0.0)))   # [w]x; rows: p [w]x = p x w
-        z_feet = (self._p_foot @ W - self._v_rel) @ R.T        # R (-(w x p) - J_p dq), world
-        vf.correct(z_feet, usable, support)
-        vwx, vwy, vwz = vf.v.tolist()
+    def __init__(self, rm: RobotModel, gait: GaitScheduler, cfg: EstimatorConfig | None = None,
+                 dt: float = 0.002):
+        super().__init__(rm, gait, cfg, dt)
+        self._init_fast()
 
-        # 4. height: mean over the support feet of foot_radius - (R p_i)_z, low-passed
-        px, py, pz = self._pos.tolist()
-        sup = support.tolist()
-        n_sup = sum(sup)
-        if n_sup:
-            zs = (self._p_foot @ R[2]).tolist()
-            h_raw = self.foot_radius - sum(z for z, s_ in zip(zs, sup) if s_) / n_sup
-        else:
-            h_raw = math.nan
-        if first:
-            pz = self._height_init if self._height_init is not None else (h_raw if n_sup else 0.0)
-        elif n_sup:
-            pz += (self._alpha_nom if step == self.dt else self._alpha(step)) * (h_raw - pz)
-        else:
-            pz += step * vwz
-        # 5. x, y
-        if not first:
-            px += step * vwx
-            py += step * vwy
-        self._pos[:] = (px, py, pz)
+    def _reset_history(self) -> None:
+        self._st[3:] = 0.0                                    # _gyro_prev, _vb_prev (views)
 
-        vb = (r00 * vwx + r10 * vwy + r20 * vwz, r01 * vwx + r11 * vwy + r21 * vwz,
-              r02 * vwx + r12 * vwy + r22 * vwz)                # R^T v_world
-        q = np.concatenate(((px, py, pz), (qx, qy, qz, qw), qj))
-        v = np.concatenate((vb, (wx, wy, wz), dqj))
-        self._dynamics(q, v)                                  # for the next cycle's prediction
-        self._gyro_prev = (wx, wy, wz)
-        self._vb_prev = vb
-        self._t = t
-        self._started = True
-        return EstimatedState(
-            t=t, q=q, v=v, v_world=np.array((vwx, vwy, vwz)), support=support, touchdown=touchdown.copy(),
-            nominal_support=nominal, phase=phase, cycle=cycle,
-            td_score=td.score, td_count=td.count.copy(), tau_ext=td.tau_ext.copy(),
-            vel_d2=vf.d2, vel_inflation=vf.inflation, vel_used=vf.used,            # replaced each cycle
-            vel_excluded=vf.excluded, vel_cycles_in_support=vf.cycles_in_support,  # (no copy needed)
-            vel_cov=vf.P.copy(), height_raw=h_raw, foot_pos_base=self._p_foot.copy(), dt=dt)
+    def _init_fast(self) -> None:
+        """Preallocated buffers and derived constants of the compiled path."""
+        L, k, n = self.L, self.k, self.n
+        self._in = np.zeros(3 * n + 10)                       # packed sample, kernels.sample_layout
+        self._layout = kernels.sample_layout(n)
+        self._leg_j64 = np.ascontiguousarray(self.leg_j, dtype=np.int64)
+        self._leg_v64 = np.ascontiguousarray(self.leg_j + 6, dtype=np.int64)
+        # estimator state [p_world (3), previous gyro (3), previous base velocity (3)]; _pos,
+        # _gyro_prev and _vb_prev are views of it on this path
+        self._st = np.zeros(9)
+        self._st[:3] = self._pos
+        self._pos, self._gyro_prev, self._vb_prev = self._st[0:3], self._st[3:6], self._st[6:9]
+        self._M_inv = np.zeros((L, k, k))
+        self._h_leg = np.zeros((L, k))
+        self._M_lb = np.zeros((L, k, 6))
+        self._blk_work = np.zeros((2, k, k))
+        self._td_work = np.zeros((6, 2 * k, 2 * k))
+        self._vec_work = np.zeros((1, 6))
+        self._h_cpl = np.zeros((L, k))
+        self._tau_leg = np.zeros((L, k))
+        self._dq_leg = np.zeros((L, k))
+        self._z = np.zeros((L, 3))
+        self._progress = np.zeros(L)                          # swing progress (not an output)
+        self._imu_r = np.ascontiguousarray(self._imu_r, dtype=float)
+        self._tick_scratch = (self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z)
+        # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
+        # handle, then Pinocchio computes them)
+        self._tree = kinematic_tree(self.rm.fixed, self._feet)
+        nj = self.rm.fixed.njoints
+        self._o_rot, self._o_pos = np.zeros((nj, 3, 3)), np.zeros((nj, 3))
+        self._params_of = None                                # configs the derived constants are for
+        self._refresh_fast_params()
+        kernels.warm_up()
+
+    def _refresh_fast_params(self) -> None:
+        """Constants of the compiled path derived from the filters' current configs (re-derived when
+        any config object changes, so ``set_config`` on the estimator or a filter takes effect)."""
+        td, vf = self.touchdown, self.velocity
+        tc, vc = td.cfg, vf.cfg
+        self._tick_consts = (self._leg_j64, self.dt, np.ascontiguousarray(np.diag(td._Q), dtype=float), td._r,
+                             tc.gamma_land, tc.n_land, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
+                             vc.exclusion_cycles, self._imu_r, self._imu_offset, float(GRAVITY_WORLD[2]),
+                             self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius)
+        self._params_of = (self.cfg, tc, vc)
 
     def _load(self, name: str, x, field: int) -> None:
         """Copy one input into the packed sample buffer, checking type and shape (not finiteness)."""
@@ -399,33 +270,16 @@ class StateEstimator:
             raise ValueError(f"{name}: expected {m} values, got shape {a.shape}")
         self._in[o:o + m] = a
 
-    def _update_fast(self, t, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-                     imu_accel) -> EstimatedState:
-        """``update`` through the compiled kernels (``impl="fast"``; same math as the reference)."""
+    def update(self, t: float, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
+               imu_accel) -> EstimatedState:
+        """Process one sensor sample (Pinocchio joint order; IMU quaternion ``xyzw`` base->world,
+        gyro [rad/s] and accelerometer specific force [m/s^2] in the base frame; effort = applied
+        motor torque [N m]). Raises ``ValueError`` (state untouched) on bad input."""
         # ---- validate everything before touching any state (the sample buffer is scratch)
         t = self._checked_time(t)
         t_prev = self._t
         buf = self._in
-        nd = np.ndarray
-        bad = kernels.BAD_SHAPE
-        if (type(joint_pos) is nd and type(joint_vel) is nd and type(joint_effort) is nd
-                and type(imu_quat_xyzw) is nd and type(imu_gyro) is nd and type(imu_accel) is nd):
-            try:                                              # arrays: packed and checked compiled
-                bad = kernels.load_sample(buf, joint_pos, joint_vel, joint_effort, imu_quat_xyzw,
-                                          imu_gyro, imu_accel, QUAT_NORM_TOL)
-            except Exception:                                 # a dtype numba cannot take (object, complex)
-                bad = kernels.BAD_SHAPE
-        if bad == kernels.BAD_SHAPE:                          # other inputs, or the error message
-            load = self._load
-            load("joint_pos", joint_pos, 0)
-            load("joint_vel", joint_vel, 1)
-            load("joint_effort", joint_effort, 2)
-            load("imu_quat_xyzw", imu_quat_xyzw, 3)
-            load("imu_gyro", imu_gyro, 4)
-            load("imu_accel", imu_accel, 5)
-            bad = kernels.check_sample(buf, self.n, QUAT_NORM_TOL)
-        if bad != kernels.OK:
-            self._raise_bad_sample(bad)
+        self._load_sample(joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel)
 
         # ---- all inputs valid: advance
         td, vf = self.touchdown, self.velocity
@@ -436,11 +290,11 @@ class StateEstimator:
         dt = 0.0 if t_prev is None else t - t_prev
         step = dt if dt > 0 else self.dt
         gait = self.gait
-        if type(gait) is GaitScheduler:                       # its phases() / cycle_index(), compiled
+        if type(gait) is GaitScheduler:                       # its state(), compiled
             g = gait.cfg
             phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
-            kernels.gait_phases(t, g.start_time, g.stop_time, g.period, gait.swing_duration,
-                                gait.offset, gait.group, phase, cycle)
+            gait_state(t, g.start_time, g.stop_time, g.period, gait.swing_duration, gait.offset, gait.group, phase,
+                       self._progress, cycle)
         else:
             phase = gait.phases(t)
             cycle = gait.cycle_index(t)
@@ -479,6 +333,31 @@ class StateEstimator:
             vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
             vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt)
 
+    def _load_sample(self, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel) -> None:
+        """Pack the inputs into the sample buffer and check them (compiled for arrays); raises
+        ``ValueError`` naming the first bad field (nothing else is touched)."""
+        buf = self._in
+        nd = np.ndarray
+        bad = kernels.BAD_SHAPE
+        if (type(joint_pos) is nd and type(joint_vel) is nd and type(joint_effort) is nd
+                and type(imu_quat_xyzw) is nd and type(imu_gyro) is nd and type(imu_accel) is nd):
+            try:                                              # arrays: packed and checked compiled
+                bad = kernels.load_sample(buf, joint_pos, joint_vel, joint_effort, imu_quat_xyzw,
+                                          imu_gyro, imu_accel, QUAT_NORM_TOL)
+            except Exception:                                 # a dtype numba cannot take (object, complex)
+                bad = kernels.BAD_SHAPE
+        if bad == kernels.BAD_SHAPE:                          # other inputs, or the error message
+            load = self._load
+            load("joint_pos", joint_pos, 0)
+            load("joint_vel", joint_vel, 1)
+            load("joint_effort", joint_effort, 2)
+            load("imu_quat_xyzw", imu_quat_xyzw, 3)
+            load("imu_gyro", imu_gyro, 4)
+            load("imu_accel", imu_accel, 5)
+            bad = kernels.check_sample(buf, self.n, QUAT_NORM_TOL)
+        if bad != kernels.OK:
+            self._raise_bad_sample(bad)
+
     def _raise_bad_sample(self, bad: int):
         """The ``ValueError`` for a ``kernels.check_sample`` failure code."""
         if bad == kernels.BAD_QUAT:
@@ -507,7 +386,7 @@ class StateEstimator:
         if tree is None:
             self._kinematics(qj, dqj)
             return
-        kernels.leg_kinematics(qj, dqj, *tree, self._o_rot, self._o_pos, self._p_foot, self._v_rel)
+        tree_foot_kinematics(qj, dqj, *tree, self._o_rot, self._o_pos, self._p_foot, self._v_rel)
 
     def _dynamics_fast(self, q: np.ndarray, v: np.ndarray) -> None:
         """``_dynamics`` into the preallocated leg blocks (one crba + one nonLinearEffects)."""
@@ -517,27 +396,3 @@ class StateEstimator:
         if kernels.leg_blocks(M, h, self._leg_v64, self._M_inv, self._h_leg, self._M_lb,
                               self._blk_work) != kernels.OK:
             raise np.linalg.LinAlgError("singular leg block of the mass matrix")
-
-    def update_sensors(self, frame) -> EstimatedState:
-        """``update`` from an object with the fields of ``mujoco_bridge.sim.SensorFrame``."""
-        return self.update(frame.t, frame.joint_pos, frame.joint_vel, frame.joint_effort,
-                           frame.imu_quat_xyzw, frame.imu_gyro, frame.imu_accel)
-
-    # ------------------------------------------------------------------ helpers
-    def _dynamics(self, q: np.ndarray, v: np.ndarray) -> None:
-        """Leg blocks of ``M`` (inverted) and ``h`` at ``(q, v)``, for all legs at once."""
-        model, data = self.rm.model, self._pdata
-        M = pin.crba(model, data, q)                          # upper triangle is always filled
-        self._M_inv = np.linalg.inv(M[self._m_rows, self._m_cols])
-        h = pin.nonLinearEffects(model, data, q, v)
-        self._h_leg = h[self._h_idx]
-        self._M_lb = M[self._mb_cols, self._mb_rows]
-
-    def _kinematics(self, qj: np.ndarray, dqj: np.ndarray) -> None:
-        """Foot points ``p_i`` and velocities ``J_p,i dq_i`` relative to the base, base frame."""
-        m, d = self.rm.fixed, self._fdata
-        pin.forwardKinematics(m, d, qj, dqj)
-        for i, f in enumerate(self._feet):
-            pin.updateFramePlacement(m, d, f)
-            self._p_foot[i] = d.oMf[f].translation
-            self._v_rel[i] = pin.getFrameVelocity(m, d, f, self._lwa).linear

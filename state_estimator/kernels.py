@@ -1,4 +1,4 @@
-"""Compiled kernels of the fast estimator path (``StateEstimator(..., impl="fast")``).
+"""Compiled kernels of the fast estimator path (:class:`.estimator.StateEstimator`).
 
 numba ``@njit(cache=True)`` versions of the per-cycle arithmetic of :mod:`.touchdown`,
 :mod:`.velocity` and :mod:`.estimator`, of ``GaitScheduler.phases`` / ``cycle_index`` and of the
@@ -8,8 +8,8 @@ relative level). Every kernel writes into arrays the caller preallocated and all
 The reference functions stay the specification; ``test/test_fast_estimator.py`` checks each
 kernel against its reference and the whole fast estimator against the reference estimator.
 
-Per cycle the estimator calls ``load_sample`` (pack + check the inputs), ``gait_phases``,
-``leg_kinematics``, ``estimator_tick`` (touchdown filters and landing test, support set, velocity
+Per cycle the estimator calls ``load_sample`` (pack + check the inputs), ``legged_wbc.gait.gait_state``,
+``legged_wbc.kinematics.tree_foot_kinematics``, ``estimator_tick`` (touchdown filters and landing test, support set, velocity
 filter, height, outputs) and, after Pinocchio's ``crba`` / ``nonLinearEffects``, ``leg_blocks``.
 
 Units and frames are those of the reference modules: joint velocities [rad/s], torques [N m],
@@ -29,8 +29,9 @@ import math
 import numpy as np
 from numba import njit
 
-from legged_wbc.gait import SUPPORT, SWING_DOWN, SWING_UP
+from legged_wbc.gait import SUPPORT, SWING_DOWN, gait_state
 from legged_wbc.jit import announce_compiles
+from legged_wbc.kinematics import REV_Z, tree_foot_kinematics
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
@@ -146,163 +147,6 @@ def load_sample(buf, joint_pos, joint_vel, joint_effort, quat, gyro, accel, quat
             and _put(buf, 3 * n, 4, quat) and _put(buf, 3 * n + 4, 3, gyro) and _put(buf, 3 * n + 7, 3, accel)):
         return BAD_SHAPE
     return check_sample(buf, n, quat_tol)
-
-
-# ---------------------------------------------------------------------------------- gait
-@kernel
-def gait_phases(t, start_time, stop_time, period, swing_duration, offset, group, phase, cycle):
-    """Nominal phase and gait-cycle index of every leg at ``t`` [s], exactly as
-    ``legged_wbc.gait.GaitScheduler.phases`` / ``cycle_index`` (same operations, so the same
-    floating-point decisions): leg ``i`` swings from ``start_time + offset[i]`` every ``period`` for
-    ``swing_duration`` (first half ``SWING_UP``, second ``SWING_DOWN``) unless ``group[i] < 0``;
-    all legs in ``SUPPORT`` (0) outside ``[start_time, stop_time)``; ``cycle`` -1 before
-    ``start_time``. Writes ``phase``, ``cycle`` ``(L,)``."""
-    active = start_time <= t < stop_time
-    for i in range(offset.shape[0]):
-        if t < start_time:
-            phase[i] = SUPPORT
-            cycle[i] = -1
-            continue
-        tau = t - start_time - offset[i]
-        kc = np.floor(tau / period)                 # a float, as in numpy (math.floor: an int)
-        loc = tau - kc * period
-        ph = SUPPORT
-        if active and loc < swing_duration and kc >= 0 and group[i] >= 0:
-            ph = SWING_UP if loc < 0.5 * swing_duration else SWING_DOWN
-        phase[i] = ph
-        # float -> int64 as numpy's astype on x86-64 (out of range: INT64_MIN, no undefined cast)
-        cycle[i] = np.int64(kc) if -9.2e18 < kc < 9.2e18 else np.int64(-9223372036854775807 - 1)
-
-
-# ---------------------------------------------------------------------------------- kinematics
-# joint types of the fixed-base kinematic tree (kinematic_tree() maps Pinocchio's joint models)
-REV_X, REV_Y, REV_Z, REV_AXIS, PRI_AXIS = 0, 1, 2, 3, 4
-
-
-@kernel
-def leg_kinematics(qj, dqj, parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p,
-                   o_rot, o_pos, p_foot, v_rel):
-    """Foot points and their velocities relative to the base from the joint positions ``qj``
-    [rad or m] and velocities ``dqj``, for a fixed-base tree of 1-DoF joints (what
-    ``pin.forwardKinematics`` + ``updateFramePlacement`` + ``getFrameVelocity(LOCAL_WORLD_ALIGNED)``
-    give on ``RobotModel.fixed``; the tree comes from :func:`kinematic_tree`).
-
-    Joint ``j`` (1..nj-1; 0 is the base): ``parent[j]``, placement in its parent ``(j_rot[j],
-    j_pos[j])``, type ``j_type[j]`` (``REV_X/Y/Z``, ``REV_AXIS``, ``PRI_AXIS``) with unit axis
-    ``j_axis[j]`` in the joint frame, coordinate ``j_idx[j]`` in ``qj``. Foot ``i`` is the point
-    ``foot_p[i]`` of joint ``foot_joint[i]``'s frame. ``o_rot`` ``(nj, 3, 3)``, ``o_pos`` ``(nj, 3)``:
-    scratch (joint placements in the base frame). Writes ``p_foot`` [m] and ``v_rel = J_p dq``
-    [m/s], ``(L, 3)``, base frame."""
-    nj = parent.shape[0]
-    for a in range(3):
-        o_pos[0, a] = 0.0
-        for b in range(3):
-            o_rot[0, a, b] = 1.0 if a == b else 0.0
-    for j in range(1, nj):
-        pa = parent[j]
-        q = qj[j_idx[j]]
-        t = j_type[j]
-        # joint motion (R_q, p_q) in the joint frame
-        rq00, rq01, rq02, rq10, rq11, rq12, rq20, rq21, rq22 = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0
-        tq0, tq1, tq2 = 0.0, 0.0, 0.0
-        if t == PRI_AXIS:
-            tq0, tq1, tq2 = j_axis[j, 0] * q, j_axis[j, 1] * q, j_axis[j, 2] * q
-        else:
-            c, s = math.cos(q), math.sin(q)
-            if t == REV_X:
-                rq11, rq12, rq21, rq22 = c, -s, s, c
-            elif t == REV_Y:
-                rq00, rq02, rq20, rq22 = c, s, -s, c
-            elif t == REV_Z:
-                rq00, rq01, rq10, rq11 = c, -s, s, c
-            else:                                   # R = c I + s [a]x + (1 - c) a a^T
-                ux, uy, uz = j_axis[j, 0], j_axis[j, 1], j_axis[j, 2]
-                cc = 1.0 - c
-                rq00, rq01, rq02 = c + cc * ux * ux, cc * ux * uy - s * uz, cc * ux * uz + s * uy
-                rq10, rq11, rq12 = cc * ux * uy + s * uz, c + cc * uy * uy, cc * uy * uz - s * ux
-                rq20, rq21, rq22 = cc * ux * uz - s * uy, cc * uy * uz + s * ux, c + cc * uz * uz
-        # placement in the parent: (j_rot R_q, j_pos + j_rot p_q); then in the base frame
-        for a in range(3):
-            l0 = j_rot[j, a, 0] * rq00 + j_rot[j, a, 1] * rq10 + j_rot[j, a, 2] * rq20
-            l1 = j_rot[j, a, 0] * rq01 + j_rot[j, a, 1] * rq11 + j_rot[j, a, 2] * rq21
-            l2 = j_rot[j, a, 0] * rq02 + j_rot[j, a, 1] * rq12 + j_rot[j, a, 2] * rq22
-            o_pos[j, a] = j_pos[j, a] + j_rot[j, a, 0] * tq0 + j_rot[j, a, 1] * tq1 + j_rot[j, a, 2] * tq2
-            o_rot[j, a, 0], o_rot[j, a, 1], o_rot[j, a, 2] = l0, l1, l2     # liMi for now
-        # base frame: p = o_pos[pa] + o_rot[pa] p_l, R = o_rot[pa] R_l
-        p0 = o_pos[pa, 0] + o_rot[pa, 0, 0] * o_pos[j, 0] + o_rot[pa, 0, 1] * o_pos[j, 1] + o_rot[pa, 0, 2] * o_pos[j, 2]
-        p1 = o_pos[pa, 1] + o_rot[pa, 1, 0] * o_pos[j, 0] + o_rot[pa, 1, 1] * o_pos[j, 1] + o_rot[pa, 1, 2] * o_pos[j, 2]
-        p2 = o_pos[pa, 2] + o_rot[pa, 2, 0] * o_pos[j, 0] + o_rot[pa, 2, 1] * o_pos[j, 1] + o_rot[pa, 2, 2] * o_pos[j, 2]
-        o_pos[j, 0], o_pos[j, 1], o_pos[j, 2] = p0, p1, p2
-        for b in range(3):
-            l0, l1, l2 = o_rot[j, 0, b], o_rot[j, 1, b], o_rot[j, 2, b]
-            for a in range(3):
-                o_rot[j, a, b] = o_rot[pa, a, 0] * l0 + o_rot[pa, a, 1] * l1 + o_rot[pa, a, 2] * l2
-    for i in range(foot_joint.shape[0]):
-        j = foot_joint[i]
-        fx, fy, fz = foot_p[i, 0], foot_p[i, 1], foot_p[i, 2]
-        px = o_pos[j, 0] + o_rot[j, 0, 0] * fx + o_rot[j, 0, 1] * fy + o_rot[j, 0, 2] * fz
-        py = o_pos[j, 1] + o_rot[j, 1, 0] * fx + o_rot[j, 1, 1] * fy + o_rot[j, 1, 2] * fz
-        pz = o_pos[j, 2] + o_rot[j, 2, 0] * fx + o_rot[j, 2, 1] * fy + o_rot[j, 2, 2] * fz
-        p_foot[i, 0], p_foot[i, 1], p_foot[i, 2] = px, py, pz
-        vx = vy = vz = 0.0
-        while j > 0:                                # the joints between the foot and the base
-            ux, uy, uz = j_axis[j, 0], j_axis[j, 1], j_axis[j, 2]
-            ax = o_rot[j, 0, 0] * ux + o_rot[j, 0, 1] * uy + o_rot[j, 0, 2] * uz
-            ay = o_rot[j, 1, 0] * ux + o_rot[j, 1, 1] * uy + o_rot[j, 1, 2] * uz
-            az = o_rot[j, 2, 0] * ux + o_rot[j, 2, 1] * uy + o_rot[j, 2, 2] * uz
-            dq = dqj[j_idx[j]]
-            if j_type[j] == PRI_AXIS:
-                vx += ax * dq
-                vy += ay * dq
-                vz += az * dq
-            else:                                   # (axis x (p_foot - p_joint)) dq
-                rx, ry, rz = px - o_pos[j, 0], py - o_pos[j, 1], pz - o_pos[j, 2]
-                vx += (ay * rz - az * ry) * dq
-                vy += (az * rx - ax * rz) * dq
-                vz += (ax * ry - ay * rx) * dq
-            j = parent[j]
-        v_rel[i, 0], v_rel[i, 1], v_rel[i, 2] = vx, vy, vz
-
-
-def kinematic_tree(model, foot_frames) -> tuple | None:
-    """The arrays :func:`leg_kinematics` takes, from a fixed-base Pinocchio ``model`` and its foot
-    point frames: ``(parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p)``. ``None``
-    if a joint is not a 1-DoF revolute / prismatic joint (then use Pinocchio)."""
-    nj = model.njoints
-    parent = np.zeros(nj, dtype=np.int64)
-    j_rot = np.zeros((nj, 3, 3))
-    j_rot[0] = np.eye(3)
-    j_pos = np.zeros((nj, 3))
-    j_type = np.zeros(nj, dtype=np.int64)
-    j_axis = np.zeros((nj, 3))
-    j_idx = np.zeros(nj, dtype=np.int64)
-    for j in range(1, nj):
-        jm = model.joints[j]
-        name = jm.shortname()
-        if jm.nq != 1 or jm.nv != 1 or jm.idx_q != jm.idx_v:
-            return None
-        if name in ("JointModelRX", "JointModelRY", "JointModelRZ"):
-            a = "XYZ".index(name[-1])
-            j_type[j] = (REV_X, REV_Y, REV_Z)[a]
-            j_axis[j, a] = 1.0
-        elif name == "JointModelRevoluteUnaligned":
-            j_type[j] = REV_AXIS
-            j_axis[j] = np.asarray(jm.extract().axis, dtype=float)
-        elif name in ("JointModelPX", "JointModelPY", "JointModelPZ"):
-            j_type[j] = PRI_AXIS
-            j_axis[j, "XYZ".index(name[-1])] = 1.0
-        elif name == "JointModelPrismaticUnaligned":
-            j_type[j] = PRI_AXIS
-            j_axis[j] = np.asarray(jm.extract().axis, dtype=float)
-        else:
-            return None
-        parent[j] = model.parents[j]
-        j_rot[j] = model.jointPlacements[j].rotation
-        j_pos[j] = model.jointPlacements[j].translation
-        j_idx[j] = jm.idx_q
-    foot_joint = np.array([model.frames[f].parentJoint for f in foot_frames], dtype=np.int64)
-    foot_p = np.array([model.frames[f].placement.translation for f in foot_frames], dtype=float)
-    return parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p
 
 
 # ---------------------------------------------------------------------------------- dynamics
@@ -766,7 +610,7 @@ def warm_up() -> None:
     for lay in (f(n), f(2 * n)[::2]):                     # contiguous and strided inputs
         load_sample(buf, lay, lay, lay, f(4), f(3), f(3), 1e-2)
     buf[3 * n + 3] = 1.0
-    gait_phases(1.0, 0.0, math.inf, 1.0, 0.4, f(L), f(L, np.int64), f(L, np.int64), f(L, np.int64))
+    gait_state(1.0, 0.0, math.inf, 1.0, 0.4, f(L), f(L, np.int64), f(L, np.int64), f(L), f(L, np.int64))
     eye = np.eye(k)
     M = np.eye(6 + n)
     leg_j = np.arange(n, dtype=np.int64).reshape(L, k)
@@ -776,9 +620,9 @@ def warm_up() -> None:
     parent = np.arange(-1, n, dtype=np.int64)
     parent[0] = 0
     j_rot = np.broadcast_to(np.eye(3), (nj, 3, 3)).copy()
-    leg_kinematics(f(n), f(n), parent, j_rot, f((nj, 3)), np.full(nj, REV_Z, np.int64), f((nj, 3)),
-                   np.arange(-1, n, dtype=np.int64), np.full(L, n, np.int64), f((L, 3)),
-                   f((nj, 3, 3)), f((nj, 3)), f((L, 3)), f((L, 3)))
+    tree_foot_kinematics(f(n), f(n), parent, j_rot, f((nj, 3)), np.full(nj, REV_Z, np.int64), f((nj, 3)),
+                         np.arange(-1, n, dtype=np.int64), np.full(L, n, np.int64), f((L, 3)),
+                         f((nj, 3, 3)), f((nj, 3)), f((L, 3)), f((L, 3)))
     P = np.broadcast_to(np.eye(2 * k), (L, 2 * k, 2 * k)).copy()
     args = (buf, True, 0.0, 0.002, f(L, np.int64), f(L, np.int64), True, math.nan,
             f((L, 2 * k)), P, f(L, np.int64), f(L, np.bool_), f(L, np.int64), f(L, np.int64), f(L, np.int64),

@@ -251,7 +251,7 @@ def test_config_validation_names_parameter():
 
 
 def test_swing_planner_derivatives_and_end_conditions():
-    from wbc_controller.references import SwingPlanner
+    from wbc_controller.blocks.swing import SwingPlanner
 
     sp = SwingPlanner(3)
     rng = np.random.default_rng(0)

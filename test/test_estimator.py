@@ -321,13 +321,16 @@ def snapshot(est):
     return [np.copy(a) for a in arrays] + [est._t, est._started]
 
 
-def test_dynamics_blocks_match_robot_model(rm):
-    est = StateEstimator(rm, standing_gait(rm))
+@pytest.mark.parametrize("oracle", [False, True], ids=["compiled", "oracle"])
+def test_dynamics_blocks_match_robot_model(rm, oracle):
+    from state_estimator.oracle import ReferenceEstimator
+
+    est = (ReferenceEstimator if oracle else StateEstimator)(rm, standing_gait(rm))
     rng = np.random.default_rng(0)
     q = rm.stance_configuration()
     q[7:] += rng.normal(size=rm.n) * 0.1
     v = rng.normal(size=rm.nv)
-    est._dynamics(q, v)
+    (est._dynamics if oracle else est._dynamics_fast)(q, v)
     M, h = rm.mass_matrix(q), rm.bias(q, v)
     for i, cols in enumerate(rm.leg_joints):
         idx = cols + 6

@@ -7,15 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from legged_wbc.closed_loop import ClosedLoop
-from legged_wbc.gait import GaitConfig, GaitScheduler
-from legged_wbc.model import R2_EPS, RobotModel, null_vectors
+from legged_wbc.closed_loop import ClosedLoop, make_controller
+from legged_wbc.gait import GaitConfig, GaitScheduler, gait_state
+from legged_wbc.kinematics import R2_EPS, LegBatch, legs_from_frames
+from legged_wbc.model import RobotModel, null_vectors
 from legged_wbc.scenario import load_scenario
 from wbc_controller import kernels as K
+from wbc_controller.blocks import cbf, compensation, contact, floating_base, friction, swing, tasks, torque
 from wbc_controller.config import load_wbc_config
 from wbc_controller.controller import STAGES, ControllerInput, InputError, WholeBodyController
+from wbc_controller.ldp import check_direct, qp_from_ldp
 from wbc_controller.qp import INF, QpProblem
-from wbc_controller.references import BodyReferenceGenerator, SwingPlanner, body_task
+from wbc_controller.blocks.swing import SwingPlanner
+from wbc_controller.blocks.tasks import BodyReferenceGenerator, body_task_reference as body_task, vee
 
 from ulps import assert_ulps_close
 
@@ -45,11 +49,29 @@ def walk():
     return loop, inputs
 
 
+def params(**fields):
+    """:class:`kernels.Params` with the given fields, the others zero (the kernel under test reads
+    only its own)."""
+    base = {k: t(0) for k, t in K.PARAM_SCALARS}
+    base.update({k: np.zeros(shape(1, 1), dtype=t) for k, t, shape in K.PARAM_ARRAYS})
+    base.update(fields)
+    return K.Params(**base)
+
+
+def leg_batch(**fields):
+    """:class:`LegBatch` of 3 legs with the given fields, the others zero."""
+    base = dict(p=np.zeros((3, 3)), J=np.zeros((3, 4, 4)), a=np.zeros((3, 3)), theta=np.zeros(3),
+                theta_dot=np.zeros(3), J_w=np.zeros((3, 3, 4)), dJ_p_dq=np.zeros((3, 3)), dJ_theta_dq=np.zeros(3),
+                v_p=np.zeros((3, 3)))
+    base.update(fields)
+    return LegBatch(**base)
+
+
 def pair(loop, **over):
     cfg = dataclasses.replace(loop.wcfg, **over)
     out = []
     for impl in ("fast", "reference"):
-        c = WholeBodyController(loop.rm, cfg, loop.gait_cfg, impl=impl)
+        c = make_controller(loop.rm, cfg, loop.gait_cfg, impl)
         c.reset(loop.q0)
         out.append(c)
     return out
@@ -226,7 +248,7 @@ def test_ldp_is_the_stacked_qp_in_least_distance_form(walk, over):
                 np.testing.assert_array_equal(d.bu[3 * i:3 * i + 3], 0.0)
         y = np.random.default_rng(checked).normal(size=d.n)
         x = np.full(ctl.nx, 9.0)
-        K.qp_from_ldp(y, ctl._leg_vcols, ctl._ldp_dinv, ctl._ldp_Rinv, ctl.ns, x)
+        qp_from_ldp(y, ctl._leg_v, ctl._ldp_dinv, ctl._ldp_Rinv, ctl.ns, x)
         expect = np.zeros(ctl.nx)
         expect[zcol] = Ri @ y
         close(x, expect)
@@ -236,13 +258,13 @@ def test_ldp_is_the_stacked_qp_in_least_distance_form(walk, over):
 
 
 def test_direct_checks_equal_the_stacked_checks(walk):
-    """:func:`kernels.check_direct` (the fast cycle's residuals, torque and barrier checks from the
+    """:func:`ldp.check_direct` (the fast cycle's residuals, torque and barrier checks from the
     blocks) against :func:`kernels.check_solution` on the stacked QP, at the cycle's solution and at
     perturbed points (so that residuals and violations are far from 0): the same numbers to a few
     ulps, the same torques, the same binding CBF rows."""
     loop, inputs = walk
     ctl, _ = pair(loop)
-    N, n, d = ctl.N, ctl.n, ctl.ldp
+    N, n = ctl.N, ctl.n
     rng = np.random.default_rng(11)
     worst = 0.0
     for inp in inputs[::13]:
@@ -252,21 +274,17 @@ def test_direct_checks_equal_the_stacked_checks(walk):
             x = ctl.last_x + scale * rng.normal(size=ctl.nx)
             outs = []
             for direct in (True, False):
-                tw, tau, act = np.zeros(n), np.zeros(n), np.zeros(N, dtype=bool)
+                act = np.zeros(N, dtype=bool)
                 if direct:
-                    r = K.check_direct(x, ctl._M, ctl._h, ctl.last_legs.J, ctl.last_legs.p, ctl._leg_cols,
-                                       ctl._leg_vcols, inp.support, ctl._tau_sw_total, ctl._tmin_f, ctl._tmax_f,
-                                       ctl._tau_tol_f, ctl._mu, ctl._p_misc[1], ctl.ns, d.bl, d.bu, True, tw, tau, act)
+                    r = check_direct(x, inp.support, ctl.last_legs, ctl._ws[0], act)
                     tau_rows = r[4]
                     r = r[:4]
                     C_tau = p.C[ctl.row_tau:ctl.row_tau + n] @ x           # the torque rows' values
                     assert tau_rows == bool(np.all((C_tau >= p.l[ctl.row_tau:ctl.row_tau + n] - 1e-9)
                                                    & (C_tau <= p.u[ctl.row_tau:ctl.row_tau + n] + 1e-9)))
                 else:
-                    r = K.check_solution(p.A_eq, p.b_eq, p.C, p.l, p.u, x, ctl._M, ctl._h, ctl.last_legs.J,
-                                         ctl._leg_cols, ctl.lam0, ctl._tau_sw_total, ctl._tmin_f, ctl._tmax_f,
-                                         ctl._tau_tol_f, inp.support, ctl.row_cbf, True, tw, tau, act)
-                outs.append((r, tau, act))
+                    r = K.check_solution(ctl._qp, x, inp.support, ctl._ws, act)
+                outs.append((r, ctl._tau.copy(), act))
             (fa, ea, va, ba), tau_a, act_a = outs[0]
             (fb, eb, vb, bb), tau_b, act_b = outs[1]
             assert fa == fb and ba == bb
@@ -338,7 +356,7 @@ def rm_n_legs(loop):
 def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
     """mu, w_lambda_t, w_lambda_n are live parameters: the next QP uses the new values."""
     loop, inputs = walk
-    ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl=impl)
+    ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
     ctl.reset(loop.q0)
     ctl.update(inputs[0])
     before = ctl.problem.copy()
@@ -357,21 +375,33 @@ def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
             np.testing.assert_allclose(lam_diag[4 * i + np.array(cols)], value, rtol=1e-9)
         assert not np.array_equal(p.H, before.H)
     # and both paths agree after the change
-    other = WholeBodyController(loop.rm, dataclasses.replace(loop.wcfg, **{name: value}), loop.gait_cfg,
-                                impl="reference" if impl == "fast" else "fast")
+    other = make_controller(loop.rm, dataclasses.replace(loop.wcfg, **{name: value}), loop.gait_cfg,
+                            "reference" if impl == "fast" else "fast")
     other.reset(loop.q0)
     other.update(inputs[0])
     for k in ("H", "C", "l", "u"):
         assert rel(getattr(p, k), getattr(other.problem, k)) <= 1e-12
 
 
-def test_set_config_rebuild_keeps_impl(walk):
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_set_config_rebuild_keeps_state(walk, impl):
+    """cbf_slack rebuilds the QP workspace in place (no new object): the failure bookkeeping and
+    the reference's start point are kept, the problem has the slack columns, and the next cycle
+    agrees with a controller built with the slack from the start."""
     loop, inputs = walk
-    ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="fast")
-    ctl.set_config(dataclasses.replace(loop.wcfg, cbf_slack=True))
-    assert ctl.impl == "fast" and ctl.ns == ctl.N
+    ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
+    ctl.reset(loop.q0)
+    ctl.total_failures = 3
+    p0 = ctl.refs.p0.copy()
+    cfg = dataclasses.replace(loop.wcfg, cbf_slack=True)
+    ctl.set_config(cfg)
+    assert ctl.ns == ctl.N and ctl.problem.H.shape == (ctl.nx, ctl.nx) and ctl.total_failures == 3
+    np.testing.assert_array_equal(ctl.refs.p0, p0)
+    fresh = make_controller(loop.rm, cfg, loop.gait_cfg, impl)
+    fresh.reset(loop.q0)
+    np.testing.assert_array_equal(ctl.update(inputs[0]).tau, fresh.update(inputs[0]).tau)
     with pytest.raises(ValueError, match="impl"):
-        WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="numba")
+        make_controller(loop.rm, loop.wcfg, loop.gait_cfg, "numba")
 
 
 @pytest.mark.parametrize("field,value", [("q", np.full(31, np.nan)), ("v", np.zeros(5)),
@@ -380,7 +410,7 @@ def test_fast_rejects_bad_input_like_reference(walk, field, value):
     loop, inputs = walk
     msgs = []
     for impl in ("fast", "reference"):
-        ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl=impl)
+        ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
         inp = dataclasses.replace(inputs[0], **{field: value})
         with pytest.raises(InputError) as e:
             ctl.update(inp)
@@ -426,7 +456,7 @@ def test_leg_kinematics_vertical_foot_link_zeroes_theta_row():
     P, A, acc = np.zeros((N, 3)), np.array([[0.0, 0.0, -1.0]]), np.ones((N, 6))
     J, th, thd, Jwo, dJp, dJt, vp = (np.full((N, 4, 4), 7.0), np.zeros(N), np.ones(N), np.zeros((N, 3, 4)),
                                      np.zeros((N, 3)), np.ones(N), np.zeros((N, 3)))
-    K.leg_kinematics(Jw, cols, P, A, acc, np.ones(4), J, th, thd, Jwo, dJp, dJt, vp)
+    legs_from_frames(Jw, cols, P, A, acc, np.ones(4), J, th, thd, Jwo, dJp, dJt, vp)
     assert th[0] == pytest.approx(math.pi / 2) and thd[0] == 0.0 and dJt[0] == 0.0
     np.testing.assert_array_equal(J[0, 3], 0.0)
     np.testing.assert_array_equal(J[0, :3], Jw[:3])          # p = 0: v - p x w = v (exact on any IEEE machine)
@@ -436,14 +466,14 @@ def test_leg_kinematics_vertical_foot_link_zeroes_theta_row():
 def test_symmetrize_mass_and_rotation():
     U = np.triu(np.arange(1.0, 17.0).reshape(4, 4))
     M, h = np.zeros((4, 4)), np.zeros(4)
-    K.symmetrize_mass(U, np.arange(4.0), M, h)
+    floating_base.symmetrize_mass(U, np.arange(4.0), M, h)
     np.testing.assert_array_equal(M, U + np.triu(U, 1).T)
     np.testing.assert_array_equal(h, np.arange(4.0))
     from legged_wbc.conventions import rotation_from_quat_xyzw
     q = np.zeros(7)
     q[3:7] = np.array([0.1, -0.3, 0.2, 0.9]) / np.linalg.norm([0.1, -0.3, 0.2, 0.9])
     R = np.zeros((3, 3))
-    K.rotation_from_quat(q, R)
+    floating_base.rotation_from_quat(q, R)
     assert_ulps_close(R, rotation_from_quat_xyzw(q[3:7]), err_msg="R")      # compiled vs numpy arithmetic
 
 
@@ -453,7 +483,7 @@ def test_friction_cone_rows_known_entries():
     N, lam0, nx = 2, 3, 3 + 8
     A_eq, C = np.zeros((6 + N, nx)), np.zeros((5 * N, nx))
     lo, up = np.full(5 * N, 5.0), np.full(5 * N, 5.0)
-    K.friction_rows(N, lam0, 0, 0.5, A_eq, C, lo, up)
+    friction.friction_rows(N, lam0, 0, 0.5, A_eq, C, lo, up)
     c = lam0 + 4  # foot 1
     np.testing.assert_array_equal(C[5:10, c:c + 4], [[1, 0, -0.5, 0], [-1, 0, -0.5, 0], [0, 1, -0.5, 0],
                                                      [0, -1, -0.5, 0], [0, 0, 1, 0]])
@@ -463,7 +493,7 @@ def test_friction_cone_rows_known_entries():
     assert A_eq[7, c + 3] == 1.0 and A_eq[6, lam0 + 3] == 1.0
     np.testing.assert_array_equal(A_eq[:3, c:c + 3], -np.eye(3))
     up[:] = 1.0
-    K.normal_force_bounds(np.array([True, False]), 700.0, 0, up)
+    contact.normal_force_bounds(np.array([True, False]), 700.0, 0, up)
     assert up[4] == 700.0 and up[9] == 0.0 and up[3] == 1.0
 
 
@@ -474,7 +504,7 @@ def test_floating_base_rows_known_entries():
     h = np.arange(nv, dtype=float) + 1.0
     P = np.array([[1.0, 2.0, 3.0], [-4.0, 5.0, -6.0]])
     A_eq, b_eq = np.full((6 + N, nx), 9.0), np.zeros(6 + N)
-    K.floating_base_rows(M, h, P, lam0, A_eq, b_eq)
+    floating_base.floating_base_rows(M, h, P, lam0, A_eq, b_eq)
     np.testing.assert_array_equal(A_eq[:6, :nv], M[:6])
     np.testing.assert_array_equal(b_eq[:6], -h[:6])
     for i in range(N):
@@ -498,7 +528,8 @@ def test_torque_rows_and_command_torque_known_entries():
     leg_j = np.array([[4, 5, 6, 7], [0, 1, 2, 3]], dtype=np.int64)
     tmin, tmax, tsw = -np.full(n, 50.0), np.full(n, 50.0), rng.normal(size=n)
     C, lo, up = np.zeros((n, nx)), np.zeros(n), np.zeros(n)
-    K.torque_rows(M, h, J, leg_j, lam0, 0, tmin, tmax, tsw, C, lo, up)
+    par = params(leg_j=leg_j, lam0=lam0, row_tau=0, tmin_f=tmin, tmax_f=tmax, tau_tol_f=np.full(n, 1e-6))
+    torque.torque_rows(M, h, J, tsw, par, C, lo, up)
     np.testing.assert_array_equal(C[:, :nv], M[6:])
     for i in range(N):
         for r in range(4):
@@ -507,7 +538,7 @@ def test_torque_rows_and_command_torque_known_entries():
     assert_ulps_close(up, tmax - h[6:] - tsw, err_msg="upper")
     x = rng.normal(size=nx)
     tau_wbc, tau = np.zeros(n), np.zeros(n)
-    ok = K.command_torque(M, h, J, leg_j, x, lam0, tsw, tmin, tmax, np.full(n, 1e-6), tau_wbc, tau)
+    ok = torque.command_torque(M, h, J, x, tsw, par, tau_wbc, tau)
     expect = M[6:] @ x[:nv] + h[6:]
     for i in range(N):
         expect[leg_j[i]] -= J[i].T @ x[lam0 + 4 * i:lam0 + 4 * i + 4]
@@ -516,7 +547,8 @@ def test_torque_rows_and_command_torque_known_entries():
     np.testing.assert_allclose(C @ x, tau - h[6:] - tsw, atol=1e-12)   # the rows are the torque
     assert ok == bool(np.all(np.abs(tau) <= 50.0 + 1e-6))
     tmax_small = np.full(n, 1e-3)
-    assert not K.command_torque(M, h, J, leg_j, x, lam0, tsw, -tmax_small, tmax_small, np.zeros(n), tau_wbc, tau)
+    small = par._replace(tmin_f=-tmax_small, tmax_f=tmax_small, tau_tol_f=np.zeros(n))
+    assert not torque.command_torque(M, h, J, x, tsw, small, tau_wbc, tau)
 
 
 def test_cbf_rows_known_entries():
@@ -527,19 +559,21 @@ def test_cbf_rows_known_entries():
     th, thd, dJt = np.array([0.1, 0.1, 0.1]), np.array([0.2, 0.2, 0.2]), np.array([0.3, 0.3, 0.3])
     C, lo, up = np.zeros((N, 18)), np.zeros(N), np.zeros(N)
     sup = np.array([True, False, True])
-    K.cbf_rows(sup, J, th, thd, dJt, leg_v, 0, True, 100.0, 10.0, -0.3, 0.3, C, lo, up)
+    legs = leg_batch(J=J, theta=th, theta_dot=thd, dJ_theta_dq=dJt)
+    on = params(leg_v=leg_v, row_cbf=0, cbf_on=True, kp_b=100.0, kd_b=10.0, th_lo=-0.3, th_hi=0.3)
+    cbf.cbf_rows(sup, legs, on, C, lo, up)
     for i in range(N):
         np.testing.assert_array_equal(C[i, leg_v[i]], J[i, 3])
     # lower: -(k_p (theta - theta_lo) + k_d theta_dot + Jdot qdot) = -(40 + 2 + 0.3)
     assert lo[0] == pytest.approx(-42.3) and up[0] == pytest.approx(20.0 - 2.0 - 0.3)
     assert lo[1] == -INF and up[1] == INF          # swing leg: loose
-    K.cbf_rows(sup, J, th, thd, dJt, leg_v, 0, False, 100.0, 10.0, -0.3, 0.3, C, lo, up)
+    cbf.cbf_rows(sup, legs, on._replace(cbf_on=False), C, lo, up)
     assert np.all(lo == -INF) and np.all(up == INF)  # damping / none: loose everywhere
     act = np.zeros(N, dtype=bool)
     x = np.zeros(18)
-    K.cbf_rows(sup, J, th, thd, dJt, leg_v, 0, True, 100.0, 10.0, -0.3, 0.3, C, lo, up)
+    cbf.cbf_rows(sup, legs, on, C, lo, up)
     x[6] = up[0]                                   # leg 0 exactly on its upper bound
-    K.cbf_active(sup, C, lo, up, x, 0, act)
+    cbf.cbf_active(sup, C, lo, up, x, 0, act)
     np.testing.assert_array_equal(act, [True, False, False])
 
 
@@ -555,7 +589,8 @@ def test_task_cost_known_entries():
     leg_v = np.array([[6, 7, 8, 9], [10, 11, 12, 13]], dtype=np.int64)
     lam_diag = np.tile([1e-5, 1e-5, 1e-6, 1e-5], N)
     H, g = np.full((nx, nx), 3.0), np.full(nx, 3.0)
-    K.task_cost(J, W, b, acc, 2.0, lam_diag, N, 1e6, 1e-9, leg_v, lam0, H, g)
+    tasks.task_cost(J, W, b, acc, params(w_body=2.0, lam_diag_f=lam_diag, n_slack=N, slack_weight=1e6, hessian_reg=1e-9,
+                                         leg_v=leg_v, lam0=lam0), H, g)
     reg = 1e-9 * 1e6
     expect = np.zeros((nx, nx))
     expect[:6, :6] = 2.0 * np.eye(6)
@@ -595,8 +630,11 @@ def test_references_and_gait_equal_numpy(rm):
     ph, pr, cy = np.zeros(rm.n_legs, np.int64), np.zeros(rm.n_legs), np.zeros(rm.n_legs, np.int64)
     for t in np.concatenate([np.linspace(0.0, 12.0, 400), [gcfg.start_time, 6.0]]):
         ref = gen(float(t))
-        K.body_reference(float(t), gen.p0, cfg.stand_up_start, cfg.stand_up_duration, cfg.stand_height,
-                         gen.gait_start, cfg.velocity_ramp_end, cfg.forward_velocity, p, v, a)
+        tasks.body_reference(float(t), gen.p0, params(stand_up_start=cfg.stand_up_start,
+                                                      stand_up_duration=cfg.stand_up_duration,
+                                                      stand_height=cfg.stand_height, gait_start=gen.gait_start,
+                                                      velocity_ramp_end=cfg.velocity_ramp_end,
+                                                      forward_velocity=cfg.forward_velocity), p, v, a)
         np.testing.assert_allclose(np.concatenate([p, v, a]), np.concatenate([ref.p, ref.v, ref.a]), rtol=1e-14,
                                    atol=1e-15)
         q = np.zeros(7 + rm.n)
@@ -604,13 +642,14 @@ def test_references_and_gait_equal_numpy(rm):
         q[3:7] = rng.normal(size=4)
         q[3:7] /= np.linalg.norm(q[3:7])
         vel = rng.normal(size=6 + rm.n)
-        K.rotation_from_quat(q, R)
-        K.body_task(p, v, a, q, R, vel, cfg._kp_pos, cfg._kd_pos, cfg._kp_rot, cfg._kd_rot, acc, e)
+        floating_base.rotation_from_quat(q, R)
+        tasks.body_task(p, v, a, q, R, vel, params(kp_pos=cfg._kp_pos, kd_pos=cfg._kd_pos, kp_rot=cfg._kp_rot,
+                                                   kd_rot=cfg._kd_rot), acc, e)
         expect = body_task(cfg, ref, q[:3], R, vel[:3], vel[3:6])
         np.testing.assert_allclose(acc, expect, rtol=1e-12, atol=1e-10)
-        from wbc_controller.references import vee
+
         np.testing.assert_allclose(e, 0.5 * vee(ref.R.T @ R - R.T @ ref.R), rtol=1e-14, atol=1e-16)
-        K.gait_state(float(t), gcfg.start_time, gcfg.stop_time, gcfg.period, sch.swing_duration,
+        gait_state(float(t), gcfg.start_time, gcfg.stop_time, gcfg.period, sch.swing_duration,
                      sch.offset.astype(float), sch.group.astype(np.int64), ph, pr, cy)
         eph, epr, ecy = sch.state(float(t))
         np.testing.assert_array_equal(ph, eph)                             # decisions: equal
@@ -628,7 +667,7 @@ def test_swing_reference_equals_planner():
     for s in np.linspace(-0.1, 1.1, 25):
         eP, eV, eA = sp(np.arange(3), np.full(3, s), 0.08)
         for i in range(3):
-            K.swing_reference(sp.start[i], sp.target[i], sp.v_start[i], sp.v_end[i], sp.duration[i], s, 0.08, P, V, A)
+            swing.swing_reference(sp.start[i], sp.target[i], sp.v_start[i], sp.v_end[i], sp.duration[i], s, 0.08, P, V, A)
             np.testing.assert_allclose(np.concatenate([P, V, A]), np.concatenate([eP[i], eV[i], eA[i]]),
                                        rtol=1e-13, atol=1e-13)
 
@@ -639,7 +678,7 @@ def test_solve4_and_null_space_compensation():
     for _ in range(20):
         M = rng.normal(size=(4, 4)) + 4 * np.eye(4)
         b = rng.normal(size=4)
-        K.solve4(M, b, x, np.zeros((4, 5)))
+        swing.solve4(M, b, x, np.zeros((4, 5)))
         np.testing.assert_allclose(x, np.linalg.solve(M, b), rtol=1e-12, atol=1e-13)
     N = 3
     J = rng.normal(size=(N, 4, 4))
@@ -647,7 +686,7 @@ def test_solve4_and_null_space_compensation():
     tau_ext = rng.normal(size=12) * 100
     out = np.full(12, 9.0)
     sup = np.array([True, False, True])
-    K.null_space_compensation(sup, J, leg_j, tau_ext, 50.0, out, np.zeros(4))
+    compensation.null_space_compensation(sup, J, leg_j, tau_ext, 50.0, out, np.zeros(4))
     n = null_vectors(J[:, :3], J[:, 3])
     for i in range(N):
         d = np.clip(n[i] @ tau_ext[leg_j[i]], -50, 50) if sup[i] else 0.0
@@ -668,8 +707,9 @@ def test_start_swings_plans_only_new_swings():
     p, v_p = np.full((N, 3), 0.5), np.full((N, 3), -0.5)
     start, target, vs, ve = (np.zeros((N, 3)) for _ in range(4))
     dur, planned = np.zeros(N), np.zeros(N, dtype=bool)
-    n = K.start_swings(phases, cycles, swing_cycle, stance, -0.4, 0.5, 0.6, 0.4, R, v_ref, p, v_p, start, target,
-                       vs, ve, dur, planned)
+    par = params(stance_p=stance, z_touchdown=-0.4, raibert_gain=0.5, support_duration=0.6, swing_duration=0.4)
+    n = swing.start_swings(phases, cycles, leg_batch(p=p, v_p=v_p), R, v_ref, par,
+                           swing.SwingPlan(swing_cycle, start, target, vs, ve, dur, planned))
     assert n == 1 and planned.tolist() == [False, True, False] and swing_cycle.tolist() == [3, 4, 4]
     np.testing.assert_allclose(target[1], [3.0 + 0.5 * 0.1 * 0.6, 4.0 + 0.5 * 0.2 * 0.6, -0.4])
     np.testing.assert_array_equal(start[1], p[1])
@@ -721,7 +761,7 @@ def test_option_jdot_fd_changes_only_the_pitch_drift(walk):
     dg = fd.problem.g - ex.problem.g
     for i in range(N):                                  # g_i = -J_i^T W_i b_i, b_i[3] = ... - dJ_theta
         np.testing.assert_allclose(dg[ex.leg_v[i]], le.J[i, 3] * ex.cfg.w_pitch * diff[i], rtol=0, atol=1e-9)
-    np.testing.assert_array_equal(np.delete(dg, ex._legv.reshape(-1)), 0.0)
+    np.testing.assert_array_equal(np.delete(dg, np.array(ex.leg_v).reshape(-1)), 0.0)
     assert_same_blocks(ex, fd, but=("g", "l", "u"))
     rows = np.r_[0:ex.row_cbf]
     np.testing.assert_array_equal(fd.problem.l[rows], ex.problem.l[rows])

@@ -1,4 +1,4 @@
-"""The compiled estimator path (``impl="fast"``) against the reference path and the reference
+"""The compiled estimator (:class:`StateEstimator`) against its oracle (:class:`ReferenceEstimator`) and the reference
 functions: a recorded closed-loop walk through both estimators, every kernel against the code it
 replaces, bad input, live parameter changes. No wall-clock assertions."""
 
@@ -8,10 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from legged_wbc.gait import SWING_DOWN, GaitConfig, GaitScheduler
+from legged_wbc.kinematics import kinematic_tree, tree_foot_kinematics
+from legged_wbc.gait import SWING_DOWN, GaitConfig, GaitScheduler, gait_state
 from state_estimator import kernels
 from state_estimator.config import EstimatorConfig, TouchdownConfig, VelocityConfig
+from legged_wbc.closed_loop import _check_impl
 from state_estimator.estimator import EstimatedState, StateEstimator
+from state_estimator.oracle import ReferenceEstimator
 from state_estimator.touchdown import TouchdownDetector
 from state_estimator.velocity import BaseVelocityFilter
 
@@ -30,7 +33,7 @@ def walk():
     from legged_wbc.scenario import load_scenario
 
     loop = ClosedLoop(load_scenario("paper"), "cbf")
-    assert loop.est.impl == "fast", "the headless loop must run the fast estimator by default"
+    assert type(loop.est) is StateEstimator, "the headless loop must run the fast estimator by default"
     samples = []
 
     def hook(_loop, t, f, _est):
@@ -41,10 +44,13 @@ def walk():
     return loop, samples
 
 
+IMPL_CLASS = {"fast": StateEstimator, "reference": ReferenceEstimator}
+
+
 def make(loop, impl, cfg=None, rm=None):
     rm = rm or loop.rm
-    return StateEstimator(rm, GaitScheduler(loop.gait_cfg, rm.cfg.leg_names), cfg or loop.ecfg, dt=DT,
-                          impl=impl)
+    _check_impl(impl)
+    return IMPL_CLASS[impl](rm, GaitScheduler(loop.gait_cfg, rm.cfg.leg_names), cfg or loop.ecfg, dt=DT)
 
 
 def run_both(fast, ref, samples, on_tick=None):
@@ -99,8 +105,7 @@ def assert_state_agrees(fast, ref, rtol=RTOL):
 
 def test_impl_choice(walk):
     loop, _ = walk
-    assert make(loop, "fast").impl == "fast"
-    assert StateEstimator(loop.rm, GaitScheduler(loop.gait_cfg, loop.rm.cfg.leg_names)).impl == "fast"
+    assert type(make(loop, "fast")) is StateEstimator and type(make(loop, "reference")) is ReferenceEstimator
     for bad in ("numba", "Fast", "", None):
         with pytest.raises(ValueError, match="impl"):
             make(loop, bad)
@@ -170,7 +175,7 @@ def test_no_support_phases_match_reference(walk):
     loop, samples = walk
     legs = loop.rm.cfg.leg_names
     gait_cfg = GaitConfig(groups=(tuple(legs),), period=0.8, duty=0.5, start_time=3.1)
-    fast, ref = (StateEstimator(loop.rm, GaitScheduler(gait_cfg, legs), loop.ecfg, dt=DT, impl=impl)
+    fast, ref = (IMPL_CLASS[impl](loop.rm, GaitScheduler(gait_cfg, legs), loop.ecfg, dt=DT)
                  for impl in ("fast", "reference"))
     for e in (fast, ref):
         e.reset(loop.q0)
@@ -219,7 +224,7 @@ def test_quadruped_pd_swing_matches_reference(quadruped):
     gait_cfg = GaitConfig(groups=(("lf",),), period=1.0, duty=0.6, start_time=0.3)
     gait = GaitScheduler(gait_cfg, rm.cfg.leg_names)
     cfg = EstimatorConfig().replace(**{"touchdown.gamma_land": 300.0})
-    fast, ref = (StateEstimator(rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), cfg, impl=impl)
+    fast, ref = (IMPL_CLASS[impl](rm, GaitScheduler(gait_cfg, rm.cfg.leg_names), cfg)
                  for impl in ("fast", "reference"))
     sim = MujocoSim(rm)
     sim.reset(q0)
@@ -506,7 +511,7 @@ def test_inv_small_and_coupled_bias():
 def test_leg_blocks_and_kinematics_match_pinocchio(robot, request):
     rm = request.getfixturevalue(robot)
     gait = GaitScheduler(GaitConfig(groups=((rm.cfg.leg_names[0],),), start_time=1e6), rm.cfg.leg_names)
-    fast, ref = StateEstimator(rm, gait, impl="fast"), StateEstimator(rm, gait, impl="reference")
+    fast, ref = StateEstimator(rm, gait), ReferenceEstimator(rm, gait)
     assert fast._tree is not None, "the compiled kinematics must cover this robot"
     rng = np.random.default_rng(0)
     for _ in range(30):
@@ -533,21 +538,21 @@ def test_kinematic_tree_refuses_unknown_joints():
     model = pin.Model()
     j = model.addJoint(0, pin.JointModelSpherical(), pin.SE3.Identity(), "ball")
     f = model.addFrame(pin.Frame("foot", j, 0, pin.SE3.Identity(), pin.FrameType.OP_FRAME))
-    assert kernels.kinematic_tree(model, [f]) is None
+    assert kinematic_tree(model, [f]) is None
     model = pin.Model()
     j1 = model.addJoint(0, pin.JointModelRevoluteUnaligned(np.array([0.6, 0.0, 0.8])), pin.SE3.Random(), "a")
     j2 = model.addJoint(j1, pin.JointModelPY(), pin.SE3.Random(), "b")
     j3 = model.addJoint(j2, pin.JointModelRX(), pin.SE3.Random(), "c")
     f = model.addFrame(pin.Frame("foot", j3, 0, pin.SE3(np.eye(3), np.array([0.1, 0.2, -0.3])),
                                  pin.FrameType.OP_FRAME))
-    tree = kernels.kinematic_tree(model, [f])
+    tree = kinematic_tree(model, [f])
     assert tree is not None
     data = model.createData()
     rng = np.random.default_rng(3)
     p, vr = np.zeros((1, 3)), np.zeros((1, 3))
     for _ in range(20):
         q, dq = rng.normal(size=3), rng.normal(size=3)
-        kernels.leg_kinematics(q, dq, *tree, np.zeros((4, 3, 3)), np.zeros((4, 3)), p, vr)
+        tree_foot_kinematics(q, dq, *tree, np.zeros((4, 3, 3)), np.zeros((4, 3)), p, vr)
         pin.forwardKinematics(model, data, q, dq)
         pin.updateFramePlacement(model, data, f)
         close(p[0], data.oMf[f].translation)
@@ -572,12 +577,14 @@ def test_gait_kernel_matches_scheduler():
         ts.append(cfg.start_time)
         if math.isfinite(cfg.stop_time):
             ts += [cfg.stop_time, np.nextafter(cfg.stop_time, -np.inf)]
-        ph, cy = np.zeros(len(legs), np.int64), np.zeros(len(legs), np.int64)
+        ph, pr, cy = np.zeros(len(legs), np.int64), np.zeros(len(legs)), np.zeros(len(legs), np.int64)
         for t in ts:
-            kernels.gait_phases(float(t), cfg.start_time, cfg.stop_time, cfg.period, g.swing_duration,
-                                g.offset, g.group, ph, cy)
-            np.testing.assert_array_equal(ph, g.phases(float(t)), err_msg=f"t={t!r}")
-            np.testing.assert_array_equal(cy, g.cycle_index(float(t)), err_msg=f"t={t!r}")
+            gait_state(float(t), cfg.start_time, cfg.stop_time, cfg.period, g.swing_duration, g.offset, g.group,
+                       ph, pr, cy)
+            eph, epr, ecy = g.state(float(t))
+            np.testing.assert_array_equal(ph, eph, err_msg=f"t={t!r}")
+            np.testing.assert_array_equal(pr, epr, err_msg=f"t={t!r}")
+            np.testing.assert_array_equal(cy, ecy, err_msg=f"t={t!r}")
 
 
 def test_sample_check_codes():

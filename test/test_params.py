@@ -251,7 +251,7 @@ def _wbc_node(ctx, **overrides):
 
     def tick(t: float) -> dict:
         """One control tick on the fixed input (the swings of this tick re-planned), what it produced."""
-        ctl._swing_cycle[:] = -1
+        ctl.swing.cycle[:] = -1
         d = {"js": (q[7:], v[6:]), "odom": (q[:7], v[:6]), "support": np.asarray(ctl.gait.nominal_support(t), bool),
              "tau_ext": tau_ext}
         node._run_tick(int(round(t / 0.002)), d)

@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pinocchio as pin
 
-from legged_wbc.gait import SUPPORT, GaitConfig, GaitScheduler
-from legged_wbc.model import LegBatch, RobotModel, cross_rows, null_vectors
-from legged_wbc.conventions import rotation_from_quat_xyzw
+from legged_wbc.gait import GaitConfig, GaitScheduler
+from legged_wbc.kinematics import LegBatch
+from legged_wbc.model import RobotModel
 
 from .config import WbcConfig
-from .qp import INF, DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend
-from .references import BodyReferenceGenerator, SwingPlanner, body_task, vee
+from .qp import DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend
+from .blocks.swing import SwingPlanner
+from .blocks.tasks import BodyReferenceGenerator
 
 
 @dataclass
@@ -86,20 +87,17 @@ class InputError(ValueError):
     """Controller input rejected (size or NaN); the message names the field."""
 
 
-IMPLS = ("fast", "reference")
 STAGES = ("input_check", "model", "qp_build", "qp_solve", "check_torque")
 
 
-class WholeBodyController:
-    """The WBC of the module docstring. ``impl="fast"`` (default) runs the cycle as QP block
-    functions over compiled kernels (:mod:`.kernels`) into preallocated arrays;
-    ``impl="reference"`` runs the original numpy cycle (:meth:`_update_reference`). Both give the
-    same torques (tested to 1e-9 relative on closed-loop walking)."""
+class ControllerCore:
+    """What the production controller (:class:`WholeBodyController`) and its numpy oracle
+    (:class:`wbc_controller.oracle.ReferenceController`, the tests' specification) share: the
+    problem's layout, references, gait and swing state, configuration-derived bounds and the
+    failure bookkeeping. Subclasses add their cycle (``update``) and fill what the configuration
+    decides (``_fill_config``)."""
 
-    def __init__(self, robot: RobotModel, cfg: WbcConfig, gait: GaitConfig | None = None, impl: str = "fast"):
-        if impl not in IMPLS:
-            raise ValueError(f"impl: {impl!r} is not one of {IMPLS}")
-        self.impl = impl
+    def __init__(self, robot: RobotModel, cfg: WbcConfig, gait: GaitConfig | None = None):
         self.rm = robot
         self.cfg = cfg
         N, n, nv = robot.n_legs, robot.n, robot.nv
@@ -107,13 +105,6 @@ class WholeBodyController:
         if gait is None:
             gait = GaitConfig.from_dict(robot.cfg.gait)
         self.gait = GaitScheduler(gait, robot.cfg.leg_names)
-        self.ns = N if cfg.cbf_slack else 0
-        self.nx = nv + 4 * N + self.ns
-        self.n_eq = 6 + N
-        self.n_in = 5 * N + n + N
-        self._problem = QpProblem(self.nx, self.n_eq, self.n_in)
-        self._qp_pending = False          # fast cycle: the stacked QP of the last cycle not filled yet
-        self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
         # index helpers
         self.lam0 = nv
         self.row_fric = 0
@@ -124,23 +115,29 @@ class WholeBodyController:
         self.stance = robot.stance_targets()
         self.theta_nominal = np.array([th for _, th in self.stance])
         self.refs = BodyReferenceGenerator(cfg, gait.start_time)
-        self.swing = SwingPlanner(N)
-        self._swing_cycle = -np.ones(N, dtype=int)
-        self._build_index()
-        self._fill_constant_rows()
-        if impl == "fast":
-            self._init_fast()
+        self._build()
         self.reset()
+
+    def _build(self) -> None:
+        """What the QP's size and solver settings decide (``cbf_slack``, ``solver``): the stacked
+        problem, the backend, a fresh swing plan; at construction and when :meth:`set_config`
+        changes them."""
+        cfg, N = self.cfg, self.N
+        self.ns = N if cfg.cbf_slack else 0
+        self.nx = self.nv + 4 * N + self.ns
+        self.n_eq = 6 + N
+        self.n_in = 5 * N + self.n + N
+        self._problem = QpProblem(self.nx, self.n_eq, self.n_in)
+        self._qp_pending = False
+        self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
+        self.swing = SwingPlanner(N)
+        self._cache_config()
+
+    def _fill_config(self) -> None:
+        """Refill what depends on the configuration only (subclasses)."""
 
     @property
     def problem(self) -> QpProblem:
-        """The last cycle's QP in its stacked form (``H, g, A_eq, b_eq, C, l, u`` of the module
-        docstring). The fast cycle hands DAQP the same QP in least-distance form built from the
-        blocks directly (:func:`kernels.ldp_direct`) and fills these matrices only when they are
-        asked for (tests, ``bench qp``, diagnostics), from the same blocks."""
-        if self._qp_pending:
-            self._qp_pending = False
-            self._fill_qp_fast()
         return self._problem
 
     # ------------------------------------------------------------------ lifecycle
@@ -149,29 +146,25 @@ class WholeBodyController:
         self.total_failures = 0
         self.safe_stop = False
         self.last_tau = np.zeros(self.n)
-        self._swing_cycle[:] = -1
+        self.swing.cycle[:] = -1
         if q0 is not None:
             self.refs.reset(q0[:3])
 
     def set_config(self, cfg: WbcConfig) -> None:
         """Apply new gains (validated already); takes effect on the next cycle.
 
-        Changing ``solver`` or ``cbf_slack`` rebuilds the QP workspace. Every QP block filled
-        outside the cycle is refilled: the friction pyramid (``mu``) and the force weights
-        (``w_lambda_t``, ``w_lambda_n``)."""
+        Changing ``solver`` or ``cbf_slack`` rebuilds the QP workspace (:meth:`_build`; the failure
+        bookkeeping and the reference's start point are kept, swings are planned anew). Every QP
+        block filled outside the cycle is refilled: the friction pyramid (``mu``), the force
+        weights (``w_lambda_t``, ``w_lambda_n``), bounds and gains."""
         rebuild = cfg.solver != self.cfg.solver or cfg.cbf_slack != self.cfg.cbf_slack
         self.cfg = cfg
         self.refs.cfg = cfg
-        self._cache_config()
         if rebuild:
-            state = (self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, self.refs.p0)
-            self.__init__(self.rm, cfg, self.gait.cfg, impl=self.impl)
-            self.consecutive_failures, self.total_failures, self.safe_stop, self.last_tau, p0 = state
-            self.refs.reset(p0)
-        elif self.impl == "fast":
-            self._fill_config_blocks_fast()
+            self._build()
         else:
-            self._fill_constant_rows()
+            self._cache_config()
+        self._fill_config()
 
     def _cache_config(self) -> None:
         cfg = self.cfg
@@ -189,258 +182,82 @@ class WholeBodyController:
         """Final command-torque bounds [N m] (paper: +-tau_limit_paper; realistic: URDF effort)."""
         return self._tmin, self._tmax
 
-    def _fill_constant_rows(self) -> None:
-        p, N = self.problem, self.N
-        for i in range(N):
-            c = self.lam0 + 4 * i
-            # m_theta,i = 0; sum of forces in the base force rows
-            p.A_eq[6 + i, c + 3] = 1.0
-            p.A_eq[0:3, c:c + 3] = -np.eye(3)
-            r = self.row_fric + 5 * i
-            p.C[r + 0, c + 0], p.C[r + 0, c + 2] = 1.0, -self.cfg.mu
-            p.C[r + 1, c + 0], p.C[r + 1, c + 2] = -1.0, -self.cfg.mu
-            p.C[r + 2, c + 1], p.C[r + 2, c + 2] = 1.0, -self.cfg.mu
-            p.C[r + 3, c + 1], p.C[r + 3, c + 2] = -1.0, -self.cfg.mu
-            p.C[r + 4, c + 2] = 1.0
-            p.l[r:r + 4] = -INF
-            p.u[r:r + 4] = 0.0
-            p.l[r + 4] = 0.0
-            if self.ns:
-                p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
 
-    # ------------------------------------------------------------------ input checks
-    def _check_input(self, inp: ControllerInput) -> None:
-        rm = self.rm
-        checks = (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N),
-                  ("tau_ext", inp.tau_ext, self.n))
-        for name, arr, size in checks:
-            if arr is None and name == "tau_ext":
-                continue
-            shape = getattr(arr, "shape", None)
-            if shape != (size,):
-                raise InputError(f"controller input {name}: expected {size} values, got shape {np.shape(arr)}")
-            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-                raise InputError(f"controller input {name}: contains NaN/inf")
-        if not math.isfinite(inp.t):
-            raise InputError("controller input t: not finite")
-        x, y, z, w = inp.q[3:7].tolist()
-        if abs(x * x + y * y + z * z + w * w - 1.0) > 2e-3:
-            raise InputError("controller input q: base quaternion is not unit")
-
-    # ------------------------------------------------------------------ main cycle
-    def _build_index(self) -> None:
-        """Flat index arrays so per-leg blocks are written with one fancy assignment each."""
-        N = self.N
-        legv = np.array(self.leg_v)                                   # (N, 4) columns in nu_dot
-        self._legv = legv
-        self._H_rows = np.repeat(legv, 4, axis=1).reshape(-1)         # (N*16,) row-major 4x4 blocks
-        self._H_cols = np.tile(legv, (1, 4)).reshape(-1)
-        lam = self.lam0 + 4 * np.arange(N)[:, None] + np.arange(4)[None, :]  # (N, 4)
-        self._lam = lam
-        tau_rows = self.row_tau + np.array(self.leg_j)                # (N, 4)
-        self._T_rows = np.repeat(tau_rows, 4, axis=1).reshape(-1)
-        self._T_cols = np.tile(lam, (1, 4)).reshape(-1)
-        self._cbf_rows = np.repeat(self.row_cbf + np.arange(N), 4)
-        self._cbf_cols = legv.reshape(-1)
-        # moment rows of the base equations: -[r_i]x on (f_x, f_y, f_z) of each foot
-        f_cols = lam[:, :3]
-        self._S_rows = np.tile(np.repeat(np.arange(3, 6), 3), N)
-        self._S_cols = np.concatenate([np.tile(f_cols[i], 3) for i in range(N)])
-        self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
-        self._lam_flat = lam.reshape(-1)
-        self._leg_j_flat = np.array(self.leg_j).reshape(-1)
-        self._neg_skew = np.zeros((N, 9))
-        self._Mll_rows = legv[:, :, None].repeat(4, axis=2)              # (N, 4, 4) leg blocks of M
-        self._Mll_cols = legv[:, None, :].repeat(4, axis=1)
-        self._cache_config()
-
-    def update(self, inp: ControllerInput) -> ControllerOutput:
-        """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then)."""
-        if self.impl == "fast":
-            return self._update_fast(inp)
-        return self._update_reference(inp)
-
-    def _update_reference(self, inp: ControllerInput) -> ControllerOutput:
-        """The original numpy cycle (the reference of the fast path)."""
-        self._check_input(inp)
-        cfg, rm, p, N, nv = self.cfg, self.rm, self.problem, self.N, self.nv
-        t = inp.t
-        q, v = inp.q, inp.v
-        support = np.asarray(inp.support, dtype=bool)
-        qj, dqj = q[7:], v[6:]
-        t_cycle = time.perf_counter()
-
-        lb = rm.legs_batch(qj, dqj)
-        if cfg.jdot_mode == "fd":
-            self._fd_jdot(lb, qj, dqj)
-        M = rm.mass_matrix(q)
-        h = rm.bias(q, v)
-        R = rotation_from_quat_xyzw(q[3:7])
-        t_start = time.perf_counter()  # QP time = build + solve + residual check (as the paper)
-
-        # ---------------- references
-        ref = self.refs(t)
-        acc_body = body_task(cfg, ref, q[:3], R, v[:3], v[3:6])
-        phases, progress, cycles = self.gait.state(t)
-        mode = cfg.relative_pitch_mode
-        tau_sw = np.zeros(self.n)
-        W = np.empty((N, 4))
-        b = np.empty((N, 4))
-        W[:, :3] = np.where(support, cfg.w_support, cfg.w_swing)[:, None]
-        W[:, 3] = cfg.w_pitch_none if mode == "none" else cfg.w_pitch
-        b[:, :3] = -lb.dJ_p_dq
-        b[:, 3] = -lb.dJ_theta_dq
-        if cfg.support_foot_acceleration == "consistent":
-            # relative acceleration of a world-fixed foot under the desired base motion:
-            # a_rel = -(v_dot_B + w_dot_B x p) - w_B x v_rel   (base frame)
-            w_b = v[3:6]
-            a_rel = -(acc_body[:3][None, :] + cross_rows(np.broadcast_to(acc_body[3:], lb.p.shape), lb.p)) \
-                - cross_rows(np.broadcast_to(w_b, lb.p.shape), lb.v_p)
-            b[:, :3] += np.where(support[:, None], a_rel, 0.0)
-        if mode != "none":
-            damp = np.clip(-cfg.k_dtheta * lb.theta_dot, -cfg.theta_ddot_max, cfg.theta_ddot_max)
-            if cfg.swing_pitch_recenter:
-                # swing legs are free to move in their null space: bring theta back to the nominal
-                # stance value before touchdown (support legs still get no reference angle)
-                swing_acc = cfg.kp_swing_pitch * (self.theta_nominal - lb.theta) - cfg.kd_swing_pitch * lb.theta_dot
-            else:
-                swing_acc = np.zeros(N)
-            b[:, 3] += np.where(support, damp, swing_acc)
-        for i in np.flatnonzero((phases != SUPPORT) & (cycles != self._swing_cycle)):
-            # a new swing begins: from where the foot is to the touchdown target
-            self._swing_cycle[i] = cycles[i]
-            target = self.stance[i][0].copy()
-            target[2] = -cfg.stand_height + rm.foot_radius - cfg.touchdown_depth
-            v_body = R.T @ ref.v
-            target[:2] += cfg.raibert_gain * v_body[:2] * self.gait.support_duration
-            self.swing.begin(i, lb.p[i], target, self.gait.swing_duration, v_start=lb.v_p[i], v_end=-v_body)
-        sw = np.flatnonzero(~support)
-        if sw.size:
-            # swing PD torque (task space, base frame) of the legs outside the support set
-            tracking = self.swing.planned[sw] & (phases[sw] != SUPPORT)
-            p_ref, v_ref, a_ref = self.swing(sw, progress[sw], cfg.lift_height)
-            hold = ~tracking  # out of the support set outside a nominal swing: hold the foot where it is
-            p_ref[hold], v_ref[hold], a_ref[hold] = lb.p[sw][hold], 0.0, 0.0
-            b[sw, :3] += a_ref
-            f_sw = self._kp_swing * (p_ref - lb.p[sw]) + self._kd_swing * (v_ref - lb.v_p[sw])
-            Jp = lb.J[sw, :3]
-            t_sw = np.einsum("kij,ki->kj", Jp, f_sw)                     # J_p^T F
-            if cfg.swing_pitch_projection:
-                # remove the part of J_p^T F that would accelerate the relative pitch:
-                # tau' = tau - J_th^T (J_th M^-1 tau) / (J_th M^-1 J_th^T)   (leg block of M)
-                Jt = lb.J[sw, 3]
-                Minv_Jt = np.linalg.solve(M[self._Mll_rows[sw], self._Mll_cols[sw]], Jt[:, :, None])[:, :, 0]
-                den = np.einsum("ki,ki->k", Jt, Minv_Jt)
-                coef = np.where(den > 1e-12, np.einsum("ki,ki->k", Minv_Jt, t_sw) / np.maximum(den, 1e-12), 0.0)
-                t_sw = t_sw - Jt * coef[:, None]
-            tau_sw[np.array(self.leg_j)[sw].reshape(-1)] = t_sw.reshape(-1)
-
-        # estimated disturbance along the support legs' null spaces, cancelled by the command
-        # (J_p^T f has no component along n, so n^T tau_ext is free of the contact forces)
-        tau_comp = np.zeros(self.n)
-        if cfg.null_space_compensation and inp.tau_ext is not None:
-            sup = np.flatnonzero(support)
-            if sup.size:
-                n_vec = null_vectors(lb.J[sup, :3], lb.J[sup, 3])
-                jidx = np.array(self.leg_j)[sup]
-                d = np.einsum("ki,ki->k", n_vec, inp.tau_ext[jidx])
-                d = np.clip(d, -cfg.compensation_limit, cfg.compensation_limit)
-                tau_comp[jidx.reshape(-1)] = (n_vec * d[:, None]).reshape(-1)
-        tau_sw_total = tau_sw + tau_comp
-
-        # ---------------- cost: body rows, leg blocks J_i^T W_i J_i, force regularization
-        p.H[:] = 0.0
-        p.g[:] = 0.0
-        p.H[np.arange(6), np.arange(6)] = cfg.w_body
-        p.g[:6] = -cfg.w_body * acc_body
-        JtW = lb.J.transpose(0, 2, 1) * W[:, None, :]                 # (N, 4, 4)
-        p.H[self._H_rows, self._H_cols] = (JtW @ lb.J).reshape(-1)
-        p.g[self._legv.reshape(-1)] = -np.einsum("nij,nj->ni", JtW, b).reshape(-1)
-        p.H[self._lam_flat, self._lam_flat] = self._lam_diag
-        for k in range(self.ns):
-            s = nv + 4 * N + k
-            p.H[s, s] = cfg.cbf_slack_weight
-        reg = cfg.hessian_reg * float(p.H.diagonal().max())
-        p.H[np.diag_indices(self.nx)] += reg
-
-        # ---------------- floating-base rows: M_B nu_dot - [sum f; sum r x f] = -h_B
-        p.A_eq[:6, :nv] = M[:6]
-        p.b_eq[:6] = -h[:6]
-        ns = self._neg_skew                                # -[r]x row-major per foot; zeros stay zero
-        ns[:, 1], ns[:, 2], ns[:, 5] = lb.p[:, 2], -lb.p[:, 1], lb.p[:, 0]
-        ns[:, 3], ns[:, 6], ns[:, 7] = -lb.p[:, 2], lb.p[:, 1], -lb.p[:, 0]
-        p.A_eq[self._S_rows, self._S_cols] = ns.reshape(-1)
-        # ---------------- contact state: f_z upper bounds
-        p.u[self._fz_rows] = np.where(support, cfg.fz_max, 0.0)
-        # ---------------- torque rows
-        r_t = self.row_tau
-        p.C[r_t:r_t + self.n, :nv] = M[6:]
-        p.C[self._T_rows, self._T_cols] = (-lb.J.transpose(0, 2, 1)).reshape(-1)
-        tmin, tmax = self.tau_bounds()
-        p.l[r_t:r_t + self.n] = tmin - h[6:] - tau_sw_total
-        p.u[r_t:r_t + self.n] = tmax - h[6:] - tau_sw_total
-        # ---------------- CBF rows (loose unless cbf mode and support)
-        p.C[self._cbf_rows, self._cbf_cols] = lb.J[:, 3].reshape(-1)
-        rc = slice(self.row_cbf, self.row_cbf + N)
-        if mode == "cbf":
-            th_lo, th_hi = cfg.theta_min + cfg.cbf_margin, cfg.theta_max - cfg.cbf_margin
-            lo = -(cfg.kp_b * (lb.theta - th_lo) + cfg.kd_b * lb.theta_dot + lb.dJ_theta_dq)
-            hi = cfg.kp_b * (th_hi - lb.theta) - cfg.kd_b * lb.theta_dot - lb.dJ_theta_dq
-            p.l[rc] = np.where(support, lo, -INF)
-            p.u[rc] = np.where(support, hi, INF)
+    def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float,
+                tau: np.ndarray) -> tuple[np.ndarray, str]:
+        """Failure bookkeeping of both cycles: the command torque (a copy of this cycle's ``tau``,
+        the last accepted one, or zero in the safe stop) and the status."""
+        cfg = self.cfg
+        status = res.status
+        if not accepted:
+            self.consecutive_failures += 1
+            self.total_failures += 1
+            if res.optimal and (eq_res > cfg.residual_tol or viol > cfg.residual_tol):
+                status += f" (rejected: residual {eq_res:.2e} / violation {viol:.2e})"
+            elif res.optimal:
+                status += " (rejected: torque not finite or out of bounds)"
+            if self.consecutive_failures > cfg.max_failures:
+                self.safe_stop = True
+            out_tau = np.zeros(self.n) if self.safe_stop else self.last_tau.copy()
+        elif self.safe_stop:
+            out_tau = np.zeros(self.n)
         else:
-            p.l[rc], p.u[rc] = -INF, INF
+            self.consecutive_failures = 0
+            out_tau = tau.copy()
+            self.last_tau = out_tau.copy()
+        return out_tau, status
 
-        # ---------------- solve and check
-        t_solve = time.perf_counter()
-        try:
-            res = self.backend.solve(p)
-        except Exception as exc:  # a backend error is a failed cycle, not a crash
-            res = QpResult(np.zeros(self.nx), False, f"solver error: {exc}", 0)
-        solve_us = (time.perf_counter() - t_solve) * 1e6
-        x = res.x
-        finite = bool(np.all(np.isfinite(x)))
-        eq_res, viol = p.residuals(x) if finite else (np.inf, np.inf)
-        nu_dot = x[:nv]
-        lam = x[self.lam0:self.lam0 + 4 * N]
-        tau_wbc = M[6:] @ nu_dot + h[6:]
-        tau_wbc[self._leg_j_flat] -= np.einsum("nji,nj->ni", lb.J, lam.reshape(N, 4)).reshape(-1)
-        tau = tau_wbc + tau_sw_total
-        in_bounds = bool(((tau >= tmin - self._tau_tol) & (tau <= tmax + self._tau_tol)).all())
-        accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
-                    and bool(np.all(np.isfinite(tau))) and in_bounds)
-        qp_us = (time.perf_counter() - t_start) * 1e6
-        out_tau, status = self._accept(res, accepted, eq_res, viol, tau)
-        cbf_active = np.zeros(N, dtype=bool)
-        if mode == "cbf" and accepted:
-            Cx = p.C[rc] @ x
-            tol = 1e-6 * np.maximum(1.0, np.abs(p.u[rc]))
-            cbf_active = support & ((Cx >= p.u[rc] - tol) | (Cx <= p.l[rc] + tol))
-        E = ref.R.T @ R - R.T @ ref.R
-        diag = Diagnostics(theta=lb.theta.copy(), theta_dot=lb.theta_dot.copy(), cbf_active=cbf_active,
-                           support=support.copy(), qp_status=status, qp_accepted=bool(accepted),
-                           qp_iterations=res.iterations, qp_time_us=qp_us, solve_time_us=solve_us,
-                           eq_residual=eq_res, ineq_violation=viol, consecutive_failures=self.consecutive_failures,
-                           total_failures=self.total_failures, safe_stop=self.safe_stop, forces=lam.copy(),
-                           tau_wbc=tau_wbc, tau_sw=tau_sw, tau_comp=tau_comp, body_error_rpy=0.5 * vee(E))
-        self.last_x = x
-        self.last_legs = lb
-        diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6
-        return ControllerOutput(tau=out_tau, diag=diag)
+    def _fd_jdot(self, legs, qj, dqj) -> None:
+        """The paper's J_theta_dot: directional central difference (step 1e-5), 0 if |q_dot_i| <= 1e-6."""
+        eps = 1e-5
+        lp = self.rm.legs_batch(qj + eps * dqj)
+        lm = self.rm.legs_batch(qj - eps * dqj)
+        for i in range(self.N):
+            dq = dqj[self.leg_j[i]]
+            if np.linalg.norm(dq) <= 1e-6:
+                legs.dJ_theta_dq[i] = 0.0
+            else:
+                legs.dJ_theta_dq[i] = float((lp.J[i, 3] - lm.J[i, 3]) @ dq / (2 * eps))
+
+
+class WholeBodyController(ControllerCore):
+    """The WBC of the module docstring: the cycle as QP block functions over compiled kernels
+    (:mod:`.kernels`) into preallocated arrays. Its specification, the original numpy cycle, is
+    :class:`wbc_controller.oracle.ReferenceController` (the tests compare the two; ``legged-wbc
+    bench cycle`` times both)."""
+
+    def _build(self) -> None:
+        super()._build()
+        self._init_fast()
+
+    def _fill_config(self) -> None:
+        self._fill_config_blocks_fast()
+
+    @property
+    def problem(self) -> QpProblem:
+        """The last cycle's QP in its stacked form (``H, g, A_eq, b_eq, C, l, u`` of the module
+        docstring). The fast cycle hands DAQP the same QP in least-distance form built from the
+        blocks directly (:func:`ldp.ldp_direct`) and fills these matrices only when they are
+        asked for (tests, ``bench qp``, diagnostics), from the same blocks."""
+        if self._qp_pending:
+            self._qp_pending = False
+            self._fill_qp_fast()
+        return self._problem
 
     # ------------------------------------------------------------------ fast path
     def _init_fast(self) -> None:
         """Workspace and own Pinocchio data of the fast cycle; compiles (or loads from numba's
         cache) the kernels so the first cycle does not pay for it.
 
-        The cycle's arrays and parameters are fields of one structured array ``_ws``
+        The cycle's arrays and settings are fields of one structured array ``_ws``
         (:func:`kernels.workspace_dtype`); the attributes below (``_M``, ``_W``, ``_tau_sw_total``,
-        ...) are views of its fields."""
+        ...) are views of its fields, and so are the swing planner's arrays and the references'
+        start point (the compiled cycle updates them in place)."""
         from . import kernels as K
 
         K.warmup()
         self._K = K
-        rm, N, n, nv = self.rm, self.N, self.n, self.nv
+        rm, N, n = self.rm, self.N, self.n
         self._legs_ws = rm.leg_workspace()
         self._pdata = rm.model.createData()
         self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns))
@@ -457,13 +274,16 @@ class WholeBodyController:
         if self._chain_legs:
             for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
                 ws["chain_" + name] = a
-        self._leg_j[:] = np.array(self.leg_j)
-        self._leg_v[:] = self._leg_j + 6
-        self._leg_cols, self._leg_vcols = self._leg_j, self._leg_v
-        self._stance_p[:] = np.array([p for p, _ in self.stance], dtype=float)
-        self._gait_offset[:] = self.gait.offset
-        self._gait_group[:] = self.gait.group
-        self._theta_nom[:] = self.theta_nominal
+        sw = self.swing
+        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned"):
+            view = getattr(self, "_sw_" + name)
+            if name == "planned":
+                view = view.view(np.bool_)                   # uint8 in the record
+            view[...] = getattr(sw, name)
+            setattr(sw, name, view)
+        self._p0[:] = self.refs.p0
+        self.refs.p0 = self._p0
+        self._qp = K.QpArrays(*(getattr(self._problem, k) for k in K.QpArrays._fields))
         self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
         self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
         self._nq, self._f8, self._b1 = rm.nq, np.dtype(np.float64), np.dtype(np.bool_)
@@ -471,29 +291,28 @@ class WholeBodyController:
         # stage times of the last cycle [us]: input check, model, QP build, QP solve (with the least-
         # distance form: including the solution's residual check and torque), check + torque
         self.stage_us = {k: 0.0 for k in STAGES}
-        self._init_ldp()
         self._fill_config_blocks_fast()
+        self._init_ldp()
         self._compile_stages()
 
     def _compile_stages(self) -> None:
         """Compile (or load from the cache) the stage kernels for this workspace's layout, on
-        harmless data (all legs in support before the gait: no swing starts; everything written is
-        overwritten by the first cycle)."""
-        K, N, nv, n = self._K, self.N, self.nv, self.n
+        harmless data (all legs in support before the gait: no swing starts; what is written is
+        overwritten by the first cycle; the swing plan and the references' start are kept)."""
+        K, N, nv = self._K, self.N, self.nv
         q = np.zeros(self.rm.nq)
         q[6] = 1.0
-        K.model_stage(np.eye(nv), np.zeros(nv), q, np.zeros(nv), self._chain_legs, self._ws)
-        lb, sw = self._legs_ws.batch, self.swing
-        planned = sw.planned.copy()
-        K.build_stage(0.0, q, np.zeros(nv), np.ones(N, dtype=bool), self._no_tau_ext, False, lb.p, lb.v_p, lb.J,
-                      lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, np.zeros(3), np.full(N, -1, dtype=np.int64),
-                      sw.start.copy(), sw.target.copy(), sw.v_start.copy(), sw.v_end.copy(), sw.duration.copy(),
-                      planned, False, self._ws)
-        K.ldp_solution_stage(np.zeros(self.ldp.n), np.zeros(self.nx), lb.J, lb.p, np.ones(N, dtype=bool),
-                              self._cbf_act, self._ws)
+        ws, saved = self._ws, self._ws.copy()
+        support = np.ones(N, dtype=bool)
+        K.model_stage(np.eye(nv), np.zeros(nv), q, np.zeros(nv), self._chain_legs, ws)
+        K.build_stage(0.0, q, np.zeros(nv), support, self._no_tau_ext, False, False, ws)
+        K.ldp_solution_stage(np.zeros(self.ldp.n), np.zeros(self.nx), support, self._cbf_act, ws)
+        K.qp_blocks(support, ws, self._qp)
+        K.check_solution(self._qp, np.zeros(self.nx), support, ws, self._cbf_act)
+        ws[...] = saved
 
     def _init_ldp(self) -> None:
-        """The QP in DAQP's least-distance form (:func:`kernels.ldp_direct`; its arrays are fields
+        """The QP in DAQP's least-distance form (:func:`ldp.ldp_direct`; its arrays are fields
         of the workspace): ``y`` = forces ``(f_x, f_y, f_z)`` of each foot, ``nu_dot``, slacks
         (scaled by the Cholesky factor of their cost block), with the forces' bounds as simple
         bounds; general rows: the 6 floating-base equalities, the friction pyramids, CBF rows,
@@ -520,39 +339,14 @@ class WholeBodyController:
     def _fill_config_blocks_fast(self) -> None:
         """What depends on the configuration only (refilled by :meth:`set_config`): the stacked
         QP's friction pyramid, ``m_theta = 0`` and base force rows, slack columns; the workspace's
-        gains, force weights, torque bounds and scalar parameters."""
+        settings (:attr:`params`, :func:`kernels.make_params`)."""
         cfg, p, N, ws = self.cfg, self.problem, self.N, self._ws
         self._K.friction_rows(N, self.lam0, self.row_fric, float(cfg.mu), p.A_eq, p.C, p.l, p.u)
         for i in range(self.ns):
             p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
-        self._lam_diag_f[:] = self._lam_diag
-        self._gains[:] = [cfg.kp_pos, cfg.kd_pos, cfg.kp_rot, cfg.kd_rot, cfg.kp_swing, cfg.kd_swing]
-        self._tmin_f[:], self._tmax_f[:], self._tau_tol_f[:] = self._tmin, self._tmax, self._tau_tol
-        c, mode, gc = cfg, cfg.relative_pitch_mode, self.gait.cfg
-        par = dict(
-            stand_up_start=c.stand_up_start, stand_up_duration=c.stand_up_duration, stand_height=c.stand_height,
-            gait_start=self.refs.gait_start, velocity_ramp_end=c.velocity_ramp_end, forward_velocity=c.forward_velocity,
-            gait_start_time=gc.start_time, gait_stop_time=gc.stop_time, gait_period=gc.period,
-            swing_duration=self.gait.swing_duration, support_duration=self.gait.support_duration,
-            w_support=c.w_support, w_swing=c.w_swing, w_pitch=c.w_pitch_none if mode == "none" else c.w_pitch,
-            mode_none=mode == "none", consistent=c.support_foot_acceleration == "consistent", k_dtheta=c.k_dtheta,
-            theta_ddot_max=c.theta_ddot_max, recenter=c.swing_pitch_recenter, kp_swing_pitch=c.kp_swing_pitch,
-            kd_swing_pitch=c.kd_swing_pitch,
-            # swing start (kernels.start_swings): touchdown height and Raibert gain
-            z_touchdown=-c.stand_height + self.rm.foot_radius - c.touchdown_depth, raibert_gain=c.raibert_gain,
-            lift_height=c.lift_height, projection=c.swing_pitch_projection, compensation_limit=c.compensation_limit,
-            fz_max=c.fz_max, w_body=c.w_body, n_slack=self.ns, slack_weight=c.cbf_slack_weight,
-            hessian_reg=c.hessian_reg, cbf_on=mode == "cbf", kp_b=c.kp_b, kd_b=c.kd_b,
-            th_lo=c.theta_min + c.cbf_margin, th_hi=c.theta_max - c.cbf_margin, mu=c.mu)
-        for k, val in par.items():
+        self.params = par = self._K.make_params(self)
+        for k, val in zip(par._fields, par):
             ws[k] = val
-        # the stacked QP's blocks (kernels.qp_blocks: the path without the least-distance form)
-        self._p_cost = (float(c.w_body), int(self.ns), float(c.cbf_slack_weight), float(c.hessian_reg))
-        self._p_cbf = (mode == "cbf", float(c.kp_b), float(c.kd_b), float(c.theta_min + c.cbf_margin),
-                       float(c.theta_max - c.cbf_margin))
-        self._p_misc = (float(c.compensation_limit), float(c.fz_max))
-        self._p_rows = (int(self.lam0), int(self.row_fric), int(self.row_tau), int(self.row_cbf))
-        self._mu = float(c.mu)
 
     def _check_input_fast(self, inp: ControllerInput):
         """:meth:`_check_input` (same errors). Inputs that are already what the kernels take
@@ -613,19 +407,16 @@ class WholeBodyController:
             self._fd_jdot(lb, q[7:], v[6:])
         return lb
 
-    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext, lb) -> bool:
+    def _build_qp_fast(self, t: float, q: np.ndarray, v: np.ndarray, support: np.ndarray, tau_ext) -> bool:
         """The QP of this cycle (paper sec. 4): references and task targets, swing and compensation
         torques (:func:`kernels.cycle_targets`), then its blocks in the form the solver takes, in
         one compiled call (:func:`kernels.build_stage`): DAQP's least-distance form
-        (:func:`kernels.ldp_direct`; returns True), or, for another backend or a cost block too
+        (:func:`ldp.ldp_direct`; returns True), or, for another backend or a cost block too
         close to singular for the plain Cholesky factor, the stacked matrices (:meth:`_fill_qp_fast`;
         returns False)."""
-        sw = self.swing
         compensate = self.cfg.null_space_compensation and tau_ext is not None
         np.copyto(self._support, support)
-        if self._K.build_stage(t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate, lb.p,
-                               lb.v_p, lb.J, lb.theta, lb.theta_dot, lb.dJ_p_dq, lb.dJ_theta_dq, self.refs.p0,
-                               self._swing_cycle, sw.start, sw.target, sw.v_start, sw.v_end, sw.duration, sw.planned,
+        if self._K.build_stage(t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate,
                                self.ldp_backend is not None, self._ws):
             self._qp_pending = True
             return True
@@ -636,14 +427,11 @@ class WholeBodyController:
     def _fill_qp_fast(self) -> None:
         """The stacked QP's blocks of the last cycle (:func:`kernels.qp_blocks`), from the quantities
         the cycle kept (model, leg kinematics, task targets, swing and compensation torques)."""
-        lb, p = self._legs_ws.batch, self._problem
-        self._K.qp_blocks(self._support, lb.p, lb.J, lb.theta, lb.theta_dot, lb.dJ_theta_dq, self._M, self._h,
-                          self._W, self._b, self._acc_body, self._tau_sw_total, self._lam_diag_f, self._tmin_f,
-                          self._tmax_f, self._leg_j, self._leg_v, self._p_cost, self._p_cbf, self._p_misc[1],
-                          self._p_rows, p.H, p.g, p.A_eq, p.b_eq, p.C, p.l, p.u, p.bl)
+        self._K.qp_blocks(self._support, self._ws, self._qp)
 
-    def _update_fast(self, inp: ControllerInput) -> ControllerOutput:
-        """One control cycle on the compiled QP blocks; the same result as :meth:`_update_reference`."""
+    def update(self, inp: ControllerInput) -> ControllerOutput:
+        """One control cycle on the compiled QP blocks (the same result as the oracle's). Raises
+        :class:`InputError` on bad input (nothing is updated then)."""
         clock = time.perf_counter
         t_in = clock()
         q, v, support, tau_ext = self._check_input_fast(inp)
@@ -651,19 +439,15 @@ class WholeBodyController:
         t_cycle = clock()
         lb = self._model_fast(q, v)
         t_start = clock()
-        ldp = self._build_qp_fast(inp.t, q, v, support, tau_ext, lb)
+        ldp = self._build_qp_fast(inp.t, q, v, support, tau_ext)
         t_solve = clock()
         x = np.empty(self.nx)
         if ldp:                # the solution mapped back (the same optimum) and checked from the blocks
-            res, finite, eq_res, viol, in_bounds = self._solve_ldp(x, lb, support)
+            res, finite, eq_res, viol, in_bounds = self._solve_ldp(x, support)
         else:
             res = self._solve(self.backend, self._problem, self.nx)
             x[:] = res.x
-            p = self._problem
-            finite, eq_res, viol, in_bounds = K.check_solution(
-                p.A_eq, p.b_eq, p.C, p.l, p.u, x, self._M, self._h, lb.J, self._leg_j, self.lam0,
-                self._tau_sw_total, self._tmin_f, self._tmax_f, self._tau_tol_f, support, self.row_cbf, self._p_cbf[0],
-                self._tau_wbc, self._tau, self._cbf_act)
+            finite, eq_res, viol, in_bounds = K.check_solution(self._qp, x, support, self._ws, self._cbf_act)
         t_check = clock()
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
         t_done = clock()
@@ -707,7 +491,7 @@ class WholeBodyController:
 
     TAU_ROWS_HOLD = 50      # cycles the torque rows stay in the solved problem once one was needed
 
-    def _solve_ldp(self, x: np.ndarray, lb, support: np.ndarray):
+    def _solve_ldp(self, x: np.ndarray, support: np.ndarray):
         """Solve the least-distance QP and check its solution (``x`` filled; returns ``(result,
         finite, equality residual, inequality violation, torque in bounds)``).
 
@@ -719,49 +503,12 @@ class WholeBodyController:
         K, n = self._K, self.ldp.n
         if self._tau_rows_hold == 0:
             res = self._solve(self.ldp_backend_free, self.ldp_free, n)
-            finite, eq_res, viol, in_bounds, tau_rows = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support,
-                                                                              self._cbf_act, self._ws)
+            finite, eq_res, viol, in_bounds, tau_rows = K.ldp_solution_stage(res.x, x, support, self._cbf_act,
+                                                                              self._ws)
             if tau_rows and res.optimal:
                 return res, finite, eq_res, viol, in_bounds
             self._tau_rows_hold = self.TAU_ROWS_HOLD
         self._tau_rows_hold -= 1
         res = self._solve(self.ldp_backend, self.ldp, n)
-        finite, eq_res, viol, in_bounds, _ = K.ldp_solution_stage(res.x, x, lb.J, lb.p, support, self._cbf_act,
-                                                                  self._ws)
+        finite, eq_res, viol, in_bounds, _ = K.ldp_solution_stage(res.x, x, support, self._cbf_act, self._ws)
         return res, finite, eq_res, viol, in_bounds
-
-    def _accept(self, res: QpResult, accepted: bool, eq_res: float, viol: float,
-                tau: np.ndarray) -> tuple[np.ndarray, str]:
-        """Failure bookkeeping of both cycles: the command torque (a copy of this cycle's ``tau``,
-        the last accepted one, or zero in the safe stop) and the status."""
-        cfg = self.cfg
-        status = res.status
-        if not accepted:
-            self.consecutive_failures += 1
-            self.total_failures += 1
-            if res.optimal and (eq_res > cfg.residual_tol or viol > cfg.residual_tol):
-                status += f" (rejected: residual {eq_res:.2e} / violation {viol:.2e})"
-            elif res.optimal:
-                status += " (rejected: torque not finite or out of bounds)"
-            if self.consecutive_failures > cfg.max_failures:
-                self.safe_stop = True
-            out_tau = np.zeros(self.n) if self.safe_stop else self.last_tau.copy()
-        elif self.safe_stop:
-            out_tau = np.zeros(self.n)
-        else:
-            self.consecutive_failures = 0
-            out_tau = tau.copy()
-            self.last_tau = out_tau.copy()
-        return out_tau, status
-
-    def _fd_jdot(self, legs, qj, dqj) -> None:
-        """The paper's J_theta_dot: directional central difference (step 1e-5), 0 if |q_dot_i| <= 1e-6."""
-        eps = 1e-5
-        lp = self.rm.legs_batch(qj + eps * dqj)
-        lm = self.rm.legs_batch(qj - eps * dqj)
-        for i in range(self.N):
-            dq = dqj[self.leg_j[i]]
-            if np.linalg.norm(dq) <= 1e-6:
-                legs.dJ_theta_dq[i] = 0.0
-            else:
-                legs.dJ_theta_dq[i] = float((lp.J[i, 3] - lm.J[i, 3]) @ dq / (2 * eps))

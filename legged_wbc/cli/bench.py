@@ -1,4 +1,4 @@
-"""``legged-wbc bench qp|cycle|realtime``: benchmarks that print numbers (see :mod:`wbc_controller.bench` and
+"""``legged-wbc bench qp|cycle|realtime``: benchmarks that print numbers (see :mod:`legged_wbc.tools.bench_cycle` and
 :mod:`legged_wbc.tools.bench_realtime`)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from wbc_controller.bench import BENCH_BACKENDS, bench_cycle, bench_qp
+from legged_wbc.tools.bench_cycle import BENCH_BACKENDS, bench_cycle, bench_qp
 
 from .argtypes import positive_float
 

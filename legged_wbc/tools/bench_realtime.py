@@ -13,7 +13,7 @@
    **paced by the wall clock** like the realtime bridge (10 s at most; it sleeps until each tick's
    time): ``headless_paced_per_tick_us``, the floor of any realtime process doing that work (a loop
    that sleeps 500 times a second meets cold caches every tick: ~2x the CPU on our VMs);
-3. **the reference path** of ``bench cycle`` for 2 s of walking (:func:`wbc_controller.bench.bench_cycle`):
+3. **the reference path** of ``bench cycle`` for 2 s of walking (:func:`legged_wbc.tools.bench_cycle.bench_cycle`):
    its p50 per tick is the machine's speed index (``reference_p50_us``).
 
 CPU time of the stack: every process the launcher started and every descendant of those (the
@@ -381,7 +381,7 @@ def headless_and_reference(scenario: str, duration: float, reference_seconds: fl
     warnings.filterwarnings("ignore")   # solver deprecation / sparse-conversion chatter
     from legged_wbc.closed_loop import ClosedLoop
     from legged_wbc.scenario import load_scenario
-    from wbc_controller.bench import bench_cycle
+    from legged_wbc.tools.bench_cycle import bench_cycle
 
     ClosedLoop(load_scenario(scenario), "cbf").run(0.1, progress=False)   # warm-up: compiled kernels loaded
     res = ClosedLoop(load_scenario(scenario), "cbf").run(duration, progress=False)

@@ -20,7 +20,7 @@ import json
 
 import numpy as np
 
-from .estimator import StateEstimator
+from state_estimator.estimator import StateEstimator
 
 
 def touchdown_stats(t: np.ndarray, phase: np.ndarray, touchdown: np.ndarray, contact: np.ndarray,

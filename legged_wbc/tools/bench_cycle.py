@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from .qp import INF, make_backend
+from wbc_controller.qp import INF, make_backend
 
 BENCH_BACKENDS = ("daqp", "proxqp", "osqp", "qpsolvers-osqp")
 REFERENCE = "qpsolvers-daqp"
@@ -231,13 +231,13 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
     the controller's stages (input check, model = Pinocchio + leg kinematics, QP build, QP solve
     (with DAQP: including the solution's residual check and torque), check + torque (acceptance and
     diagnostics)), the controller call and estimator + controller. The
-    reference implementation (``impl="reference"`` estimator when it has one, and controller) runs
+    reference implementation (the oracles ``state_estimator.oracle`` and ``wbc_controller.oracle``) runs
     as a shadow on the same samples and states in the same run, timed the same way;
     ``max_torque_diff_rel = max_ticks |tau - tau_ref|_inf / max(1, |tau_ref|_inf)``."""
-    from legged_wbc.closed_loop import ClosedLoop, estimator_accepts_impl, make_estimator
+    from legged_wbc.closed_loop import ClosedLoop, make_controller, make_estimator
     from legged_wbc.scenario import load_scenario
 
-    from .controller import STAGES, WholeBodyController
+    from wbc_controller.controller import STAGES
 
     from legged_wbc.gait import GaitConfig
     from legged_wbc.robot import load_robot_config
@@ -249,7 +249,7 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
     loop = ClosedLoop(load_scenario(scenario, over), "cbf", impl=impl)
     shadow_est = make_estimator(loop.rm, loop.gait_cfg, loop.ecfg, "reference")
     shadow_est.reset(loop.q0)
-    shadow_ctl = WholeBodyController(loop.rm, loop.wcfg, loop.gait_cfg, impl="reference")
+    shadow_ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, "reference")
     shadow_ctl.reset(loop.q0)
     rec = _TickRecorder(start, ("estimator",) + STAGES)
     loop.est = _ShadowedEstimator(loop.est, shadow_est, rec)
@@ -257,7 +257,20 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
     wall0 = time.perf_counter()
     res = loop.run(start + seconds, progress=False)
     wall = time.perf_counter() - wall0
-    load_after = os.getloadavg()
+    out = _summary(rec, res, impl, scenario, seconds, start, wall, load_before, os.getloadavg())
+    if startup:
+        out.update(measure_startup(scenario))
+    else:
+        out.update({"compile_s": None, "startup_first_s": None, "startup_s": None})
+    return out
+
+
+def _summary(rec: _TickRecorder, res, impl: str, scenario: str, seconds: float, start: float, wall: float,
+             load_before, load_after) -> dict:
+    """``bench cycle``'s JSON (see :func:`bench_cycle`) from the recorded ticks."""
+    from legged_wbc.closed_loop import estimator_accepts_impl
+    from wbc_controller.controller import STAGES
+
     n = len(rec.ctl)
     est, ctl = np.array(rec.est[:n]), np.array(rec.ctl)
     est_ref, ctl_ref = np.array(rec.est_ref[:n]), np.array(rec.ctl_ref)
@@ -288,8 +301,4 @@ def bench_cycle(seconds: float = 4.0, impl: str = "fast", scenario: str = "paper
         "wall_s": wall, "cpu_count": os.cpu_count(),
         "loadavg": {"before": list(load_before), "after": list(load_after)},
     }
-    if startup:
-        out.update(measure_startup(scenario))
-    else:
-        out.update({"compile_s": None, "startup_first_s": None, "startup_s": None})
     return out

@@ -1,0 +1,456 @@
+"""Leg kinematics, once: the body-relative quantities of every leg the controller, the estimator,
+the disturbance and the checks use.
+
+Frames and symbols as in :mod:`legged_wbc.model` (its docstring defines them): foot point ``p``,
+``J_p``, foot-link x-axis ``a``, relative pitch ``theta = atan2(-a_z, sqrt(a_x^2 + a_y^2))``,
+``J_theta = (a x g)^T J_w``, the drifts ``J_dot q_dot``; base frame [m, rad, s].
+
+* :func:`relative_pitch`: ``theta``, ``a x g`` and the pitch drift from the foot-link axis and its
+  angular velocity / acceleration; the one definition, compiled inside the kernels below and run
+  as plain Python (``relative_pitch.py_func``) by Pinocchio's reference path
+  (:meth:`legged_wbc.model.RobotModel.legs_batch`, ``leg_jacobians``).
+* :func:`leg_chain_kinematics`: every leg quantity of serial 4-joint legs on the base, from the
+  fixed-base model's constants (the controller's 500 Hz path); :func:`legs_from_frames`: the same
+  outputs from one Pinocchio pass (legs that are not such chains); :class:`LegKinematicsWorkspace`
+  runs one of them into preallocated arrays.
+* :func:`tree_foot_kinematics` (with :func:`kinematic_tree`): foot points and ``J_p dq`` only, for
+  any fixed-base tree of 1-DoF joints (the estimator's per-cycle need, a fraction of the cost).
+
+The numpy reference of all of them is Pinocchio's frame quantities (``legs_batch``); the tests
+compare them (``test/test_fast_controller.py``, ``test/test_fast_estimator.py``). Compiled with
+numba (``cache=True``; a process that has to compile says so once, :mod:`legged_wbc.jit`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import pinocchio as pin
+from numba import njit
+
+from legged_wbc.jit import announce_compiles
+
+announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
+
+R2_EPS = 1e-10          # foot-link x-axis along base z: theta's Jacobian row is zeroed
+LEG_CHAIN_WORK = 75     # scratch size (floats) of leg_chain_kinematics
+
+
+class LegBatch(NamedTuple):
+    """Body-relative kinematics of all legs, stacked (leg index first); fields as in
+    :class:`legged_wbc.model.LegState`. A named tuple: the compiled kernels take it as it is."""
+
+    p: np.ndarray            # (N, 3)
+    J: np.ndarray            # (N, 4, 4): rows [J_p; J_theta]
+    a: np.ndarray            # (N, 3)
+    theta: np.ndarray        # (N,)
+    theta_dot: np.ndarray    # (N,)
+    J_w: np.ndarray          # (N, 3, 4)
+    dJ_p_dq: np.ndarray      # (N, 3)
+    dJ_theta_dq: np.ndarray  # (N,)
+    v_p: np.ndarray          # (N, 3)
+
+
+@njit(cache=True)
+def relative_pitch(ax, ay, az, wx, wy, wz, awx, awy, awz):
+    """Relative pitch of a foot link with x-axis ``a`` (base frame), angular velocity ``w`` and
+    classical angular acceleration ``aw`` (base frame, at zero joint acceleration): returns
+    ``(theta, ok, c_x, c_y, c_z, drift)`` with ``theta = atan2(-a_z, r)``, ``r = |a_xy|``; ``ok``
+    False (and zeros) when ``r^2 <= R2_EPS`` (theta's Jacobian row is zeroed there); ``c = a x g``
+    with ``g = d theta / d a = [a_z a_x / r, a_z a_y / r, -r]`` (so ``J_theta = c^T J_w``); the
+    drift ``J_theta_dot q_dot = g.a_ddot + (dg/dt).a_dot`` (``a_dot = w x a``, ``a_ddot = aw x a +
+    w x a_dot``)."""
+    r = math.sqrt(ax * ax + ay * ay)
+    theta = math.atan2(-az, r)
+    if r * r <= R2_EPS:
+        return theta, False, 0.0, 0.0, 0.0, 0.0
+    gx, gy, gz = az * ax / r, az * ay / r, -r                      # g = d theta / d a
+    cx, cy, cz = ay * gz - az * gy, az * gx - ax * gz, ax * gy - ay * gx   # a x g
+    adx, ady, adz = wy * az - wz * ay, wz * ax - wx * az, wx * ay - wy * ax
+    r_dot = (ax * adx + ay * ady) / r
+    gdx = (adz * ax + az * adx) / r - az * ax * r_dot / (r * r)
+    gdy = (adz * ay + az * ady) / r - az * ay * r_dot / (r * r)
+    gdz = -r_dot
+    wadx, wady, wadz = wy * adz - wz * ady, wz * adx - wx * adz, wx * ady - wy * adx
+    drift = (cx * awx + cy * awy + cz * awz + gx * wadx + gy * wady + gz * wadz
+             + gdx * adx + gdy * ady + gdz * adz)
+    return theta, True, cx, cy, cz, drift
+
+
+@njit(cache=True)
+def legs_from_frames(J_world, leg_cols, P, A, acc, dqj, J, theta, theta_dot, J_w, dJ_p, dJ_theta, v_p):
+    """Leg kinematics of all legs from one Pinocchio pass on the fixed-base model.
+
+    Inputs: ``J_world`` (6, n) joint Jacobian of the fixed model (``data.J``: spatial velocity at
+    the base origin, base axes; ``[linear; angular]``), ``leg_cols`` (N, 4) joint indices per leg,
+    ``P`` (N, 3) foot points, ``A`` (N, 3) foot-link x-axes, ``acc`` (N, 6) classical foot-point
+    accelerations at zero joint acceleration ``[linear; angular]`` (all base frame), ``dqj`` (n).
+    Outputs as :class:`LegBatch`: ``J`` (N, 4, 4) rows ``[J_p; J_theta]``,
+    ``theta``, ``theta_dot``, ``J_w`` (N, 3, 4), ``dJ_p`` (N, 3), ``dJ_theta`` (N), ``v_p`` (N, 3).
+
+    ``J_p`` is the local-world-aligned frame Jacobian ``v - p x w`` of each joint column."""
+    N = leg_cols.shape[0]
+    for i in range(N):
+        px, py, pz = P[i, 0], P[i, 1], P[i, 2]
+        for k in range(4):
+            c = leg_cols[i, k]
+            wx, wy, wz = J_world[3, c], J_world[4, c], J_world[5, c]
+            J[i, 0, k] = J_world[0, c] - (py * wz - pz * wy)
+            J[i, 1, k] = J_world[1, c] - (pz * wx - px * wz)
+            J[i, 2, k] = J_world[2, c] - (px * wy - py * wx)
+            J_w[i, 0, k] = wx
+            J_w[i, 1, k] = wy
+            J_w[i, 2, k] = wz
+        for r in range(3):
+            dJ_p[i, r] = acc[i, r]
+        foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p)
+
+
+@njit(cache=True)
+def foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p):
+    """Leg ``i`` from its ``J_p`` (rows 0-2 of ``J``), ``J_w``, foot-link x-axis ``A[i]`` and the
+    foot's classical angular acceleration ``acc[i, 3:]``: ``v_p = J_p dq``, relative pitch
+    ``theta = atan2(-a_z, r)``, ``J_theta = (a x g)^T J_w`` (row 3 of ``J``; zero when
+    ``r^2 <= R2_EPS``), ``theta_dot`` and the drift ``dJ_theta = g.a_ddot + (dg/dt).a_dot``."""
+    dq0 = dqj[leg_cols[i, 0]]
+    dq1 = dqj[leg_cols[i, 1]]
+    dq2 = dqj[leg_cols[i, 2]]
+    dq3 = dqj[leg_cols[i, 3]]
+    for r in range(3):
+        v_p[i, r] = J[i, r, 0] * dq0 + J[i, r, 1] * dq1 + J[i, r, 2] * dq2 + J[i, r, 3] * dq3
+    wx = J_w[i, 0, 0] * dq0 + J_w[i, 0, 1] * dq1 + J_w[i, 0, 2] * dq2 + J_w[i, 0, 3] * dq3
+    wy = J_w[i, 1, 0] * dq0 + J_w[i, 1, 1] * dq1 + J_w[i, 1, 2] * dq2 + J_w[i, 1, 3] * dq3
+    wz = J_w[i, 2, 0] * dq0 + J_w[i, 2, 1] * dq1 + J_w[i, 2, 2] * dq2 + J_w[i, 2, 3] * dq3
+    th, ok, cx, cy, cz, dJt = relative_pitch(A[i, 0], A[i, 1], A[i, 2], wx, wy, wz, acc[i, 3], acc[i, 4], acc[i, 5])
+    theta[i] = th
+    if not ok:
+        for k in range(4):
+            J[i, 3, k] = 0.0
+        theta_dot[i] = 0.0
+        dJ_theta[i] = 0.0
+        return
+    for k in range(4):
+        J[i, 3, k] = cx * J_w[i, 0, k] + cy * J_w[i, 1, k] + cz * J_w[i, 2, k]
+    theta_dot[i] = J[i, 3, 0] * dq0 + J[i, 3, 1] * dq1 + J[i, 3, 2] * dq2 + J[i, 3, 3] * dq3
+    dJ_theta[i] = dJt
+
+
+@njit(cache=True)
+def leg_chain_kinematics(qj, dqj, leg_cols, axes, R_joint, p_joint, R_foot, p_foot, P, A, acc, J, theta, theta_dot,
+                         J_w, dJ_p, dJ_theta, v_p, work):
+    """Leg kinematics of serial 4-joint legs mounted on the base, without Pinocchio: the same
+    outputs as :func:`legs_from_frames` plus ``P``, ``A``, ``acc``, from the fixed-base model's
+    constants: per leg and joint ``k`` the unit axis ``axes[i, k]`` (joint frame), the joint
+    placement in its parent ``(R_joint, p_joint)[i, k]``, and the foot-point frame in the last
+    joint's frame ``(R_foot, p_foot)[i]`` (base frame = the fixed model's world).
+
+    Joint ``k``: origin ``p_k``, world axis ``z_k``, angular velocity of its parent link ``w_{k-1}``,
+    origin velocity ``v_k``. ``J_p`` column ``z_k x (P - p_k)``, ``J_w`` column ``z_k``; classical
+    accelerations at zero joint acceleration: ``a_P = sum_k dq_k [(w_{k-1} x z_k) x (P - p_k) +
+    z_k x (v_P - v_k)]``, ``alpha = sum_k dq_k w_{k-1} x z_k``. ``work``: scratch of
+    ``LEG_CHAIN_WORK`` floats (no allocation in the kernel)."""
+    N = leg_cols.shape[0]
+    R = work[0:9].reshape(3, 3)
+    Rk = work[9:18].reshape(3, 3)
+    Rq = work[18:27].reshape(3, 3)
+    z = work[27:39].reshape(4, 3)
+    o = work[39:51].reshape(4, 3)
+    vo = work[51:63].reshape(4, 3)
+    wp = work[63:75].reshape(4, 3)
+    for i in range(N):
+        for r in range(3):
+            for c in range(3):
+                R[r, c] = 1.0 if r == c else 0.0
+        px, py, pz = 0.0, 0.0, 0.0          # parent origin, world
+        vx, vy, vz = 0.0, 0.0, 0.0          # parent origin velocity
+        wx, wy, wz = 0.0, 0.0, 0.0          # parent link angular velocity
+        for k in range(4):
+            # origin of joint k and its velocity (rigid parent link)
+            ox = px + R[0, 0] * p_joint[i, k, 0] + R[0, 1] * p_joint[i, k, 1] + R[0, 2] * p_joint[i, k, 2]
+            oy = py + R[1, 0] * p_joint[i, k, 0] + R[1, 1] * p_joint[i, k, 1] + R[1, 2] * p_joint[i, k, 2]
+            oz = pz + R[2, 0] * p_joint[i, k, 0] + R[2, 1] * p_joint[i, k, 1] + R[2, 2] * p_joint[i, k, 2]
+            dx, dy, dz = ox - px, oy - py, oz - pz
+            vx, vy, vz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
+            for r in range(3):
+                for c in range(3):
+                    Rk[r, c] = R[r, 0] * R_joint[i, k, 0, c] + R[r, 1] * R_joint[i, k, 1, c] + R[r, 2] * R_joint[i, k, 2, c]
+            ux, uy, uz = axes[i, k, 0], axes[i, k, 1], axes[i, k, 2]
+            zx = Rk[0, 0] * ux + Rk[0, 1] * uy + Rk[0, 2] * uz
+            zy = Rk[1, 0] * ux + Rk[1, 1] * uy + Rk[1, 2] * uz
+            zz = Rk[2, 0] * ux + Rk[2, 1] * uy + Rk[2, 2] * uz
+            z[k, 0], z[k, 1], z[k, 2] = zx, zy, zz
+            o[k, 0], o[k, 1], o[k, 2] = ox, oy, oz
+            vo[k, 0], vo[k, 1], vo[k, 2] = vx, vy, vz
+            wp[k, 0], wp[k, 1], wp[k, 2] = wx, wy, wz
+            # rotation about the joint axis (Rodrigues), then the child link's angular velocity
+            qk, dqk = qj[leg_cols[i, k]], dqj[leg_cols[i, k]]
+            sn, cs = math.sin(qk), math.cos(qk)
+            t = 1.0 - cs
+            Rq[0, 0], Rq[0, 1], Rq[0, 2] = cs + t * ux * ux, t * ux * uy - sn * uz, t * ux * uz + sn * uy
+            Rq[1, 0], Rq[1, 1], Rq[1, 2] = t * ux * uy + sn * uz, cs + t * uy * uy, t * uy * uz - sn * ux
+            Rq[2, 0], Rq[2, 1], Rq[2, 2] = t * ux * uz - sn * uy, t * uy * uz + sn * ux, cs + t * uz * uz
+            for r in range(3):
+                for c in range(3):
+                    R[r, c] = Rk[r, 0] * Rq[0, c] + Rk[r, 1] * Rq[1, c] + Rk[r, 2] * Rq[2, c]
+            px, py, pz = ox, oy, oz
+            wx, wy, wz = wx + zx * dqk, wy + zy * dqk, wz + zz * dqk
+        # foot point and foot-link x-axis
+        fx, fy, fz = p_foot[i, 0], p_foot[i, 1], p_foot[i, 2]
+        Px = px + R[0, 0] * fx + R[0, 1] * fy + R[0, 2] * fz
+        Py = py + R[1, 0] * fx + R[1, 1] * fy + R[1, 2] * fz
+        Pz = pz + R[2, 0] * fx + R[2, 1] * fy + R[2, 2] * fz
+        P[i, 0], P[i, 1], P[i, 2] = Px, Py, Pz
+        for r in range(3):
+            A[i, r] = R[r, 0] * R_foot[i, 0, 0] + R[r, 1] * R_foot[i, 1, 0] + R[r, 2] * R_foot[i, 2, 0]
+        dx, dy, dz = Px - px, Py - py, Pz - pz
+        vPx, vPy, vPz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
+        ax_, ay_, az_, bx_, by_, bz_ = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        for k in range(4):
+            zx, zy, zz = z[k, 0], z[k, 1], z[k, 2]
+            rx, ry, rz = Px - o[k, 0], Py - o[k, 1], Pz - o[k, 2]
+            J[i, 0, k] = zy * rz - zz * ry
+            J[i, 1, k] = zz * rx - zx * rz
+            J[i, 2, k] = zx * ry - zy * rx
+            J_w[i, 0, k], J_w[i, 1, k], J_w[i, 2, k] = zx, zy, zz
+            dqk = dqj[leg_cols[i, k]]
+            # d z_k / dt = w_{k-1} x z_k
+            gx = wp[k, 1] * zz - wp[k, 2] * zy
+            gy = wp[k, 2] * zx - wp[k, 0] * zz
+            gz = wp[k, 0] * zy - wp[k, 1] * zx
+            ex, ey, ez = vPx - vo[k, 0], vPy - vo[k, 1], vPz - vo[k, 2]
+            ax_ += dqk * ((gy * rz - gz * ry) + (zy * ez - zz * ey))
+            ay_ += dqk * ((gz * rx - gx * rz) + (zz * ex - zx * ez))
+            az_ += dqk * ((gx * ry - gy * rx) + (zx * ey - zy * ex))
+            bx_ += dqk * gx
+            by_ += dqk * gy
+            bz_ += dqk * gz
+        acc[i, 0], acc[i, 1], acc[i, 2], acc[i, 3], acc[i, 4], acc[i, 5] = ax_, ay_, az_, bx_, by_, bz_
+        for r in range(3):
+            dJ_p[i, r] = acc[i, r]
+        foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p)
+
+
+# joint types of the fixed-base kinematic tree (:func:`kinematic_tree` maps Pinocchio's joint models)
+REV_X, REV_Y, REV_Z, REV_AXIS, PRI_AXIS = 0, 1, 2, 3, 4
+
+
+@njit(cache=True, error_model="numpy")
+def tree_foot_kinematics(qj, dqj, parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p,
+                   o_rot, o_pos, p_foot, v_rel):
+    """Foot points and their velocities relative to the base from the joint positions ``qj``
+    [rad or m] and velocities ``dqj``, for a fixed-base tree of 1-DoF joints (what
+    ``pin.forwardKinematics`` + ``updateFramePlacement`` + ``getFrameVelocity(LOCAL_WORLD_ALIGNED)``
+    give on ``RobotModel.fixed``; the tree comes from :func:`kinematic_tree`).
+
+    Joint ``j`` (1..nj-1; 0 is the base): ``parent[j]``, placement in its parent ``(j_rot[j],
+    j_pos[j])``, type ``j_type[j]`` (``REV_X/Y/Z``, ``REV_AXIS``, ``PRI_AXIS``) with unit axis
+    ``j_axis[j]`` in the joint frame, coordinate ``j_idx[j]`` in ``qj``. Foot ``i`` is the point
+    ``foot_p[i]`` of joint ``foot_joint[i]``'s frame. ``o_rot`` ``(nj, 3, 3)``, ``o_pos`` ``(nj, 3)``:
+    scratch (joint placements in the base frame). Writes ``p_foot`` [m] and ``v_rel = J_p dq``
+    [m/s], ``(L, 3)``, base frame."""
+    nj = parent.shape[0]
+    for a in range(3):
+        o_pos[0, a] = 0.0
+        for b in range(3):
+            o_rot[0, a, b] = 1.0 if a == b else 0.0
+    for j in range(1, nj):
+        pa = parent[j]
+        q = qj[j_idx[j]]
+        t = j_type[j]
+        # joint motion (R_q, p_q) in the joint frame
+        rq00, rq01, rq02, rq10, rq11, rq12, rq20, rq21, rq22 = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0
+        tq0, tq1, tq2 = 0.0, 0.0, 0.0
+        if t == PRI_AXIS:
+            tq0, tq1, tq2 = j_axis[j, 0] * q, j_axis[j, 1] * q, j_axis[j, 2] * q
+        else:
+            c, s = math.cos(q), math.sin(q)
+            if t == REV_X:
+                rq11, rq12, rq21, rq22 = c, -s, s, c
+            elif t == REV_Y:
+                rq00, rq02, rq20, rq22 = c, s, -s, c
+            elif t == REV_Z:
+                rq00, rq01, rq10, rq11 = c, -s, s, c
+            else:                                   # R = c I + s [a]x + (1 - c) a a^T
+                ux, uy, uz = j_axis[j, 0], j_axis[j, 1], j_axis[j, 2]
+                cc = 1.0 - c
+                rq00, rq01, rq02 = c + cc * ux * ux, cc * ux * uy - s * uz, cc * ux * uz + s * uy
+                rq10, rq11, rq12 = cc * ux * uy + s * uz, c + cc * uy * uy, cc * uy * uz - s * ux
+                rq20, rq21, rq22 = cc * ux * uz - s * uy, cc * uy * uz + s * ux, c + cc * uz * uz
+        # placement in the parent: (j_rot R_q, j_pos + j_rot p_q); then in the base frame
+        for a in range(3):
+            l0 = j_rot[j, a, 0] * rq00 + j_rot[j, a, 1] * rq10 + j_rot[j, a, 2] * rq20
+            l1 = j_rot[j, a, 0] * rq01 + j_rot[j, a, 1] * rq11 + j_rot[j, a, 2] * rq21
+            l2 = j_rot[j, a, 0] * rq02 + j_rot[j, a, 1] * rq12 + j_rot[j, a, 2] * rq22
+            o_pos[j, a] = j_pos[j, a] + j_rot[j, a, 0] * tq0 + j_rot[j, a, 1] * tq1 + j_rot[j, a, 2] * tq2
+            o_rot[j, a, 0], o_rot[j, a, 1], o_rot[j, a, 2] = l0, l1, l2     # liMi for now
+        # base frame: p = o_pos[pa] + o_rot[pa] p_l, R = o_rot[pa] R_l
+        p0 = o_pos[pa, 0] + o_rot[pa, 0, 0] * o_pos[j, 0] + o_rot[pa, 0, 1] * o_pos[j, 1] + o_rot[pa, 0, 2] * o_pos[j, 2]
+        p1 = o_pos[pa, 1] + o_rot[pa, 1, 0] * o_pos[j, 0] + o_rot[pa, 1, 1] * o_pos[j, 1] + o_rot[pa, 1, 2] * o_pos[j, 2]
+        p2 = o_pos[pa, 2] + o_rot[pa, 2, 0] * o_pos[j, 0] + o_rot[pa, 2, 1] * o_pos[j, 1] + o_rot[pa, 2, 2] * o_pos[j, 2]
+        o_pos[j, 0], o_pos[j, 1], o_pos[j, 2] = p0, p1, p2
+        for b in range(3):
+            l0, l1, l2 = o_rot[j, 0, b], o_rot[j, 1, b], o_rot[j, 2, b]
+            for a in range(3):
+                o_rot[j, a, b] = o_rot[pa, a, 0] * l0 + o_rot[pa, a, 1] * l1 + o_rot[pa, a, 2] * l2
+    for i in range(foot_joint.shape[0]):
+        j = foot_joint[i]
+        fx, fy, fz = foot_p[i, 0], foot_p[i, 1], foot_p[i, 2]
+        px = o_pos[j, 0] + o_rot[j, 0, 0] * fx + o_rot[j, 0, 1] * fy + o_rot[j, 0, 2] * fz
+        py = o_pos[j, 1] + o_rot[j, 1, 0] * fx + o_rot[j, 1, 1] * fy + o_rot[j, 1, 2] * fz
+        pz = o_pos[j, 2] + o_rot[j, 2, 0] * fx + o_rot[j, 2, 1] * fy + o_rot[j, 2, 2] * fz
+        p_foot[i, 0], p_foot[i, 1], p_foot[i, 2] = px, py, pz
+        vx = vy = vz = 0.0
+        while j > 0:                                # the joints between the foot and the base
+            ux, uy, uz = j_axis[j, 0], j_axis[j, 1], j_axis[j, 2]
+            ax = o_rot[j, 0, 0] * ux + o_rot[j, 0, 1] * uy + o_rot[j, 0, 2] * uz
+            ay = o_rot[j, 1, 0] * ux + o_rot[j, 1, 1] * uy + o_rot[j, 1, 2] * uz
+            az = o_rot[j, 2, 0] * ux + o_rot[j, 2, 1] * uy + o_rot[j, 2, 2] * uz
+            dq = dqj[j_idx[j]]
+            if j_type[j] == PRI_AXIS:
+                vx += ax * dq
+                vy += ay * dq
+                vz += az * dq
+            else:                                   # (axis x (p_foot - p_joint)) dq
+                rx, ry, rz = px - o_pos[j, 0], py - o_pos[j, 1], pz - o_pos[j, 2]
+                vx += (ay * rz - az * ry) * dq
+                vy += (az * rx - ax * rz) * dq
+                vz += (ax * ry - ay * rx) * dq
+            j = parent[j]
+        v_rel[i, 0], v_rel[i, 1], v_rel[i, 2] = vx, vy, vz
+
+
+def kinematic_tree(model, foot_frames) -> tuple | None:
+    """The arrays :func:`tree_foot_kinematics` takes, from a fixed-base Pinocchio ``model`` and its foot
+    point frames: ``(parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p)``. ``None``
+    if a joint is not a 1-DoF revolute / prismatic joint (then use Pinocchio)."""
+    nj = model.njoints
+    parent = np.zeros(nj, dtype=np.int64)
+    j_rot = np.zeros((nj, 3, 3))
+    j_rot[0] = np.eye(3)
+    j_pos = np.zeros((nj, 3))
+    j_type = np.zeros(nj, dtype=np.int64)
+    j_axis = np.zeros((nj, 3))
+    j_idx = np.zeros(nj, dtype=np.int64)
+    for j in range(1, nj):
+        jm = model.joints[j]
+        name = jm.shortname()
+        if jm.nq != 1 or jm.nv != 1 or jm.idx_q != jm.idx_v:
+            return None
+        if name in ("JointModelRX", "JointModelRY", "JointModelRZ"):
+            a = "XYZ".index(name[-1])
+            j_type[j] = (REV_X, REV_Y, REV_Z)[a]
+            j_axis[j, a] = 1.0
+        elif name == "JointModelRevoluteUnaligned":
+            j_type[j] = REV_AXIS
+            j_axis[j] = np.asarray(jm.extract().axis, dtype=float)
+        elif name in ("JointModelPX", "JointModelPY", "JointModelPZ"):
+            j_type[j] = PRI_AXIS
+            j_axis[j, "XYZ".index(name[-1])] = 1.0
+        elif name == "JointModelPrismaticUnaligned":
+            j_type[j] = PRI_AXIS
+            j_axis[j] = np.asarray(jm.extract().axis, dtype=float)
+        else:
+            return None
+        parent[j] = model.parents[j]
+        j_rot[j] = model.jointPlacements[j].rotation
+        j_pos[j] = model.jointPlacements[j].translation
+        j_idx[j] = jm.idx_q
+    foot_joint = np.array([model.frames[f].parentJoint for f in foot_frames], dtype=np.int64)
+    foot_p = np.array([model.frames[f].placement.translation for f in foot_frames], dtype=float)
+    return parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p
+
+
+class LegKinematicsWorkspace:
+    """:meth:`legged_wbc.model.RobotModel.legs_batch` into preallocated arrays, compiled (the 500 Hz path).
+
+    Legs that are serial chains of revolute joints mounted on the base (our robots) are computed by
+    one kernel from the fixed-base model's constants (joint placements, axes, foot frames):
+    :func:`leg_chain_kinematics`. Otherwise one Pinocchio pass on the
+    workspace's own fixed-base data (``forwardKinematics`` with ``q, q_dot, 0``,
+    ``computeJointJacobians``, ``updateFramePlacements``; foot placements and classical
+    accelerations read per leg) feeds :func:`legs_from_frames`.
+    ``batch`` is a :class:`LegBatch` over the workspace arrays (overwritten by every :meth:`update`;
+    base frame, [m, rad, s])."""
+
+    def __init__(self, rm, use_chain: bool = True):
+        N, n = rm.n_legs, rm.n
+        self.rm = rm
+        self.model = rm.fixed
+        self.data = rm.fixed.createData()
+        self.frames = list(rm.foot_frames_fixed)
+        self.leg_cols = np.ascontiguousarray(np.array(rm.leg_joints, dtype=np.int64))
+        self._zeros_n = np.zeros(n)
+        self.P = np.zeros((N, 3))
+        self.A = np.zeros((N, 3))
+        self.acc = np.zeros((N, 6))
+        self.batch = LegBatch(p=self.P, J=np.zeros((N, 4, 4)), a=self.A, theta=np.zeros(N), theta_dot=np.zeros(N),
+                              J_w=np.zeros((N, 3, 4)), dJ_p_dq=np.zeros((N, 3)), dJ_theta_dq=np.zeros(N),
+                              v_p=np.zeros((N, 3)))
+        self._lwa = pin.LOCAL_WORLD_ALIGNED
+        self._get_acc = pin.getFrameClassicalAcceleration
+        self.chain = self._chain_constants() if use_chain else None
+        self._work = np.zeros(LEG_CHAIN_WORK)
+
+    _AXES = {"JointModelRX": (1.0, 0.0, 0.0), "JointModelRY": (0.0, 1.0, 0.0), "JointModelRZ": (0.0, 0.0, 1.0)}
+
+    def _chain_constants(self):
+        """``(axes, R_joint, p_joint, R_foot, p_foot)`` of serial 4-joint legs on the base, or None
+        if a leg is not such a chain (then the Pinocchio pass is used)."""
+        m, N = self.model, self.leg_cols.shape[0]
+        k_joints = self.leg_cols.shape[1]
+        axes, Rj, pj = np.zeros((N, k_joints, 3)), np.zeros((N, k_joints, 3, 3)), np.zeros((N, k_joints, 3))
+        Rf, pf = np.zeros((N, 3, 3)), np.zeros((N, 3))
+        for i in range(N):
+            parent = 0
+            for k in range(k_joints):
+                jid = int(self.leg_cols[i, k]) + 1          # fixed model: joint of q[j] is joint id j + 1
+                jm = m.joints[jid]
+                if m.parents[jid] != parent or jm.idx_q != jid - 1:
+                    return None
+                name = jm.shortname()
+                if name in self._AXES:
+                    axes[i, k] = self._AXES[name]
+                elif name == "JointModelRevoluteUnaligned":
+                    axes[i, k] = np.asarray(jm.extract().axis, dtype=float)
+                else:
+                    return None
+                Rj[i, k] = m.jointPlacements[jid].rotation
+                pj[i, k] = m.jointPlacements[jid].translation
+                parent = jid
+            fr = m.frames[self.frames[i]]
+            if fr.parentJoint != parent:
+                return None
+            Rf[i], pf[i] = fr.placement.rotation, fr.placement.translation
+        return tuple(np.ascontiguousarray(a) for a in (axes, Rj, pj, Rf, pf))
+
+    def bind(self, P: np.ndarray, A: np.ndarray, acc: np.ndarray, batch: LegBatch, work: np.ndarray) -> None:
+        """Compute into the given arrays from now on (same shapes; ``batch.p is P``, ``batch.a is A``):
+        the controller keeps them in its compiled workspace, where its own kernel may fill them
+        with the chain constants (:attr:`chain`) instead of :meth:`update`."""
+        self.P, self.A, self.acc, self.batch, self._work = P, A, acc, batch, work
+
+    def update(self, qj: np.ndarray, dqj: np.ndarray) -> LegBatch:
+        """Leg kinematics at joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio
+        order, C-contiguous float64 vectors of length n; not checked here: the controller checks
+        its input)."""
+        b = self.batch
+        if self.chain is not None:
+            axes, Rj, pj, Rf, pf = self.chain
+            leg_chain_kinematics(qj, dqj, self.leg_cols, axes, Rj, pj, Rf, pf, self.P, self.A, self.acc, b.J,
+                                 b.theta, b.theta_dot, b.J_w, b.dJ_p_dq, b.dJ_theta_dq, b.v_p, self._work)
+            return b
+        m, d = self.model, self.data
+        pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
+        pin.computeJointJacobians(m, d, qj)
+        pin.updateFramePlacements(m, d)
+        oMf, P, A, acc, lwa, get_acc = d.oMf, self.P, self.A, self.acc, self._lwa, self._get_acc
+        for i, f in enumerate(self.frames):
+            X = oMf[f]
+            P[i] = X.translation
+            A[i] = X.rotation[:, 0]
+            acc[i] = get_acc(m, d, f, lwa).vector
+        legs_from_frames(d.J, self.leg_cols, P, A, acc, dqj, b.J, b.theta, b.theta_dot, b.J_w, b.dJ_p_dq,
+                         b.dJ_theta_dq, b.v_p)
+        return b

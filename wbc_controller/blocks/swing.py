@@ -1,0 +1,279 @@
+"""Swing legs (paper sec. 4.2, our swing planner): body-relative swing paths (base frame; cubic
+Hermite horizontally, quintic blend plus a lift bump vertically), the swings that begin at a
+lift-off (Raibert touchdown target), and the swing PD torques (projected so they do not
+accelerate the relative pitch). Positions [m], velocities [m/s], accelerations [m/s^2]."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from legged_wbc.jit import announce_compiles
+
+from legged_wbc.gait import SUPPORT
+
+announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
+
+SWING_WORK = 60         # scratch size (floats) of swing_torques
+
+
+class SwingPlan(NamedTuple):
+    """The swing plan of every leg (kernels update it in place): the gait cycle of the last
+    planned swing, its start point and velocity, target point and end velocity (base frame),
+    duration [s], and whether a swing was planned."""
+
+    cycle: np.ndarray       # (N,) int64
+    start: np.ndarray       # (N, 3)
+    target: np.ndarray      # (N, 3)
+    v_start: np.ndarray     # (N, 3)
+    v_end: np.ndarray       # (N, 3)
+    duration: np.ndarray    # (N,)
+    planned: np.ndarray     # (N,) bool
+
+
+@njit(cache=True)
+def swing_reference(start, target, v_start, v_end, T, u, lift, P, V, A):
+    """One foot's swing reference at progress ``u`` (clipped to [0, 1]) into ``P``, ``V``, ``A``
+    (base frame; as :class:`SwingPlanner`, its numpy reference)."""
+    u = min(max(u, 0.0), 1.0)
+    u2, u3 = u * u, u * u * u
+    h0, h1, h2, h3 = 2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2
+    d0, d1 = (6 * u2 - 6 * u) / T, (3 * u2 - 4 * u + 1) / T
+    d2, d3 = (-6 * u2 + 6 * u) / T, (3 * u2 - 2 * u) / T
+    T2 = T**2
+    a0, a1, a2, a3 = (12 * u - 6) / T2, (6 * u - 4) / T2, (-12 * u + 6) / T2, (6 * u - 2) / T2
+    for c in range(2):
+        p0, m0, p1, m1 = start[c], v_start[c] * T, target[c], v_end[c] * T
+        P[c] = 0.0 + h0 * p0 + h1 * m0 + h2 * p1 + h3 * m1
+        V[c] = 0.0 + d0 * p0 + d1 * m0 + d2 * p1 + d3 * m1
+        A[c] = 0.0 + a0 * p0 + a1 * m0 + a2 * p1 + a3 * m1
+    f = 10 * u3 - 15 * u2 * u2 + 6 * u3 * u2
+    df = 30 * u2 - 60 * u3 + 30 * u2 * u2
+    ddf = 60 * u - 180 * u2 + 120 * u3
+    w = 1.0 - u
+    b, db, ddb = 16 * u2 * w * w, 32 * u * w * w - 32 * u2 * w, 32 * w * w - 128 * u * w + 32 * u2
+    dz = target[2] - start[2]
+    P[2] = start[2] + dz * f + lift * b
+    V[2] = (dz * df + lift * db) / T
+    A[2] = (dz * ddf + lift * ddb) / T2
+
+
+@njit(cache=True)
+def solve4(M, b, x, a):
+    """``x = M^-1 b`` for a 4x4 ``M`` (LU with partial pivoting; ``M``, ``b`` untouched; ``a`` is a
+    4x5 scratch)."""
+    for i in range(4):
+        for j in range(4):
+            a[i, j] = M[i, j]
+        a[i, 4] = b[i]
+    for k in range(4):
+        piv, best = k, abs(a[k, k])
+        for i in range(k + 1, 4):
+            if abs(a[i, k]) > best:
+                piv, best = i, abs(a[i, k])
+        if piv != k:
+            for j in range(5):
+                a[k, j], a[piv, j] = a[piv, j], a[k, j]
+        for i in range(k + 1, 4):
+            f = a[i, k] / a[k, k]
+            for j in range(k, 5):
+                a[i, j] -= f * a[k, j]
+    for i in range(3, -1, -1):
+        s = a[i, 4]
+        for j in range(i + 1, 4):
+            s -= a[i, j] * x[j]
+        x[i] = s / a[i, i]
+
+
+@njit(cache=True)
+def start_swings(phases, cycles, legs, R, ref_v, par, plan):
+    """Plan the swings that begin this cycle (a leg out of nominal support in a gait cycle other
+    than the one last planned, ``swing_cycle``): from the foot point ``p`` and velocity ``v_p``
+    (base frame) to the nominal stance point at height ``z_touchdown`` [m], moved by the Raibert
+    offset ``raibert_gain * v_body * support_duration`` (``v_body = R^T v_ref``), reached at ground
+    speed ``-v_body`` after ``swing_duration`` [s]; as :meth:`SwingPlanner.begin` (vertical
+    end velocities zero). Returns the number of swings started. ``legs``: :class:`LegBatch`;
+    ``plan``: :class:`SwingPlan` (updated); ``par`` fields: ``stance_p`` (N, 3), ``z_touchdown``,
+    ``raibert_gain``, ``support_duration``, ``swing_duration``."""
+    p, v_p, stance_p, z_touchdown = legs.p, legs.v_p, par.stance_p, par.z_touchdown
+    raibert_gain, support_duration, swing_duration = par.raibert_gain, par.support_duration, par.swing_duration
+    swing_cycle, sw_start, sw_target, sw_v_start = plan.cycle, plan.start, plan.target, plan.v_start
+    sw_v_end, sw_duration, planned = plan.v_end, plan.duration, plan.planned
+    started = 0
+    for i in range(phases.shape[0]):
+        if phases[i] == SUPPORT or cycles[i] == swing_cycle[i]:
+            continue
+        swing_cycle[i] = cycles[i]
+        for r in range(3):
+            vb = R[0, r] * ref_v[0] + R[1, r] * ref_v[1] + R[2, r] * ref_v[2]
+            sw_target[i, r] = stance_p[i, r]
+            if r < 2:
+                sw_target[i, r] += raibert_gain * vb * support_duration
+            sw_start[i, r] = p[i, r]
+            sw_v_start[i, r] = v_p[i, r]
+            sw_v_end[i, r] = -vb
+        sw_target[i, 2] = z_touchdown
+        sw_v_start[i, 2] = 0.0
+        sw_v_end[i, 2] = 0.0
+        sw_duration[i] = swing_duration
+        planned[i] = True
+        started += 1
+    return started
+
+
+@njit(cache=True)
+def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work):
+    """Swing-leg PD torques ``tau_sw`` (n) of the legs outside the support set, and their swing
+    feed-forward accelerations added to ``b[:, :3]``.
+
+    A leg out of the support set in a nominal swing tracks its planned path (base frame); outside
+    a nominal swing it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
+    v_p))``; with ``projection`` the part that would accelerate theta is removed with the leg
+    block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``.
+    ``work``: scratch of ``SWING_WORK`` floats (no allocation in the kernel). ``plan``:
+    :class:`SwingPlan`; ``legs``: :class:`LegBatch`; ``par`` fields: ``lift_height``, ``leg_v``,
+    ``leg_j``, ``kp_swing``, ``kd_swing`` (3 each), ``projection``."""
+    p, v_p, J = legs.p, legs.v_p, legs.J
+    planned, sw_start, sw_target, sw_v_start = plan.planned, plan.start, plan.target, plan.v_start
+    sw_v_end, sw_duration = plan.v_end, plan.duration
+    lift, leg_v, leg_j, kp, kd, projection = par.lift_height, par.leg_v, par.leg_j, par.kp_swing, par.kd_swing, par.projection
+    N = p.shape[0]
+    for k in range(tau_sw.shape[0]):
+        tau_sw[k] = 0.0
+    Pr, Vr, Ar, f = work[0:3], work[3:6], work[6:9], work[9:12]
+    t_sw, Jt, Minv_Jt = work[12:16], work[16:20], work[20:24]
+    Mll = work[24:40].reshape(4, 4)
+    lu = work[40:60].reshape(4, 5)
+    for i in range(N):
+        if support[i]:
+            continue
+        if planned[i] and phases[i] != SUPPORT:
+            swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
+                            lift, Pr, Vr, Ar)
+        else:
+            for c in range(3):
+                Pr[c] = p[i, c]
+                Vr[c] = 0.0
+                Ar[c] = 0.0
+        for c in range(3):
+            b[i, c] += Ar[c]
+            f[c] = kp[c] * (Pr[c] - p[i, c]) + kd[c] * (Vr[c] - v_p[i, c])
+        for k in range(4):
+            t_sw[k] = J[i, 0, k] * f[0] + J[i, 1, k] * f[1] + J[i, 2, k] * f[2]
+        if projection:
+            for r in range(4):
+                Jt[r] = J[i, 3, r]
+                for c in range(4):
+                    Mll[r, c] = M[leg_v[i, r], leg_v[i, c]]
+            solve4(Mll, Jt, Minv_Jt, lu)
+            den = Jt[0] * Minv_Jt[0] + Jt[1] * Minv_Jt[1] + Jt[2] * Minv_Jt[2] + Jt[3] * Minv_Jt[3]
+            if den > 1e-12:
+                num = Minv_Jt[0] * t_sw[0] + Minv_Jt[1] * t_sw[1] + Minv_Jt[2] * t_sw[2] + Minv_Jt[3] * t_sw[3]
+                coef = num / den
+                for k in range(4):
+                    t_sw[k] = t_sw[k] - Jt[k] * coef
+        for k in range(4):
+            tau_sw[leg_j[i, k]] = t_sw[k]
+
+
+class SwingPlanner:
+    """Body-relative swing paths of all feet (base frame), evaluated together.
+
+    A swing goes from the lift-off position/velocity to a touchdown target reached with the end
+    velocity ``v_end`` (``-v_body``: the foot lands at ground speed, no tangential impact).
+    Horizontal: cubic Hermite. Vertical: quintic blend plus a ``16 s^2 (1-s)^2`` bump of the lift
+    height. Positions [m], velocities [m/s], accelerations [m/s^2]."""
+
+    def __init__(self, n_legs: int):
+        self.cycle = -np.ones(n_legs, dtype=np.int64)   # gait cycle of each leg's last planned swing
+        self.start = np.zeros((n_legs, 3))
+        self.target = np.zeros((n_legs, 3))
+        self.v_start = np.zeros((n_legs, 3))
+        self.v_end = np.zeros((n_legs, 3))
+        self.duration = np.ones(n_legs)
+        self.planned = np.zeros(n_legs, dtype=bool)
+
+    def plan(self) -> SwingPlan:
+        """The planner's arrays as the kernels take them (views: the kernels update this planner)."""
+        return SwingPlan(self.cycle, self.start, self.target, self.v_start, self.v_end, self.duration, self.planned)
+
+    def begin(self, i: int, start, target, duration: float, v_start=None, v_end=None) -> None:
+        self.start[i], self.target[i], self.duration[i] = start, target, duration
+        self.v_start[i] = 0.0 if v_start is None else v_start
+        self.v_end[i] = 0.0 if v_end is None else v_end
+        self.v_start[i, 2] = self.v_end[i, 2] = 0.0
+        self.planned[i] = True
+
+    def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3).
+
+        Plain floats per leg: at most a few swing legs, and numpy's per-call overhead dominates."""
+        k = len(legs)
+        P, V, A = np.empty((k, 3)), np.empty((k, 3)), np.empty((k, 3))
+        for j, (i, sj) in enumerate(zip(np.asarray(legs).tolist(), np.asarray(s).tolist())):
+            T = float(self.duration[i])
+            u = min(max(sj, 0.0), 1.0)
+            u2, u3 = u * u, u * u * u
+            h = (2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2)
+            dh = ((6 * u2 - 6 * u) / T, (3 * u2 - 4 * u + 1) / T, (-6 * u2 + 6 * u) / T, (3 * u2 - 2 * u) / T)
+            ddh = ((12 * u - 6) / T**2, (6 * u - 4) / T**2, (-12 * u + 6) / T**2, (6 * u - 2) / T**2)
+            p0, p1 = self.start[i].tolist(), self.target[i].tolist()
+            m0 = [x * T for x in self.v_start[i].tolist()]
+            m1 = [x * T for x in self.v_end[i].tolist()]
+            for c in (0, 1):
+                pts = (p0[c], m0[c], p1[c], m1[c])
+                P[j, c] = sum(a * b for a, b in zip(h, pts))
+                V[j, c] = sum(a * b for a, b in zip(dh, pts))
+                A[j, c] = sum(a * b for a, b in zip(ddh, pts))
+            # vertical: quintic blend 0 -> 1 plus the lift bump 16 u^2 (1-u)^2
+            f = 10 * u3 - 15 * u2 * u2 + 6 * u3 * u2
+            df = 30 * u2 - 60 * u3 + 30 * u2 * u2
+            ddf = 60 * u - 180 * u2 + 120 * u3
+            w = 1.0 - u
+            b, db, ddb = 16 * u2 * w * w, 32 * u * w * w - 32 * u2 * w, 32 * w * w - 128 * u * w + 32 * u2
+            dz = p1[2] - p0[2]
+            P[j, 2] = p0[2] + dz * f + lift * b
+            V[j, 2] = (dz * df + lift * db) / T
+            A[j, 2] = (dz * ddf + lift * ddb) / T**2
+        return P, V, A
+
+
+def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, cfg, gait, planner) -> None:
+    """:func:`start_swings` in numpy: plan the swings that begin this cycle, from where the foot is
+    to the touchdown target (``stance``: the nominal stance points (N, 3); ``gait``: the
+    :class:`GaitScheduler`; ``planner``: the :class:`SwingPlanner`, updated)."""
+    for i in np.flatnonzero((phases != SUPPORT) & (cycles != planner.cycle)):
+        planner.cycle[i] = cycles[i]
+        target = stance[i].copy()
+        target[2] = z_touchdown
+        v_body = R.T @ ref_v
+        target[:2] += cfg.raibert_gain * v_body[:2] * gait.support_duration
+        planner.begin(i, legs.p[i], target, gait.swing_duration, v_start=legs.v_p[i], v_end=-v_body)
+
+
+def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner, leg_j, Mll_index) -> np.ndarray:
+    """:func:`swing_torques` in numpy: returns ``tau_sw`` (n), adds the feed-forward to ``b``
+    (``Mll_index``: rows and columns of each leg's block of ``M``, (N, 4, 4) each)."""
+    tau_sw = np.zeros(M.shape[0] - 6)
+    sw = np.flatnonzero(~support)
+    if not sw.size:
+        return tau_sw
+    tracking = planner.planned[sw] & (phases[sw] != SUPPORT)
+    p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height)
+    hold = ~tracking  # out of the support set outside a nominal swing: hold the foot where it is
+    p_ref[hold], v_ref[hold], a_ref[hold] = legs.p[sw][hold], 0.0, 0.0
+    b[sw, :3] += a_ref
+    f_sw = np.asarray(cfg.kp_swing) * (p_ref - legs.p[sw]) + np.asarray(cfg.kd_swing) * (v_ref - legs.v_p[sw])
+    t_sw = np.einsum("kij,ki->kj", legs.J[sw, :3], f_sw)           # J_p^T F
+    if cfg.swing_pitch_projection:
+        # remove the part of J_p^T F that would accelerate the relative pitch:
+        # tau' = tau - J_th^T (J_th M^-1 tau) / (J_th M^-1 J_th^T)   (leg block of M)
+        Jt = legs.J[sw, 3]
+        Minv_Jt = np.linalg.solve(M[Mll_index[0][sw], Mll_index[1][sw]], Jt[:, :, None])[:, :, 0]
+        den = np.einsum("ki,ki->k", Jt, Minv_Jt)
+        coef = np.where(den > 1e-12, np.einsum("ki,ki->k", Minv_Jt, t_sw) / np.maximum(den, 1e-12), 0.0)
+        t_sw = t_sw - Jt * coef[:, None]
+    tau_sw[np.asarray(leg_j)[sw].reshape(-1)] = t_sw.reshape(-1)
+    return tau_sw

@@ -1,0 +1,161 @@
+"""The controller's specification: the whole-body-controller cycle in plain numpy.
+
+:class:`ReferenceController` builds the QP of :mod:`wbc_controller.controller` (rows, cost and
+acceptance as its module docstring states) with numpy and Pinocchio's frame quantities
+(:meth:`legged_wbc.model.RobotModel.legs_batch`), one block per step from the numpy references
+of :mod:`wbc_controller.blocks`, and solves it with the configured backend. It is not a production path: the tests compare the compiled controller
+(:class:`~wbc_controller.controller.WholeBodyController`) against it to a few ulps of each
+quantity's scale, and ``legged-wbc bench cycle`` times it as its "reference" beside the compiled
+cycle (its p50 is the machine's speed index). Same constructor, ``reset``, ``set_config``,
+``update`` and outputs as the production class.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from legged_wbc.conventions import rotation_from_quat_xyzw
+
+from .blocks.cbf import cbf_active_reference, cbf_index, cbf_rows_reference
+from .blocks.compensation import null_space_compensation_reference
+from .blocks.contact import contact_rows_reference, normal_force_bounds_reference
+from .blocks.floating_base import floating_base_index, floating_base_rows_reference
+from .blocks.friction import pyramid_rows_reference
+from .blocks.swing import start_swings_reference, swing_torques_reference
+from .blocks.tasks import body_task_reference, cost_index, task_cost_reference, task_targets_reference, vee
+from .blocks.torque import command_torque_reference, torque_index, torque_rows_reference
+from .controller import ControllerCore, ControllerInput, ControllerOutput, Diagnostics, InputError
+from .qp import QpResult
+
+
+class ReferenceController(ControllerCore):
+    """The original numpy cycle of the whole-body controller (the oracle of the compiled one)."""
+
+    def _build(self) -> None:
+        super()._build()
+        N, legv = self.N, np.array(self.leg_v)
+        self._cost_index = cost_index(legv, self.lam0)
+        self._torque_index = torque_index(self.leg_j, self.lam0, self.row_tau)
+        self._cbf_index = cbf_index(legv, self.row_cbf)
+        self._fb_index = floating_base_index(N, self.lam0)
+        self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
+        self._Mll_index = (legv[:, :, None].repeat(4, axis=2), legv[:, None, :].repeat(4, axis=1))  # leg blocks of M
+        self._stance_p = np.array([p for p, _ in self.stance])
+        self._fill_constant_rows()
+
+    def _fill_config(self) -> None:
+        self._fill_constant_rows()
+
+    def _fill_constant_rows(self) -> None:
+        """Contact rows, friction pyramids, slack columns (configuration only)."""
+        p, N = self.problem, self.N
+        contact_rows_reference(N, self.lam0, p.A_eq)
+        pyramid_rows_reference(N, self.lam0, self.row_fric, self.cfg.mu, p.C, p.l, p.u)
+        for i in range(self.ns):
+            p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
+
+    def _check_input(self, inp: ControllerInput) -> None:
+        rm = self.rm
+        checks = (("q", inp.q, rm.nq), ("v", inp.v, rm.nv), ("support", inp.support, self.N),
+                  ("tau_ext", inp.tau_ext, self.n))
+        for name, arr, size in checks:
+            if arr is None and name == "tau_ext":
+                continue
+            shape = getattr(arr, "shape", None)
+            if shape != (size,):
+                raise InputError(f"controller input {name}: expected {size} values, got shape {np.shape(arr)}")
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise InputError(f"controller input {name}: contains NaN/inf")
+        if not math.isfinite(inp.t):
+            raise InputError("controller input t: not finite")
+        x, y, z, w = inp.q[3:7].tolist()
+        if abs(x * x + y * y + z * z + w * w - 1.0) > 2e-3:
+            raise InputError("controller input q: base quaternion is not unit")
+
+    # ------------------------------------------------------------------ the cycle
+    def update(self, inp: ControllerInput) -> ControllerOutput:
+        """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then)."""
+        self._check_input(inp)
+        cfg, rm = self.cfg, self.rm
+        q, v = inp.q, inp.v
+        support = np.asarray(inp.support, dtype=bool)
+        qj, dqj = q[7:], v[6:]
+        t_cycle = time.perf_counter()
+        lb = rm.legs_batch(qj, dqj)
+        if cfg.jdot_mode == "fd":
+            self._fd_jdot(lb, qj, dqj)
+        M = rm.mass_matrix(q)
+        h = rm.bias(q, v)
+        R = rotation_from_quat_xyzw(q[3:7])
+        t_start = time.perf_counter()  # QP time = build + solve + residual check (as the paper)
+        ref = self.refs(inp.t)
+        acc_body = body_task_reference(cfg, ref, q[:3], R, v[:3], v[3:6])
+        phases, progress, cycles = self.gait.state(inp.t)
+        W, b = task_targets_reference(support, lb, acc_body, v[3:6], self.theta_nominal, cfg)
+        z_td = -cfg.stand_height + rm.foot_radius - cfg.touchdown_depth
+        start_swings_reference(phases, cycles, lb, R, ref.v, self._stance_p, z_td, cfg, self.gait, self.swing)
+        tau_sw = swing_torques_reference(lb, M, support, phases, progress, b, cfg, self.swing, self.leg_j,
+                                         self._Mll_index)
+        tau_comp = np.zeros(self.n)
+        if cfg.null_space_compensation and inp.tau_ext is not None:
+            tau_comp = null_space_compensation_reference(support, lb.J, self.leg_j, inp.tau_ext, cfg.compensation_limit)
+        tau_sw_total = tau_sw + tau_comp
+        task_cost_reference(lb.J, W, b, acc_body, cfg, self._lam_diag, self.ns, self._cost_index, self.problem.H,
+                            self.problem.g)
+        self._fill_rows(lb, M, h, support, tau_sw_total)
+        res, solve_us, checks = self._solve_and_check(M, h, lb, tau_sw_total)
+        x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks
+        accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
+                    and bool(np.all(np.isfinite(tau))) and in_bounds)
+        qp_us = (time.perf_counter() - t_start) * 1e6
+        out_tau, status = self._accept(res, accepted, eq_res, viol, tau)
+        E = ref.R.T @ R - R.T @ ref.R
+        lam = x[self.lam0:self.lam0 + 4 * self.N]
+        diag = Diagnostics(theta=lb.theta.copy(), theta_dot=lb.theta_dot.copy(),
+                           cbf_active=self._cbf_active(x, support, accepted), support=support.copy(),
+                           qp_status=status, qp_accepted=bool(accepted), qp_iterations=res.iterations,
+                           qp_time_us=qp_us, solve_time_us=solve_us, eq_residual=eq_res, ineq_violation=viol,
+                           consecutive_failures=self.consecutive_failures, total_failures=self.total_failures,
+                           safe_stop=self.safe_stop, forces=lam.copy(), tau_wbc=tau_wbc, tau_sw=tau_sw,
+                           tau_comp=tau_comp, body_error_rpy=0.5 * vee(E))
+        self.last_x = x
+        self.last_legs = lb
+        diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6
+        return ControllerOutput(tau=out_tau, diag=diag)
+
+    def _fill_rows(self, lb, M, h, support, tau_sw_total) -> None:
+        """Floating-base rows, contact state (``f_z`` bounds), torque rows, CBF rows."""
+        cfg, p = self.cfg, self.problem
+        floating_base_rows_reference(M, h, lb.p, self._fb_index, p.A_eq, p.b_eq)
+        normal_force_bounds_reference(support, cfg.fz_max, self._fz_rows, p.u)
+        tmin, tmax = self.tau_bounds()
+        torque_rows_reference(M, h, lb.J, tau_sw_total, self._torque_index, self.row_tau, tmin, tmax, p.C, p.l, p.u)
+        cbf_rows_reference(support, lb, cfg, self._cbf_index, self.row_cbf, p.C, p.l, p.u)
+
+    def _solve_and_check(self, M, h, lb, tau_sw_total):
+        """Solve; the solution's residuals and its command torque. Returns ``(result, solve time
+        [us], (x, finite, equality residual, inequality violation, tau_wbc, tau, in bounds))``."""
+        p = self.problem
+        t_solve = time.perf_counter()
+        try:
+            res = self.backend.solve(p)
+        except Exception as exc:  # a backend error is a failed cycle, not a crash
+            res = QpResult(np.zeros(self.nx), False, f"solver error: {exc}", 0)
+        solve_us = (time.perf_counter() - t_solve) * 1e6
+        x = res.x
+        finite = bool(np.all(np.isfinite(x)))
+        eq_res, viol = p.residuals(x) if finite else (np.inf, np.inf)
+        tau_wbc, tau = command_torque_reference(M, h, lb.J, x, tau_sw_total, self.leg_j, self.lam0)
+        tmin, tmax = self.tau_bounds()
+        in_bounds = bool(((tau >= tmin - self._tau_tol) & (tau <= tmax + self._tau_tol)).all())
+        return res, solve_us, (x, finite, eq_res, viol, tau_wbc, tau, in_bounds)
+
+    def _cbf_active(self, x, support, accepted) -> np.ndarray:
+        """Per leg: a CBF bound binds at the accepted solution (support legs, ``cbf`` mode)."""
+        if self.cfg.relative_pitch_mode != "cbf" or not accepted:
+            return np.zeros(self.N, dtype=bool)
+        p = self.problem
+        return cbf_active_reference(support, p.C, p.l, p.u, x, self.row_cbf)
