@@ -626,6 +626,7 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
         for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "commands_applied"):
             m[k] = int(b[k]) if k in b else None
         m.update(realtime_quality(run))
+        m.update(bag_size(run.path, run.sim_time_s))
     else:
         for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events"):
             m[k] = None  # no transport, no deadlines in the headless loop (not applicable)
@@ -676,6 +677,29 @@ def realtime_quality(run: RunData) -> dict:
             "command_latency_p99_us": float(np.percentile(ok, 99)) if ok.size else None,
             "command_latency_max_us": float(ok.max()) if ok.size else None,
             "ticks_timed": int(lat.size)}
+
+
+def bag_size(path: Path, sim_time_s: float | None) -> dict:
+    """``bag_mb`` (the storage files, MB = 1e6 bytes), ``bag_mb_per_sim_s`` (per simulated second) and
+    ``bag_compression`` (MCAP chunk compression: ``zstd`` or ``none``; None for sqlite3)."""
+    from legged_wbc.ros.bag_writer import bag_size_bytes
+
+    p = Path(path)
+    if not p.is_dir():
+        return {"bag_mb": None, "bag_mb_per_sim_s": None, "bag_compression": None}
+    mb = bag_size_bytes(p) / 1e6
+    compression = None
+    for f in sorted(p.glob("*.mcap")):
+        try:
+            from mcap.reader import make_reader
+
+            with open(f, "rb") as fh:
+                summary = make_reader(fh).get_summary()
+            kinds = {c.compression for c in (summary.chunk_indexes if summary else [])}
+            compression = "+".join(sorted(k or "none" for k in kinds)) or "none"
+        except Exception:   # noqa: BLE001 - the size is still known; the compression only said when readable
+            compression = "?"
+    return {"bag_mb": mb, "bag_mb_per_sim_s": mb / sim_time_s if sim_time_s else None, "bag_compression": compression}
 
 
 def _wall_from_bridge(bdiag: list[dict]) -> float | None:
