@@ -41,8 +41,7 @@ import sys
 
 import numpy as np
 
-from legged_wbc.ros import adapters
-from legged_wbc.ros import io as ros_io
+from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io
 from legged_wbc.ros.io import TickSync
 from legged_wbc.ros.params import NodeParameters
 
@@ -109,6 +108,7 @@ def _make_node_class():
                     (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 2), diag_label)),
                      ros_io.TOPIC_EST_DIAG))]
             self.ticks = ros_io.NewestTickRunner(self._run_tick, name="estimator_ticks")
+            self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
 
         def destroy_node(self):
             self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")

@@ -23,6 +23,7 @@ RUNTIME_KEYS = {
     "rclpy": "rclpy", "ament_index_python": "ament_index_python", "builtin_interfaces": "builtin_interfaces",
     "rcl_interfaces": "rcl_interfaces", "rosgraph_msgs": "rosgraph_msgs", "std_msgs": "std_msgs",
     "sensor_msgs": "sensor_msgs", "nav_msgs": "nav_msgs", "geometry_msgs": "geometry_msgs",
+    "diagnostic_msgs": "diagnostic_msgs", "tf2_msgs": "tf2_msgs",
     "pinocchio": "pinocchio", "proxsuite": "proxsuite",
     "numpy": "python3-numpy", "scipy": "python3-scipy", "yaml": "python3-yaml", "numba": "python3-numba",
     "matplotlib": "python3-matplotlib", "PIL": "python3-pil", "imageio": "python3-imageio",
