@@ -35,7 +35,8 @@ def test_bridge_error_while_the_watchdog_damps_then_warn_then_ok():
     r = DiagRig(at=(8, 16, 30, 44), latency=lambda k: None if k in hang else 1e-4, duration=0.05,
                 watchdog_timeout=0.3, watchdog_damping=5.0).run()
     s = r.status
-    assert [s[k].level for k in (8, 16, 30, 44)] == [OK, ERROR, WARN, OK], [(k, v.level, v.message) for k, v in s.items()]
+    assert [s[k].level for k in (8, 16, 30, 44)] == [OK, ERROR, WARN, OK], [(k, v.level, v.message)
+                                                                            for k, v in s.items()]
     assert "watchdog" in s[16].message and s[16].values["watchdog_active"] == "true"
     assert "watchdog released" in s[30].message and s[30].values["watchdog_active"] == "false"
     assert s[44].values["watchdog_events"] == "1" and s[44].values["watchdog_events_last_window"] == "0"

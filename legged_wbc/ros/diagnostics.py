@@ -73,7 +73,8 @@ def _join(parts: list[str], default: str) -> str:
 
 
 def bridge_status(sched, window: Window, hardware_id: str = "") -> Status:
-    """``mujoco_bridge: command timing`` from the scheduler's counters (:class:`mujoco_bridge.scheduler.BridgeScheduler`)."""
+    """``mujoco_bridge: command timing`` from the counters of the scheduler
+    (:class:`mujoco_bridge.scheduler.BridgeScheduler`)."""
     c = dict(sched.counters)
     sim_t = sched.step_count * 1e-3
     wall = window.elapsed()
@@ -121,7 +122,8 @@ def controller_status(diag: dict | None, max_failures: int, rejected: int, skipp
                    "consecutive_failures": str(consecutive), "total_failures": str(total),
                    "failures_last_window": str(d_fail), "safe_stop": str(bool(diag["safe_stop"])).lower(),
                    "eq_residual": f"{diag['eq_residual']:.3g}", "ineq_violation": f"{diag['ineq_violation']:.3g}",
-                   "body_error_roll_rad": f"{diag['err_roll']:.4g}", "body_error_pitch_rad": f"{diag['err_pitch']:.4g}"})
+                   "body_error_roll_rad": f"{diag['err_roll']:.4g}",
+                   "body_error_pitch_rad": f"{diag['err_pitch']:.4g}"})
     if diag["safe_stop"]:
         return Status(ERROR, name, f"safe stop: more than {max_failures} consecutive QP failures (zero torque, "
                       "latched)", values, hardware_id)
