@@ -1,9 +1,9 @@
 """``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``) of the stack's nodes: what ``rqt_runtime_monitor``,
 ``diagnostic_aggregator`` and Foxglove's diagnostics panels read.
 
-Each node reports one status (:func:`attach`): a publisher on ``/diagnostics`` and a timer on the steady
-clock every :data:`PERIOD_S` wall seconds (1 Hz, ``diagnostic_updater``'s rate) in the node's executor
-thread. The timer reads what the node keeps anyway (the scheduler's counters, the last diagnostics array
+Each node reports one status (:func:`attach`): a publisher on ``/diagnostics`` and a job every
+:data:`PERIOD_S` wall seconds (1 Hz, ``diagnostic_updater``'s rate) in the process's background thread
+(:mod:`legged_wbc.ros.background`: no executor wake-up, nothing handed to the control thread). The job reads what the node keeps anyway (the scheduler's counters, the last diagnostics array
 the node published, its rejection and skip counts), compares the counters with the previous report (the
 *window*) and publishes: nothing runs in the control tick. The numeric topics ``/bridge/diagnostics``,
 ``/estimator/diagnostics`` and ``/wbc/diagnostics`` (what ``compare`` reads) are unchanged.
@@ -212,15 +212,17 @@ def status_of(node, window: Window) -> Status:
 
 
 def attach(node):
-    """``/diagnostics`` for ``node`` (the bridge, the estimator or the controller): a publisher and a timer on
-    the steady clock every :data:`PERIOD_S` (the node's executor thread). Returns the timer."""
+    """``/diagnostics`` for ``node`` (the bridge, the estimator or the controller): a publisher and a job every
+    :data:`PERIOD_S` in the process's background thread. Returns the job (``cancel()``)."""
     from diagnostic_msgs.msg import DiagnosticArray
-    from rclpy.clock import Clock, ClockType
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    from legged_wbc.ros import background
+    from legged_wbc.ros import io as ros_io
 
     qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.VOLATILE)
-    pub = node.create_publisher(DiagnosticArray, TOPIC, qos)
+    pub = ros_io.create_publisher(node, DiagnosticArray, TOPIC, qos)   # in a container: the recorder in-process
     window = Window()
     log = node.get_logger()
     last = {"level": OK}
@@ -233,7 +235,7 @@ def attach(node):
         if s.level != last["level"] and s.level in (ERROR, WARN):
             (log.error if s.level == ERROR else log.warning)(f"diagnostics: {LEVEL_NAMES[s.level]}: {s.message}")
         last["level"] = s.level
-        pub.publish(to_msg([s], node.get_clock().now().nanoseconds))
+        background.publish(pub, to_msg([s], node.get_clock().now().nanoseconds))
 
     node.diagnostics_publisher = pub
-    return node.create_timer(PERIOD_S, report, clock=Clock(clock_type=ClockType.STEADY_TIME))
+    return background.for_node(node, PERIOD_S, report, name=f"{node.get_name()} /diagnostics")

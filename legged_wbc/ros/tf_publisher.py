@@ -14,9 +14,11 @@ positions it used:
   every moving URDF joint, parent link -> child link at the joint positions of the same tick (what
   ``robot_state_publisher`` does), all stamped with that tick's sample stamp.
 
-Off the control path: a timer on the steady clock in the node's executor thread takes the newest tick's
+Off the control path: a job in the process's background thread (:mod:`legged_wbc.ros.background`: no
+executor wake-up; in a container the recorder takes the message in that thread) takes the newest tick's
 output the node keeps anyway (``_last_out``: its odometry value, whose ``q`` views the tick's full
-configuration ``EstimatedState.q``, fresh at every tick) and skips the tick it already sent. The frame
+configuration ``EstimatedState.q``, fresh at every tick), skips the tick it already sent and builds nothing
+while nobody subscribes. The frame
 names are REP 105's (``world``, ``odom``, ``base_link``) and the URDF's link names. The ground truth is not
 on ``/tf``: the bridge keeps no copy of a sample that another thread could read consistently (its
 physics steps run without a lock), so it stays on ``/ground_truth/odom`` (``frame_id: world``).
@@ -118,24 +120,29 @@ def _transform(msg_cls, stamp, parent: str, child: str, xyz, quat):
     t.header.stamp = stamp
     t.header.frame_id = parent
     t.child_frame_id = child
-    tr, r = t.transform.translation, t.transform.rotation
-    tr.x, tr.y, tr.z = (float(v) for v in xyz)
-    r.x, r.y, r.z, r.w = (float(v) for v in quat)
+    _fill(t, xyz, quat)
     return t
+
+
+def _fill(t, xyz, quat) -> None:
+    tr, r = t.transform.translation, t.transform.rotation
+    tr.x, tr.y, tr.z = float(xyz[0]), float(xyz[1]), float(xyz[2])
+    r.x, r.y, r.z, r.w = float(quat[0]), float(quat[1]), float(quat[2]), float(quat[3])
 
 
 def attach(node, rate_hz: float):
     """``/robot_description``, ``/tf_static`` and ``/tf`` for the estimator ``node`` (see the module
-    docstring); ``rate_hz`` 0: ``/robot_description`` only. Returns the ``/tf`` timer or None."""
-    from rclpy.clock import Clock, ClockType
+    docstring); ``rate_hz`` 0: no ``/tf``. Returns the ``/tf`` job (:mod:`legged_wbc.ros.background`) or None."""
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
 
-    from legged_wbc.ros.io import time_msg
+    from legged_wbc.ros import background
+    from legged_wbc.ros import io as ros_io
 
     latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
     urdf_text = node.rm.cfg.urdf_path().read_text()
+    # published once, latched: plain DDS publishers (a late subscriber, the recorder too, gets the message)
     node.pub_description = node.create_publisher(String, TOPIC_DESCRIPTION, latched)
     node.pub_description.publish(String(data=urdf_text))
     try:
@@ -145,17 +152,22 @@ def attach(node, rate_hz: float):
         node.get_logger().warning(f"no /tf, /tf_static: tf2_msgs is not installed ({exc}; setup.sh builds it)")
         return None
     links = LinkTransforms(urdf_text, list(node.rm.joint_names))
-    base = node.rm.cfg.base_link
-    static = [_transform(TransformStamped, time_msg(0), WORLD_FRAME, ODOM_FRAME, np.zeros(3), [0.0, 0.0, 0.0, 1.0])]
-    static += [_transform(TransformStamped, time_msg(0), p, c, x, q) for p, c, x, q in links.static]
+    stamp0 = ros_io.time_msg(0)
+    static = [_transform(TransformStamped, stamp0, WORLD_FRAME, ODOM_FRAME, np.zeros(3), [0.0, 0.0, 0.0, 1.0])]
+    static += [_transform(TransformStamped, stamp0, p, c, x, q) for p, c, x, q in links.static]
     node.pub_tf_static = node.create_publisher(TFMessage, TOPIC_TF_STATIC, latched)
     node.pub_tf_static.publish(TFMessage(transforms=static))
     if rate_hz <= 0:
         return None
-    node.pub_tf = node.create_publisher(TFMessage, TOPIC_TF, QoSProfile(
-        history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
-        durability=DurabilityPolicy.VOLATILE))
+    qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.VOLATILE)
+    node.pub_tf = pub = ros_io.create_publisher(node, TFMessage, TOPIC_TF, qos)   # container: recorder in-process
     nq = node.rm.nq
+    # one message, refilled (the publication serializes it, or the recorder packs it, before the next fill)
+    base_tf = _transform(TransformStamped, stamp0, ODOM_FRAME, node.rm.cfg.base_link, np.zeros(3), [0, 0, 0, 1.0])
+    link_tfs = [_transform(TransformStamped, stamp0, p, c, np.zeros(3), [0, 0, 0, 1.0])
+                for p, c in zip(links.parents, links.children)]
+    msg_base, msg_all = TFMessage(transforms=[base_tf]), TFMessage(transforms=[base_tf, *link_tfs])
     sent = {"stamp": None}
 
     def publish_tf():
@@ -163,17 +175,21 @@ def attach(node, rate_hz: float):
         for p, value in list(getattr(node, "_last_out", None) or ()):
             if p is node.pub_odom:
                 odom = value
-        if odom is None or odom.stamp_ns == sent["stamp"]:
-            return                      # no tick yet, or no new one since the last /tf
+        if odom is None or odom.stamp_ns == sent["stamp"] or not background.subscribed(pub):
+            return                      # no tick yet, no new one since the last /tf, or nobody listens
         sent["stamp"] = odom.stamp_ns
-        stamp = time_msg(odom.stamp_ns)
+        stamp = ros_io.time_msg(odom.stamp_ns)
         q7 = np.asarray(odom.q)
-        tfs = [_transform(TransformStamped, stamp, ODOM_FRAME, base, q7[:3], q7[3:7])]
+        base_tf.header.stamp = stamp
+        _fill(base_tf, q7[:3], q7[3:7])
         full = q7.base if isinstance(q7.base, np.ndarray) else None
-        if full is not None and full.shape == (nq,) and np.shares_memory(full, q7):
-            xyz, quat = links.moving(full[7:])
-            tfs += [_transform(TransformStamped, stamp, p, c, x, r)
-                    for p, c, x, r in zip(links.parents, links.children, xyz, quat)]
-        node.pub_tf.publish(TFMessage(transforms=tfs))
+        if full is None or full.shape != (nq,) or not np.shares_memory(full, q7):
+            background.publish(pub, msg_base)
+            return
+        xyz, quat = links.moving(full[7:])
+        for t, x, r in zip(link_tfs, xyz, quat):
+            t.header.stamp = stamp
+            _fill(t, x, r)
+        background.publish(pub, msg_all)
 
-    return node.create_timer(1.0 / rate_hz, publish_tf, clock=Clock(clock_type=ClockType.STEADY_TIME))
+    return background.for_node(node, 1.0 / rate_hz, publish_tf, name="state_estimator /tf")
