@@ -4,7 +4,8 @@
 timers they cost what a wake-up of the executor costs: measured ~1 ms of CPU per timer firing with the
 container's five nodes (the executor rebuilds its wait set over every entity), plus one more wake-up per
 message the recorder then took through DDS; at 20 Hz that was +160 us of CPU per control tick of
-``walking_container`` without recording and +430 us with it (``bench realtime``, before -> after). Here a
+``walking_container`` without recording and +430 us with it (``bench realtime``, before -> after; from this
+thread: +43 / -10 us in two alternating pairs, within the noise). Here a
 job runs in a plain thread that sleeps on the steady clock, and :func:`publish` hands a message to the
 in-process subscribers (the container's recorder: its thread-safe sink) directly and to DDS only when a
 subscriber outside the process is matched; nothing wakes the executor.
