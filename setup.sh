@@ -37,6 +37,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# tf2_msgs (/tf, /tf_static) has no wheel on PyPI: generate and build its TFMessage with the rosidl wheels
+# (tools/tf2_msgs, ~30 s once; skipped when it imports). Never fatal: without it the nodes publish no TF.
+tools/tf2_msgs/build.sh .venv \
+  || echo "setup.sh: warning: could not build tf2_msgs (see above); the stack runs without /tf and /tf_static" >&2
 # Compile the numba kernels of the estimator and controller into their on-disk cache (__pycache__
 # next to them) so the first launch does not: ~20-30 s after an install, a change of a kernel
 # module or of numba, or on another CPU (says so in one line); < 1 s when the cache is valid, so it

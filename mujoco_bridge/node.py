@@ -16,8 +16,7 @@ import numpy as np
 
 from legged_wbc.model import RobotModel
 from legged_wbc.robot import ConfigError
-from legged_wbc.ros import adapters
-from legged_wbc.ros import io as ros_io
+from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, delay_ticks, initial_height,  # noqa: F401
@@ -102,6 +101,7 @@ def _make_node_class():
                 if not self.viewer.active:
                     log.warning(f"viewer requested but unavailable: {self.viewer.reason}")
                     self.viewer = None
+            self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
             log.info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
                      f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
                      f"initial base height {self.q0[2]:.3f} m")

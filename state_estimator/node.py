@@ -5,7 +5,8 @@ loop runs). For each control tick ``k`` it waits for the ``/joint_states`` and `
 stamped ``t_k = k * 2 ms`` (the 1 kHz samples in between are not used, as in the headless loop),
 updates, and publishes with the same stamp:
 
-* ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose in ``world``, twist in the base frame;
+* ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose in ``odom`` (REP 105: the estimator's
+  frame, the world at t = 0), twist in the base frame (``/tf`` etc.: :mod:`legged_wbc.ros.tf_publisher`);
 * ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs): ``position`` = support set
   S_c (1/0, the controller's contact mask), ``velocity`` = touchdown detected (1/0), ``effort`` =
   touchdown score [N m/s];
@@ -41,8 +42,7 @@ import sys
 
 import numpy as np
 
-from legged_wbc.ros import adapters
-from legged_wbc.ros import io as ros_io
+from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io, tf_publisher
 from legged_wbc.ros.io import TickSync
 from legged_wbc.ros.params import NodeParameters
 
@@ -101,7 +101,8 @@ def _make_node_class():
             self.pub_odom, self.pub_support, self.pub_tau_ext, self.pub_diag = [
                 ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
                     (A.OdometryAdapter(ros_io.odometry_msg(0, self.rm.stance_configuration(), np.zeros(6),
-                                                           self.base_frame)), ros_io.TOPIC_EST_ODOM),
+                                                           self.base_frame, frame_id=tf_publisher.ODOM_FRAME)),
+                     ros_io.TOPIC_EST_ODOM),
                     (A.JointStateAdapter(ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs,
                                                                 zeros_legs)), ros_io.TOPIC_EST_SUPPORT),
                     (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, np.zeros(n), np.zeros(n),
@@ -109,6 +110,8 @@ def _make_node_class():
                     (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 2), diag_label)),
                      ros_io.TOPIC_EST_DIAG))]
             self.ticks = ros_io.NewestTickRunner(self._run_tick, name="estimator_ticks")
+            self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
+            self.tf_timer = tf_publisher.attach(self, cfg.tf_rate)   # /tf, /tf_static, /robot_description
 
         def destroy_node(self):
             self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")

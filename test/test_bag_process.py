@@ -271,28 +271,7 @@ def test_container_records_both_storages_completely(tmp_path, ros_env, storage):
     assert len(read["/bridge/diagnostics"]) >= 10 and len(read["/bridge/command_latency"]) >= 9
 
 
-def test_fast_mcap_write_gives_the_bytes_rosbags_writes(tmp_path):
-    """BagWriter's MCAP fast path (one struct call per message) against rosbags' own Writer.write:
-    the same messages give the same file, byte for byte (chunk boundaries and indexes included)."""
-    from rclpy.serialization import serialize_message
-
-    from legged_wbc.ros.bag_writer import BagWriter
-
-    rng = np.random.default_rng(7)
-    msgs = [(t, serialize_message(m), m) for k in range(3000) for t, m in _stack_messages(rng).items()]
-    files = []
-    for fast in (True, False):
-        bw = BagWriter(tmp_path / f"{fast}" / "bag", "mcap")    # the same name: it is in the MCAP metadata
-        assert (bw._mcap is not None) is True
-        if not fast:
-            bw._mcap = None                     # every message through rosbags' Writer.write
-        for k, (topic, data, m) in enumerate(msgs):
-            bw.add_topic(topic, ros_io_type(m))
-            bw.write(topic, 1000 * k, data)
-        bw.close()
-        files.append(next((tmp_path / f"{fast}" / "bag").glob("*.mcap")).read_bytes())
-    assert len(files[0]) > 3 * 2**20            # several chunks
-    assert files[0] == files[1]
+# The fast MCAP path against rosbags' Writer.write (both compressions): test_bag_format.py
 
 
 def test_a_message_no_layout_fits_is_recorded_serialized_and_said_once(tmp_path, monkeypatch):

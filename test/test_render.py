@@ -385,7 +385,8 @@ def test_foxglove_layout_is_consistent_with_the_stack():
     ids = leaves(lay["layout"])
     assert sorted(ids) == sorted(lay["configById"]), "every panel is placed exactly once"
     for pid in ids:
-        assert pid.split("!")[0] in ("Plot", "StateTransitions", "RawMessages", "3D"), pid
+        assert pid.split("!")[0] in ("Plot", "StateTransitions", "RawMessages", "3D", "DiagnosticSummary",
+                                     "DiagnosticStatusPanel"), pid
     by_title = {c["foxglovePanelTitle"]: c for c in lay["configById"].values()}
     rm, wc = RobotModel("hexapod"), load_wbc_config()
     legs = rm.cfg.leg_names

@@ -39,8 +39,7 @@ import sys
 
 import numpy as np
 
-from legged_wbc.ros import adapters
-from legged_wbc.ros import io as ros_io
+from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io
 from legged_wbc.ros.params import NodeParameters
 
 
@@ -124,6 +123,7 @@ def _make_node_class():
                 self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos,
                                                            adapter=A.ArrayAdapter(Float64MultiArray()))
             self.ticks = ros_io.NewestTickRunner(self._run_tick, name="controller_ticks")
+            self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
             self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                    f"scenario {P.scenario}")
 

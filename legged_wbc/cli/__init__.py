@@ -1,4 +1,4 @@
-"""``legged-wbc``: the command-line entry point of the stack.
+"""legged-wbc: the command line of the legged_wbc stack (simulation, ROS 2 launch, analysis).
 
 One module per command group, each with ``register(subparsers)``; they are listed explicitly in
 :data:`COMMAND_GROUPS` (an import error in one of them is an error, not a missing command). The

@@ -123,6 +123,6 @@ def register(sub) -> None:
     s.add_argument("--slowdown", type=positive_float, default=1.0,
                    help="run on an emulated machine this many times slower: SCHED_FIFO tasks take 1 - 1/FACTOR of "
                    "every CPU in 0.3 ms slices (legged_wbc.tools.slow_cpu; needs root)")
-    s.add_argument("--backends", nargs="*", help=f"default: {' '.join(BENCH_BACKENDS)}")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--backends", nargs="*", help=f"qp: the backends timed (default: {' '.join(BENCH_BACKENDS)})")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_bench)

@@ -54,6 +54,7 @@ def cmd_export_mjcf(args) -> int:
 
     spec = build_spec(args.robot)
     spec.compile()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(spec.to_xml())
     print(f"wrote {args.out}")
     return 0
@@ -63,27 +64,29 @@ def register(sub) -> None:
 
     s = sub.add_parser("check-model", help="Pinocchio vs MuJoCo agreement at random states")
     s.add_argument("--robot", default="hexapod", help="robot name or YAML path")
-    s.add_argument("--states", type=positive_int, default=25)
-    s.add_argument("--seed", type=nonneg_int, default=0)
-    s.add_argument("--tol", type=positive_float, default=1e-9)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--states", type=positive_int, default=25, help="random joint configurations compared (default 25)")
+    s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the random states (default 0)")
+    s.add_argument("--tol", type=positive_float, default=1e-9,
+                   help="largest absolute error accepted; exit status 1 above it (default 1e-9)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_check_model)
 
     s = sub.add_parser("conditioning", help="extended-Jacobian conditioning over relative-pitch targets")
-    s.add_argument("--robot", default="hexapod")
+    s.add_argument("--robot", default="hexapod", help="robot name or YAML path")
     s.add_argument("--range", type=positive_float, default=0.5, help="theta targets in +-RANGE [rad]")
     s.add_argument("--samples", type=positive_int, default=41, help="theta samples per leg")
     s.add_argument("--plot", help="write a PNG figure (paper Fig. 4)")
     s.add_argument("--rows", action="store_true", help="include every sample in the JSON")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_conditioning)
 
     s = sub.add_parser("generate-urdf", help="write the URDF of a robot YAML")
-    s.add_argument("config", nargs="?", default="hexapod")
-    s.add_argument("--out")
+    s.add_argument("config", nargs="?", default="hexapod",
+                   help="hexapod, quadruped (config/robot_NAME.yaml) or a robot YAML path (default hexapod)")
+    s.add_argument("--out", help="URDF file to write (default: the robot's URDF under urdf/)")
     s.set_defaults(func=cmd_generate_urdf)
 
     s = sub.add_parser("export-mjcf", help="write the MuJoCo scene (MJCF) built from the URDF")
-    s.add_argument("--robot", default="hexapod")
-    s.add_argument("--out", default="hexapod_scene.xml")
+    s.add_argument("--robot", default="hexapod", help="robot name or YAML path")
+    s.add_argument("--out", default="out/scene.xml", help="MJCF file to write (default out/scene.xml)")
     s.set_defaults(func=cmd_export_mjcf)

@@ -51,7 +51,7 @@ def cmd_experiment(args) -> int:
 def register(sub) -> None:
     s = sub.add_parser("compare", help="Table 3 and figures from rosbag2 bags and/or headless run directories",
                        description="Reads rosbag2 directories (MCAP or sqlite3) recorded by the stack and/or "
-                                   "headless run directories (log.npz), computes the metrics of `legged-wbc run` "
+                                   "headless run directories (log.npz), computes the metrics of 'legged-wbc run' "
                                    "and writes OUT/report.md, OUT/metrics.json and PNG figures.")
     s.add_argument("inputs", nargs="+", metavar="RUN", help="bag directory (metadata.yaml) or headless run directory")
     s.add_argument("--out", required=True, help="output directory")
@@ -83,6 +83,6 @@ def register(sub) -> None:
                    help="ROS runs: process layout of the launch file (default: its default, container)")
     s.add_argument("--storage", choices=["mcap", "sqlite3"], default="mcap", help="bag storage")
     s.add_argument("--force", action="store_true", help="re-record runs whose output already exists")
-    s.add_argument("--no-figures", action="store_true")
+    s.add_argument("--no-figures", action="store_true", help="report and metrics only")
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=cmd_experiment)

@@ -48,7 +48,7 @@ def cmd_launch(args) -> int:
 
 # ------------------------------------------------------------------------------------ param
 def cmd_param(args) -> int:
-    from legged_wbc.ros.param_client import ParamClient, describe_text, parameter_value_to_python
+    from legged_wbc.ros.param_client import ParamClient, UnknownParameter, describe_text, parameter_value_to_python
 
     try:
         with ParamClient(args.node, timeout=args.timeout) as pc:
@@ -75,7 +75,7 @@ def cmd_param(args) -> int:
                 print(f"Setting parameter failed: {reason}", file=sys.stderr)
                 try:
                     print(describe_text(args.name, pc.describe(args.name)), file=sys.stderr)
-                except TimeoutError:
+                except (TimeoutError, UnknownParameter):
                     pass
                 return 1
             if args.action == "list":
@@ -86,6 +86,9 @@ def cmd_param(args) -> int:
             if args.action == "describe":
                 print(describe_text(args.name, pc.describe(args.name)))
                 return 0
+    except UnknownParameter as exc:      # like `ros2 param`: one line, exit 1
+        print(f"legged-wbc param {args.action}: {exc}", file=sys.stderr)
+        return 1
     except TimeoutError as exc:
         print(f"legged-wbc param: {exc}", file=sys.stderr)
         return 2
@@ -95,8 +98,10 @@ def cmd_param(args) -> int:
 # ------------------------------------------------------------------------------------ registration
 def register(sub) -> None:
     s = sub.add_parser("launch", help="run a ROS 2 XML launch file (e.g. walking_sim) with name:=value arguments",
-                       description="Run launch/NAME.launch.xml (or a launch file path) like `ros2 launch`: "
-                                   "each node in its own process, output prefixed [node], Ctrl-C stops all.")
+                       description="Run launch/NAME.launch.xml (or a launch file path) like 'ros2 launch': "
+                                   "one process per <node> of the file (walking_sim: one container process "
+                                   "hosting every node by default, layout:=processes for one process per node), "
+                                   "output prefixed [node], Ctrl-C stops all.")
     s.add_argument("launch_file", help="walking_sim, or a path to a .launch.xml file")
     s.add_argument("args", nargs=argparse.REMAINDER, metavar="name:=value",
                    help="launch arguments, e.g. controller:=cbf record:=bags/run1 duration:=10 "
@@ -106,8 +111,10 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_launch)
 
     s = sub.add_parser("param", help="get/set/list/describe parameters of a running node (live tuning)",
-                       description="Live parameter access through the rcl_interfaces services, like `ros2 param`.")
-    s.add_argument("action", choices=("get", "set", "list", "describe"))
+                       description="Live parameter access through the rcl_interfaces services, like 'ros2 param'.")
+    s.add_argument("action", choices=("get", "set", "list", "describe"),
+                   help="get NAME, set NAME VALUE, list (every parameter name), describe NAME (type, range, "
+                        "description)")
     s.add_argument("node", help="node name, e.g. wbc_controller or /mujoco_bridge")
     s.add_argument("name", nargs="?", help="parameter name")
     s.add_argument("value", nargs="?", help="new value (set), parsed as YAML and converted to the declared type")

@@ -115,7 +115,8 @@ class ShmBagSink:
     (``add_topic``, ``write`` for serialized messages, ``counts``, ``close``) plus :meth:`write_message`
     for message objects. Thread-safe (the control thread and the executor thread both write)."""
 
-    def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None):
+    def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None,
+                 compression: str = "zstd"):
         import multiprocessing as mp
 
         self.path = Path(path)
@@ -136,7 +137,7 @@ class ShmBagSink:
         self.ring = RecordRing.create(ring_bytes, ctx.Lock())
         self.proc = ctx.Process(target=run, name="bag_writer", daemon=False,
                                 args=(self.ring.name, self.ring.lock, str(self.path), storage, custom_data,
-                                      os.getpid()))
+                                      os.getpid(), compression))
         self.proc.start()
         t_end = time.monotonic() + START_TIMEOUT_S
         while self.ring.consumer_state == STARTING and self.proc.is_alive() and time.monotonic() < t_end:
@@ -309,10 +310,11 @@ def open_sink(path: Path, cfg, describe, log=None):
     :class:`~legged_wbc.ros.bag_writer.RecorderConfig`). Raises ``FileExistsError`` (the bag exists) or
     :class:`RecorderProcessError`."""
     if cfg.writer_process:
-        return ShmBagSink(path, cfg.storage, cfg.custom_data, int(cfg.ring_mb * 2**20), describe=describe, log=log)
+        return ShmBagSink(path, cfg.storage, cfg.custom_data, int(cfg.ring_mb * 2**20), describe=describe, log=log,
+                          compression=cfg.compression)
     from legged_wbc.ros.bag_writer import BagWriter
 
-    return BagWriter(path, cfg.storage, cfg.custom_data, describe=describe)
+    return BagWriter(path, cfg.storage, cfg.custom_data, describe=describe, compression=cfg.compression)
 
 
 # ------------------------------------------------------------------------------------ recorder process
@@ -370,17 +372,18 @@ def _splice_batches(records: list, topics: dict) -> dict:
     return out
 
 
-def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_pid: int) -> int:
+def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_pid: int,
+        compression: str = "zstd") -> int:
     """The recorder process: ring -> rosbag2 until the producer closes the ring (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # container stops us by closing the ring
     prefix = "[bag_writer] "
     ring = RecordRing.attach(ring_name, lock)
     try:
-        from legged_wbc.ros.bag_writer import BagWriter
+        from legged_wbc.ros.bag_writer import BagWriter, size_note
 
         topics: dict[int, dict] = {}
-        writer = BagWriter(Path(path), storage, custom_data,
+        writer = BagWriter(Path(path), storage, custom_data, compression=compression,
                            describe=lambda topic: (topics_by_name[topic]["qos"], topics_by_name[topic]["digest"]))
     except Exception as exc:
         print(f"{prefix}cannot open the bag {path}: {exc}", file=sys.stderr, flush=True)
@@ -442,7 +445,8 @@ def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_
     total = sum(writer.counts.values())
     per = ", ".join(f"{k} {v}" for k, v in sorted(writer.counts.items()) if v)
     why = " (the container exited without closing the ring)" if orphaned else ""
-    print(f"{prefix}bag closed: {path} ({total} messages: {per}; {dropped} dropped){why}", flush=True)
+    print(f"{prefix}bag closed: {path} ({total} messages: {per}; {dropped} dropped; {size_note(Path(path))}){why}",
+          flush=True)
     ring.set_consumer_state(DONE)
     ring.release()
     return 0

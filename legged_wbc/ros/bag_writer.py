@@ -11,6 +11,7 @@ chunk takes ~10 ms, which must not stall the control loop).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import struct
 import sys
@@ -55,6 +56,9 @@ class RecorderConfig:
                               "clock (sim time with use_sim_time), clock_topic = the newest recorded /clock (sim "
                               "time without a TimeSource; what the container uses)",
                               choices=("node_clock", "clock_topic"), live=False)
+    compression: str = param("zstd", desc="MCAP chunk compression, as rosbag2's MCAP storage writes by default "
+                             "(zstd); none = uncompressed chunks. sqlite3 is never compressed",
+                             choices=("zstd", "none"), live=False)
 
     hold_topics: tuple = param((), desc="start-up: subscribe these typed topics only once every other typed topic "
                                "has a matched publisher (the per-process launch names the bridge's topics: the "
@@ -136,6 +140,50 @@ def _msg_file(msgtype: str) -> Path | None:
         if p.exists():
             return p
     return None
+
+
+def _type_description_file(msgtype: str) -> Path | None:
+    """The installed ``share/<pkg>/msg/<Name>.json`` (rosidl's type description with its hashes), if any."""
+    path = _msg_file(msgtype)
+    return path.with_suffix(".json") if path is not None and path.with_suffix(".json").exists() else None
+
+
+def rihs01_of_description(described: dict) -> str:
+    """RIHS01 of a type description as rosidl computes it (``rosidl_generator_type_description.
+    calculate_type_hash``): SHA-256 of the compact JSON of ``{type_description, referenced_type_descriptions}``
+    without the fields' default values."""
+    d = {"type_description": described["type_description"],
+         "referenced_type_descriptions": described["referenced_type_descriptions"]}
+    strip = lambda td: {**td, "fields": [{k: v for k, v in f.items() if k != "default_value"}   # noqa: E731
+                                         for f in td["fields"]]}
+    d = {"type_description": strip(d["type_description"]),
+         "referenced_type_descriptions": [strip(td) for td in d["referenced_type_descriptions"]]}
+    import hashlib
+
+    text = json.dumps(d, ensure_ascii=True, allow_nan=False, indent=None, separators=(", ", ": "), sort_keys=False)
+    return "RIHS01_" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def type_hash(msgtype: str, typestore=None) -> str:
+    """The RIHS01 type hash of ``msgtype``: computed from the installed rosidl type description
+    (``share/<pkg>/msg/<Name>.json``, what the type support and the ROS graph use; a mismatch with the
+    hash stored in that file raises), else from rosbags' type store (types without an installed
+    package, e.g. ``tf2_msgs``; rosbags follows the same algorithm, except that it maps ``char`` to
+    ``uint8``, which none of the recorded types use)."""
+    path = _type_description_file(msgtype)
+    if path is not None:
+        doc = json.loads(path.read_text())
+        digest = rihs01_of_description(doc["type_description_msg"])
+        shipped = next((h["hash_string"] for h in doc.get("type_hashes", []) if h.get("type_name") == msgtype), None)
+        if shipped is not None and shipped != digest:
+            raise ValueError(f"{path}: type hash {shipped} does not match its description ({digest})")
+        return digest
+    if typestore is None:
+        from rosbags.typesys import Stores, get_typestore
+
+        typestore = get_typestore(Stores.ROS2_KILTED)
+        ensure_type(typestore, msgtype)
+    return typestore.hash_rihs01(msgtype)
 
 
 def ensure_type(typestore, msgtype: str, _seen: set | None = None) -> None:
@@ -238,24 +286,40 @@ def default_output() -> str:
     return datetime.now().strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
 
 
+ROS_DISTRO = "kilted"   # what rosbag2 writes in metadata.yaml (rosbags writes "rosbags")
+
+
 class BagWriter:
-    """A rosbag2 being written: ``add_topic``, ``write`` (serialized messages), ``close``."""
+    """A rosbag2 being written: ``add_topic``, ``write`` (serialized messages), ``close``.
+
+    As rosbag2 (Kilted) writes it, on top of ``rosbags``' writer: ``ros_distro: kilted`` (metadata.yaml,
+    the MCAP ``rosbag2`` metadata record, the sqlite3 ``schema`` table); each MCAP channel's metadata holds
+    ``topic_type_hash`` (RIHS01, :func:`type_hash`) next to ``offered_qos_profiles``; MCAP chunks are
+    zstd-compressed unless ``compression="none"`` (rosbag2's MCAP default; metadata.yaml's
+    ``compression_format``/``compression_mode`` stay empty: compression inside the storage, as rosbag2 says)."""
 
     def __init__(self, path: Path, storage: str = "mcap", custom_data: str = "",
-                 describe: Callable[[str], tuple[list, str | None]] | None = None):
+                 describe: Callable[[str], tuple[list, str | None]] | None = None, compression: str = "zstd"):
         from rosbags.rosbag2 import StoragePlugin, Writer
+        from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
         from rosbags.typesys import Stores, get_typestore
 
         self.typestore = get_typestore(Stores.ROS2_KILTED)
         self.path = Path(path)
         if self.path.exists():
             raise FileExistsError(f"output {self.path} exists already; rosbag2 never overwrites a bag")
+        if compression not in ("zstd", "none"):
+            raise ValueError(f"compression must be zstd or none, not {compression!r}")
         plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
         self.writer = Writer(self.path, version=9, storage_plugin=plugin)
+        if storage == "mcap" and compression == "zstd":
+            self.writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
         for item in filter(None, (s.strip() for s in custom_data.split(";"))):
             key, _, value = item.partition("=")
             self.writer.set_custom_data(key.strip(), value.strip())
         self.writer.open()
+        self.storage = storage
+        _as_rosbag2_writes(self.writer.storage)
         self._mcap = self.writer.storage if storage == "mcap" and _has_mcap_internals(self.writer) else None
         self.describe = describe or (lambda topic: ([], None))
         self.types: dict[str, str] = {}
@@ -319,7 +383,7 @@ class BagWriter:
             qos, digest = self.describe(topic)
             msgdef, _ = self.typestore.generate_msgdef(msgtype, ros_version=2)
             conn = self.writer.add_connection(topic, msgtype, msgdef=msgdef,
-                                              rihs01=digest or self.typestore.hash_rihs01(msgtype),
+                                              rihs01=digest or type_hash(msgtype, self.typestore),
                                               offered_qos_profiles=qos)
             self.connections[topic] = conn
         return conn
@@ -330,3 +394,68 @@ class BagWriter:
             return
         self.closed = True
         self.writer.close()
+        meta = self.path / "metadata.yaml"   # rosbags writes ros_distro: rosbags (2-space indent, one line)
+        meta.write_text(meta.read_text().replace("\n  ros_distro: rosbags\n", f"\n  ros_distro: {ROS_DISTRO}\n"))
+        if self.storage == "sqlite3":
+            import sqlite3
+
+            for db in self.path.glob("*.db3"):
+                con = sqlite3.connect(db)
+                with con:
+                    con.execute("UPDATE schema SET ros_distro = ?", (ROS_DISTRO,))
+                con.close()
+
+    def size_bytes(self) -> int:
+        """Bytes of the bag's storage files (after :meth:`close`)."""
+        return bag_size_bytes(self.path)
+
+
+def bag_size_bytes(path: Path) -> int:
+    """Bytes of a rosbag2 directory's storage files (``*.mcap``, ``*.db3``, compressed variants)."""
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file() and f.name != "metadata.yaml")
+
+
+def size_note(path: Path) -> str:
+    """``"3.1 MB, 1.04 MB per recorded second"`` of a closed bag (its storage files over metadata.yaml's
+    duration: sim time when the stamps are) for the recorder's closing line; "" if unreadable."""
+    import yaml
+
+    try:
+        size = bag_size_bytes(path)
+        info = yaml.safe_load((Path(path) / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+        duration_s = info["duration"]["nanoseconds"] / 1e9
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return ""
+    per = f", {size / 1e6 / duration_s:.2f} MB per recorded second" if duration_s and duration_s > 0 else ""
+    return f"{size / 1e6:.1f} MB{per}"
+
+
+def _as_rosbag2_writes(storage) -> None:
+    """Make ``rosbags``' open storage writer write what rosbag2 does where the two differ (pinned rosbags
+    0.11.9): the MCAP channel metadata gets ``topic_type_hash``, the metadata handed to the storage (the MCAP
+    ``rosbag2`` record, the sqlite3 ``metadata`` table) says ``ros_distro: kilted``."""
+    close = storage.close
+
+    def close_as_kilted(version, metadata: str):
+        return close(version, metadata.replace("\nros_distro: rosbags", f"\nros_distro: {ROS_DISTRO}"))
+
+    storage.close = close_as_kilted
+    if type(storage).__name__ != "McapWriter":
+        return
+    from rosbags.rosbag2 import storage_mcap as sm
+
+    def add_connection(connection, offered_qos_profiles: str) -> None:   # McapWriter.add_connection + the hash
+        from io import BytesIO
+
+        metadata = BytesIO()
+        sm.write_string(metadata, "offered_qos_profiles")
+        sm.write_string(metadata, offered_qos_profiles)
+        if connection.digest:
+            sm.write_string(metadata, "topic_type_hash")
+            sm.write_string(metadata, connection.digest)
+        storage.channels.append(sm.Channel(connection.id, connection.msgtype, connection.topic,
+                                           connection.ext.serialization_format, metadata.getvalue()))
+        storage.channel_stats[connection.id] = 0
+        sm.write_channel(storage.chunk.bio, storage.channels[-1], storage.schemas)
+
+    storage.add_connection = add_connection

@@ -72,6 +72,10 @@ def value_for_type(text: str, ptype: int):
     raise ValueError(f"setting parameters of type {TYPE_NAMES.get(ptype, ptype)} is not supported")
 
 
+class UnknownParameter(LookupError):
+    """The node has no parameter of that name (the message says which node, and the closest names)."""
+
+
 class ParamClient:
     """Synchronous client of one node's parameter services."""
 
@@ -121,13 +125,31 @@ class ParamClient:
         return fut.result()
 
     def describe(self, name: str):
-        return self.call("describe", names=[name]).descriptors[0]
+        """The descriptor of ``name``; raises :class:`UnknownParameter` if the node has no such parameter."""
+        res = self.call("describe", names=[name])
+        if not res.descriptors:      # rclpy answers an undeclared name with an empty list
+            raise UnknownParameter(self._unknown(name))
+        return res.descriptors[0]
 
     def get(self, name: str):
+        """The value of ``name``; raises :class:`UnknownParameter` if the node has no such parameter."""
         res = self.call("get", names=[name])
         if not res.values:
-            raise KeyError(name)
+            raise UnknownParameter(self._unknown(name))
         return res.values[0]
+
+    def _unknown(self, name: str) -> str:
+        """``parameter X is not declared on /node`` (+ the closest declared names)."""
+        import difflib
+
+        try:
+            names = list(self.call("list", prefixes=[], depth=0).result.names)
+        except TimeoutError:
+            names = []
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        return (f"parameter {name} is not declared on {self.target}"
+                + (f" (did you mean {', '.join(close)}?)" if close else f" ({len(names)} parameters: "
+                   f"legged-wbc param list {self.target.lstrip('/')})" if names else ""))
 
     def set(self, name: str, text: str):
         """Set from text; returns ``(successful, reason, value)``."""
@@ -137,7 +159,7 @@ class ParamClient:
         if d.type == 0:
             cur = self.get(name)
             if cur.type == 0:
-                return False, f"parameter {name} is not declared on {self.target}", None
+                raise UnknownParameter(self._unknown(name))
             ptype = cur.type
         else:
             ptype = d.type

@@ -37,7 +37,7 @@ from pathlib import Path
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.bag_process import LocalTaps, RecorderProcessError, open_sink
 from legged_wbc.ros.bag_writer import (BagStamps, RecorderConfig, StartupGate, default_output, describe_publishers,
-                                       message_class)
+                                       message_class, size_note)
 from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
 
@@ -181,7 +181,7 @@ def _make_node_class():
             per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
             where = " by the recorder process" if self.local is not None else ""
             self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages: {per}"
-                                   f"{f'; {dropped} DROPPED' if dropped else ''})")
+                                   f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(self.path)})")
 
     return BagRecorder
 

@@ -77,6 +77,8 @@ EXTRA_ROWS = [
     ("watchdog events / stale / rejected commands", ("watchdog_events", "stale_commands", "rejected_commands"), "{:d}"),
     ("first support-leg violation (s)", ("first_violation_time_s",), "{:.3f}"),
     ("evaluated samples (ticks, QP accepted)", ("samples",), "{:d}"),
+    ("bag size (MB) / per simulated second (MB/s)", ("bag_mb", "bag_mb_per_sim_s"), "{:.2f}"),
+    ("bag MCAP chunk compression", ("bag_compression",), None),
 ]
 # metric -> "worse" direction for the worst case of repeated runs
 WORSE_HIGH = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm", "qp_p99_us",
