@@ -114,19 +114,8 @@ def publish(pub, msg) -> None:
     recorder) gets the serialization, as from DDS (its sink is thread-safe; these messages have no fixed
     layout to pack), any other its callback; DDS only for matched outside subscribers. Anything else:
     ``publish``."""
-    local = getattr(pub, "_local", None)
-    if local is None or not hasattr(pub, "dds_subscription_count"):
+    now = getattr(pub, "publish_now", None)    # IntraPublisher: see its publish_now
+    if now is None:
         pub.publish(msg)
-        return
-    raw = None
-    for sub in list(local):
-        if sub.raw:
-            if raw is None:
-                from rclpy.serialization import serialize_message
-
-                raw = serialize_message(msg)
-            sub.callback(raw)
-        elif sub.value_cb is None:
-            sub.callback(msg)
-    if pub.dds_subscription_count():
-        pub.pub.publish(msg)
+    else:
+        now(msg)

@@ -149,6 +149,29 @@ class IntraPublisher:
                 value = self.adapter.to_value(msg)
             bus.link.send(self.topic_name, msg if value is None else value)
 
+    def publish_now(self, msg) -> None:
+        """Publish ``msg`` from a thread other than the control chain's (a background publisher):
+        co-located subscribers get it now, in this thread, never deferred to the chain's flush; a raw
+        subscription (the recorder) gets its serialization, as from DDS (these messages have no fixed
+        layout; the recorder's sink is thread-safe); then DDS for matched outside subscribers and the
+        linked process (one frame of its own) if it subscribes."""
+        raw = None
+        for sub in list(self._local):
+            try:
+                if sub.raw:
+                    if raw is None:
+                        raw = _serialize(msg)
+                    sub.callback(raw)
+                elif sub.value_cb is None:
+                    sub.callback(msg)
+            except Exception:
+                self.bus._callback_failed(sub)
+        if self._dds_n:
+            self.pub.publish(msg)
+            self.dds_published += 1
+        if self._link_n:
+            self.bus.link.send(self.topic_name, msg if self.adapter is None else self.adapter.to_value(msg))
+
     def _on_matched(self, current_count: int) -> None:
         """The publisher's matched event (executor thread): the DDS subscriptions matched now.
         (``get_subscription_count`` goes through the rmw graph: asked on every publication it cost
