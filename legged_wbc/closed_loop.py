@@ -14,6 +14,12 @@ exactly as in the lockstep bridge); during the first ``N`` ticks, which no comma
 joints are damped as by the bridge before its first command (its watchdog's ``-watchdog_damping * dq``,
 ``config/mujoco_bridge.yaml``, clipped to the effort limits, recomputed every physics step). The
 logged ``tau`` stays the command computed at each tick.
+
+The simulation is built as the bridge builds it (:func:`mujoco_bridge.scenario_setup.scenario_sim`):
+the scenario's ``actuators`` and ``sensor_delay_ticks`` act inside it, so the estimator reads the
+delayed samples the bridge would publish, while the disturbance (physics) uses the true joint
+positions, as in the bridge. ``tau_saturated`` logs per tick and joint whether the actuator clipped
+the applied torque at one of the tick's physics steps (``torque_saturation_pct``).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import numpy as np
 
 from mujoco_bridge.config import load_bridge_config
 from mujoco_bridge.scheduler import damping_torque
-from mujoco_bridge.sim import MujocoSim, SensorNoise
+from mujoco_bridge.scenario_setup import scenario_sim
+from mujoco_bridge.sim import SensorNoise
 from mujoco_bridge.timing import CommandDelayLine
 from state_estimator.config import load_estimator_config
 from state_estimator.estimator import StateEstimator
@@ -135,8 +142,8 @@ class ClosedLoop:
         self.gait_cfg = GaitConfig.from_dict(scenario.gait_dict(rm.cfg.gait))
         noise = SensorNoise(**{k: scenario.noise[k] for k in ("joint_velocity", "gyro", "accel", "seed")
                                if k in scenario.noise})
-        self.sim = MujocoSim(rm, noise=noise, terrain=scenario.terrain)
-        self.sim.set_physics(**scenario.physics())  # ground friction, payload, push (evaluation scenarios)
+        # ground friction, payload, push, actuators, sensor delay: as the bridge builds its simulation
+        self.sim = scenario_sim(rm, scenario, noise)
         over = scenario.controller_overrides(mode)
         if solver:
             over["solver"] = solver
@@ -173,6 +180,7 @@ class ClosedLoop:
             "base_pos": np.zeros((steps, 3)), "base_quat": np.zeros((steps, 4)), "base_vel_world": np.zeros((steps, 3)),
             "est_pos": np.zeros((steps, 3)), "est_vel_world": np.zeros((steps, 3)),
             "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
+            "tau_saturated": np.zeros((steps, n), bool),
         }
         fell, reason = False, ""
         # the loop writes the rows of S through local names (no dict look-ups per tick)
@@ -182,6 +190,7 @@ class ClosedLoop:
         s_accepted, s_safe_stop, s_base_pos, s_base_quat = S["qp_accepted"], S["safe_stop"], S["base_pos"], S["base_quat"]
         s_base_vel, s_est_pos, s_est_vel, s_joint_pos = (S["base_vel_world"], S["est_pos"], S["est_vel_world"],
                                                          S["joint_pos"])
+        s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
@@ -209,7 +218,8 @@ class ClosedLoop:
                 tau_applied = delay_push(out.tau)      # command_delay_ticks = 0: out.tau itself
                 if tau_applied is not None:
                     sim.set_torque(tau_applied)
-                tau_dist = self.disturbance.torque(t, f.joint_pos, bool(est.support[dist_leg]))
+                # at the true joint positions, as in the bridge (a delayed sensor sample lags them)
+                tau_dist = self.disturbance.torque(t, sim.joint_positions(), bool(est.support[dist_leg]))
                 sim.set_disturbance(tau_dist)
                 if on_tick is not None:
                     on_tick(self, t, f, est)
@@ -241,6 +251,7 @@ class ClosedLoop:
                     for _ in range(PHYSICS_PER_CONTROL):
                         sim.set_torque(damping_torque(sim.joint_velocities(), self.no_command_damping, effort))
                         sim.step(1)
+                s_saturated[k] = take_saturation()      # clipped by the actuator at a step of this tick
                 # fall detection on ground truth (evaluation only)
                 qx, qy = float(q_gt[3]), float(q_gt[4])
                 z = float(q_gt[2]) - float(ground(q_gt[0], q_gt[1]))   # above the terrain under the base

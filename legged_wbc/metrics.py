@@ -6,7 +6,10 @@ Series (arrays over control ticks, 500 Hz):
 * ``t`` (T,) [s]; ``theta`` (T, N) relative pitch [rad]; ``support`` (T, N) estimated support set;
 * ``rp_err`` (T, 2) body roll / pitch error [rad]; ``tau`` (T, n) joint command torque [N m];
 * ``qp_time_us`` (T,) QP time (build + solve + residual check) [us]; ``qp_accepted`` (T,) bool;
-* ``base_pos`` (T, 3) ground-truth base position [m].
+* ``base_pos`` (T, 3) ground-truth base position [m];
+* optional ``tau_saturated`` (T, n) bool: the actuator clipped the applied torque of that joint at a
+  physics step of that tick (``torque_saturation_pct``: their share of ticks x joints, in percent;
+  None without the series).
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
         out["torque_max_nm"] = float(np.abs(tau).max()) if tau.size else None
     else:
         out["torque_rms_nm"] = out["torque_max_nm"] = None
+    sat = series.get("tau_saturated")        # optional: (T, n) bool, the actuator clipped the torque
+    if sat is not None and len(sat) and np.any(ok):
+        s = np.asarray(sat, dtype=bool)[ok]
+        out["torque_saturation_pct"] = float(100.0 * np.count_nonzero(s) / s.size) if s.size else None
+    else:
+        out["torque_saturation_pct"] = None
     if "qp_time_us" not in missing:
         qt = np.asarray(series["qp_time_us"])[ok]
         out["qp_p99_us"] = float(np.percentile(qt, 99)) if qt.size else None

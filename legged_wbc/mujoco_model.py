@@ -5,6 +5,13 @@ joint of the base, the ground (the scenario's terrain, :mod:`legged_wbc.terrain`
 armature (the same values Pinocchio uses), foot contact parameters, an IMU site with
 orientation / gyro / accelerometer sensors, a light and a tracking camera. Only the foot spheres
 and the base box collide. ``legged-wbc export-mjcf`` writes the result as MJCF for inspection.
+
+``actuators``: ``"ideal"`` (default: the motors are perfect torque sources, the joints have no
+friction) or ``"realistic"``: the joints also get the robot YAML's ``leg_type.actuator`` friction,
+Coulomb as ``frictionloss`` [N m] and viscous as ``damping`` [N m s/rad] (MuJoCo integrates the
+damping implicitly; ``frictionloss`` is a soft constraint of its solver, see docs/design.md,
+*Actuator model*). The torque-speed envelope is not in the model: MuJoCo's ``forcerange`` is
+constant, so :class:`mujoco_bridge.sim.MujocoSim` clips the torque at every physics step.
 """
 
 from __future__ import annotations
@@ -16,10 +23,15 @@ from legged_wbc.robot import RobotConfig, load_robot_config
 from legged_wbc.terrain import add_terrain, is_terrain_geom
 
 TIMESTEP = 0.001  # [s] physics step (1 kHz)
+ACTUATOR_MODELS = ("ideal", "realistic")
 
 
-def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP, terrain=None) -> mujoco.MjSpec:
-    """The robot's spec; ``terrain`` (:class:`legged_wbc.terrain.Terrain`, None: flat) is its ground."""
+def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP, terrain=None,
+               actuators: str = "ideal") -> mujoco.MjSpec:
+    """The robot's spec; ``terrain`` (:class:`legged_wbc.terrain.Terrain`, None: flat) is its ground,
+    ``actuators`` (``ideal`` | ``realistic``) its joints' friction."""
+    if actuators not in ACTUATOR_MODELS:
+        raise ValueError(f"actuators: must be one of {list(ACTUATOR_MODELS)}, got {actuators!r}")
     if not isinstance(cfg, RobotConfig):
         cfg = load_robot_config(cfg)
     spec = mujoco.MjSpec.from_file(str(cfg.urdf_path()))
@@ -43,10 +55,16 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
                     objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
     lt = cfg.leg_type
     arm = dict(zip(lt.joint_suffixes, lt.armature))
+    drive = lt.drive
+    coulomb = dict(zip(lt.joint_suffixes, drive.coulomb_friction))
+    viscous = dict(zip(lt.joint_suffixes, drive.viscous_friction))
     for leg in cfg.legs:
         for suffix, jname in zip(lt.joint_suffixes, leg.joint_names(lt)):
             j = spec.joint(jname)
             j.armature = arm[suffix]
+            if actuators == "realistic":        # ideal: no joint friction (MuJoCo's defaults, 0)
+                j.frictionloss = coulomb[suffix]
+                j.damping = [viscous[suffix], 0.0, 0.0]   # linear coefficient (MuJoCo 4: polynomial)
             j.limited = mujoco.mjtLimited.mjLIMITED_FALSE  # limits are the controller's business
             spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
                               ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
@@ -69,8 +87,9 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
     return spec
 
 
-def build_model(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP, terrain=None) -> mujoco.MjModel:
-    return build_spec(cfg, timestep, terrain).compile()
+def build_model(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP, terrain=None,
+                actuators: str = "ideal") -> mujoco.MjModel:
+    return build_spec(cfg, timestep, terrain=terrain, actuators=actuators).compile()
 
 
 def hinge_joint_names(m: mujoco.MjModel) -> list[str]:

@@ -73,6 +73,43 @@ def _pos(name: str, value) -> float:
 
 
 @dataclass(frozen=True)
+class ActuatorSpec:
+    """The joint drives of one leg type as the simulation's ``actuators: realistic`` models them
+    (``leg_type.actuator`` of the robot YAML; per joint of the leg, like ``effort``).
+
+    The peak torque is ``leg_type.effort`` (the current limit; also the controller's realistic
+    torque bounds). ``stall_torque`` [N m] and ``no_load_speed`` [rad/s] give the voltage line of the
+    torque-speed envelope (see :class:`mujoco_bridge.sim.ActuatorEnvelope`); ``coulomb_friction``
+    [N m] and ``viscous_friction`` [N m s/rad] become MuJoCo's joint ``frictionloss`` and
+    ``damping``. Missing keys: stall torque = effort, no-load speed = ``leg_type.velocity``, no
+    friction."""
+
+    stall_torque: tuple[float, ...]
+    no_load_speed: tuple[float, ...]
+    coulomb_friction: tuple[float, ...]
+    viscous_friction: tuple[float, ...]
+
+    @classmethod
+    def from_dict(cls, d: dict | None, effort, velocity) -> "ActuatorSpec":
+        d = d or {}
+        if not isinstance(d, dict):
+            raise ConfigError(f"leg_type.actuator: expected a mapping, got {d!r}")
+        unknown = sorted(set(d) - {"stall_torque", "no_load_speed", "coulomb_friction", "viscous_friction"})
+        if unknown:
+            raise ConfigError(f"leg_type.actuator: unknown keys {unknown}")
+        pos = {k: tuple(_pos(f"leg_type.actuator.{k}[{i}]", v) for i, v in
+                        enumerate(_vec(f"leg_type.actuator.{k}", d.get(k, dflt), 4)))
+               for k, dflt in (("stall_torque", effort), ("no_load_speed", velocity))}
+        nonneg = {}
+        for k in ("coulomb_friction", "viscous_friction"):
+            v = _vec(f"leg_type.actuator.{k}", d.get(k, [0.0] * 4), 4)
+            if min(v) < 0:
+                raise ConfigError(f"leg_type.actuator.{k}: must be >= 0, got {list(v)}")
+            nonneg[k] = v
+        return cls(**pos, **nonneg)
+
+
+@dataclass(frozen=True)
 class LegType:
     """One leg type shared by all legs (lengths [m], masses [kg], limits [rad], [N m])."""
 
@@ -90,6 +127,7 @@ class LegType:
     upper: tuple[float, ...]
     effort: tuple[float, ...]
     velocity: tuple[float, ...]
+    actuator: ActuatorSpec | None = None   # None: stall = effort, no-load speed = velocity, no friction
 
     def __post_init__(self):
         if len(self.joint_suffixes) != 4:
@@ -100,6 +138,7 @@ class LegType:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LegType":
+        effort, velocity = _vec("leg_type.effort", d["effort"], 4), _vec("leg_type.velocity", d["velocity"], 4)
         return cls(
             joint_suffixes=tuple(str(s) for s in d["joint_suffixes"]),
             foot_link_suffix=str(d.get("foot_link_suffix", "foot")),
@@ -113,9 +152,15 @@ class LegType:
             armature=_vec("leg_type.armature", d.get("armature", [0, 0, 0, 0]), 4),
             lower=_vec("leg_type.lower", d["lower"], 4),
             upper=_vec("leg_type.upper", d["upper"], 4),
-            effort=_vec("leg_type.effort", d["effort"], 4),
-            velocity=_vec("leg_type.velocity", d["velocity"], 4),
+            effort=effort,
+            velocity=velocity,
+            actuator=ActuatorSpec.from_dict(d.get("actuator"), effort, velocity),
         )
+
+    @property
+    def drive(self) -> ActuatorSpec:
+        """The actuator spec (defaults filled in when the YAML has none)."""
+        return self.actuator or ActuatorSpec.from_dict(None, self.effort, self.velocity)
 
 
 @dataclass(frozen=True)

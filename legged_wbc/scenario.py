@@ -18,6 +18,15 @@ And the command path's latency: ``command_delay_ticks`` (int >= 0, default 0): t
 that answers control tick ``k`` is applied from control period ``k + 1 + N`` (the one from tick
 ``k + N`` to ``k + N + 1``) instead of ``k + 1``; the headless loop and the bridge honour it alike (see
 :mod:`legged_wbc.closed_loop` and :mod:`mujoco_bridge.scheduler`).
+
+The sensor path's latency: ``sensor_delay_ticks`` (int >= 0, default 0): every sensor sample
+(joint states, IMU) reports the robot as it was ``N`` control ticks (``2 N`` physics steps) before
+its time; the first ones, before that much time has passed, the state at the start. The simulation
+applies it (:class:`mujoco_bridge.sim.MujocoSim`), so the headless loop and the bridge alike.
+
+The drives: ``actuators`` (``ideal``, the default: perfect torque sources up to the joint's effort
+limit, no joint friction; ``realistic``: the robot YAML's torque-speed envelope at every physics
+step and its Coulomb + viscous joint friction; see :mod:`mujoco_bridge.sim`).
 """
 
 from __future__ import annotations
@@ -64,7 +73,8 @@ PHYSICS_DEFAULTS = {
     "terrain": dict(_terrain.DEFAULTS),
 }
 # Top-level keys a scenario file may omit, with their defaults.
-SCALAR_DEFAULTS = {"command_delay_ticks": 0}
+SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators": "ideal"}
+ACTUATOR_MODELS = ("ideal", "realistic")
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,8 @@ class Scenario:
     payload_kg: float                  # mass added to the body [kg]
     push: Push
     command_delay_ticks: int = 0       # the command answering tick k acts from period k + 1 + N
+    sensor_delay_ticks: int = 0        # the sample of tick k reports the state of tick k - N
+    actuators: str = "ideal"           # ideal | realistic (mujoco_bridge.sim)
     terrain: _terrain.Terrain = _terrain.Terrain()   # the ground (legged_wbc.terrain)
 
     def physics(self) -> dict:
@@ -172,17 +184,25 @@ def with_physics_defaults(raw: dict) -> dict:
     return raw
 
 
-def _delay_ticks(value) -> int:
-    """``command_delay_ticks``: an integer >= 0 (``2`` or ``2.0``; not ``2.5``, ``true`` or ``-1``)."""
+def _delay_ticks(value, key: str = "command_delay_ticks") -> int:
+    """A delay in ticks: an integer >= 0 (``2`` or ``2.0``; not ``2.5``, ``true`` or ``-1``)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
             or value != int(value) or value < 0):
-        raise ConfigError(f"scenario.command_delay_ticks: must be an integer >= 0, got {value!r}")
+        raise ConfigError(f"scenario.{key}: must be an integer >= 0, got {value!r}")
     return int(value)
+
+
+def _actuators(value) -> str:
+    if value not in ACTUATOR_MODELS:
+        raise ConfigError(f"scenario.actuators: must be one of {', '.join(ACTUATOR_MODELS)}, got {value!r}")
+    return value
 
 
 def scenario_from_dict(raw: dict) -> Scenario:
     raw = with_physics_defaults(raw)
     delay = _delay_ticks(raw["command_delay_ticks"])
+    sensor_delay = _delay_ticks(raw["sensor_delay_ticks"], "sensor_delay_ticks")
+    actuators = _actuators(raw["actuators"])
     try:
         walk, su, dist = raw["walk"], raw["stand_up"], raw["disturbance"]
         t_s = float(walk["t_s"])
@@ -203,7 +223,8 @@ def scenario_from_dict(raw: dict) -> Scenario:
             payload_kg=float(raw["payload"]["mass_kg"]),
             push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),
                       start=t_s + float(raw["push"]["start_offset"]), duration=float(raw["push"]["duration"])),
-            command_delay_ticks=delay, terrain=_terrain.Terrain.from_dict(raw["terrain"]))
+            command_delay_ticks=delay, sensor_delay_ticks=sensor_delay, actuators=actuators,
+            terrain=_terrain.Terrain.from_dict(raw["terrain"]))
     except KeyError as exc:
         raise ConfigError(f"scenario: missing key {exc}") from exc
     except (TypeError, ValueError) as exc:

@@ -13,7 +13,10 @@ Initial state: ``RobotModel.stance_configuration(h)`` (level, at the origin, fee
 rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial_height`` (see
 ``config/scenarios/``), else the robot config's stance height. Sensor noise: the ``noise_*``
 parameters, or the scenario's ``noise`` block when they are all zero. Ground friction, payload and
-push: the scenario's (:func:`scenario_sim`), as in the headless loop. Command delay: the scenario's
+push: the scenario's (:func:`scenario_sim`), as in the headless loop; so are the actuator model
+(``actuators``) and the sensor delay (``sensor_delay_ticks``), which the simulation itself applies
+(:class:`~mujoco_bridge.sim.MujocoSim`: every sample the bridge publishes, at the ticks and between
+them, reports the state ``2 N`` physics steps earlier). Command delay: the scenario's
 ``command_delay_ticks`` (:func:`delay_ticks`), which the node hands to
 :class:`~mujoco_bridge.scheduler.BridgeScheduler`.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mujoco_bridge.sim import MujocoSim, SensorNoise
+from mujoco_bridge.sim import STEPS_PER_TICK, MujocoSim, SensorNoise
 
 
 def load_scenario_config(name: str):
@@ -49,8 +52,12 @@ def sensor_noise(scenario, joint_velocity: float, gyro: float, accel: float, see
 
 def scenario_sim(robot, scenario, noise: SensorNoise) -> MujocoSim:
     """The simulation of ``robot`` with the scenario's physical variations (``ground.friction``,
-    ``payload.mass_kg``, ``push``; ``Scenario.physics()``), applied exactly as the headless loop does."""
-    sim = MujocoSim(robot, noise=noise, terrain=getattr(scenario, "terrain", None))
+    ``payload.mass_kg``, ``push``; ``Scenario.physics()``), its ``terrain``, ``actuators`` and its
+    ``sensor_delay_ticks`` (ticks of the stack's 2 ms control period); the headless loop builds its
+    simulation with this function too."""
+    sim = MujocoSim(robot, noise=noise, actuators=getattr(scenario, "actuators", "ideal"),
+                    terrain=getattr(scenario, "terrain", None),
+                    sensor_delay_steps=STEPS_PER_TICK * int(getattr(scenario, "sensor_delay_ticks", 0)))
     if scenario is not None:
         sim.set_physics(**scenario.physics())
     return sim

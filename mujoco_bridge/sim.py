@@ -6,19 +6,35 @@ side. Sensors are what a real robot gives: joint positions / velocities / applie
 IMU (orientation quaternion ``xyzw`` base->world, gyro in the IMU (= base) frame [rad/s],
 accelerometer specific force in the base frame [m/s^2]). Ground truth (``q``, ``v``, foot contact)
 is available separately for evaluation only.
+
+Actuators (``actuators``, the scenario key of the same name): ``"ideal"`` applies the commanded
+torque as it is (MuJoCo clamps it to the joint's ``effort`` through the URDF's
+``actuatorfrcrange``, as it always did); ``"realistic"`` adds the robot YAML's joint friction to the
+model (:func:`legged_wbc.mujoco_model.build_spec`) and clips the command at every physics step to
+the torque-speed envelope at the joint velocity of that step (:class:`ActuatorEnvelope`). Either
+way :meth:`MujocoSim.take_saturation` says which joints were clipped since it was last called.
+
+Sensor delay (``sensor_delay_steps`` ``D``, the scenario's ``sensor_delay_ticks`` times 2): what
+:meth:`MujocoSim.sensors` returns after ``s`` physics steps is what it would have returned after
+``max(0, s - D)`` steps (joint positions, velocities, efforts and the IMU alike; noise is drawn
+when read); before ``D`` steps have passed it is the state at the reset. Everything else
+(ground truth, :meth:`joint_positions`, :meth:`joint_velocities`) stays undelayed: the physics side.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 
-from legged_wbc.conventions import StateConverter, quat_wxyz_to_xyzw
+from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS, StateConverter, quat_wxyz_to_xyzw
 from legged_wbc.model import RobotModel
-from legged_wbc.mujoco_model import TIMESTEP, actuator_joint_names, build_model, hinge_joint_names
+from legged_wbc.mujoco_model import ACTUATOR_MODELS, TIMESTEP, actuator_joint_names, build_model, hinge_joint_names
 from legged_wbc.terrain import Terrain, is_terrain_geom
+
+STEPS_PER_TICK = CONTROL_PERIOD_NS // PHYSICS_DT_NS     # physics steps per control tick (2)
 
 
 @dataclass
@@ -48,16 +64,87 @@ class SensorFrame:
     imu_accel: np.ndarray        # specific force in the base frame [m/s^2]
 
 
+class ActuatorEnvelope:
+    """The torque-speed envelope of the realistic actuators, per joint (any joint order, as given).
+
+    A drive limited by its supply voltage and its current: with stall torque ``S``, no-load speed
+    ``W`` and peak torque ``P`` (the current limit), at joint velocity ``w`` the applied torque is
+    clipped to ``[lo, hi]``::
+
+        hi(w) =  clip(S * (1 - w / W), 0, P)     # torque along +w: S at rest, 0 at w = W, linear
+        lo(w) = -clip(S * (1 + w / W), 0, P)     # the mirror image for negative torques
+
+    Driving the joint in its direction of motion (motoring) the torque falls linearly from ``S`` at
+    rest to zero at the no-load speed (and stays zero beyond it); braking (torque against the motion)
+    the back EMF helps the supply, the voltage line rises to ``S (1 + |w| / W)``, and the current
+    limit ``P`` caps it: with ``S = P`` (our robot YAMLs) a joint can brake with its full peak torque
+    at any speed. ``S`` and ``W`` are the robot YAML's ``leg_type.actuator.stall_torque`` /
+    ``no_load_speed``, ``P`` its ``effort``."""
+
+    def __init__(self, stall, no_load_speed, peak):
+        self.stall = np.asarray(stall, dtype=float).copy()
+        self.no_load_speed = np.asarray(no_load_speed, dtype=float).copy()
+        self.peak = np.asarray(peak, dtype=float).copy()
+        if not (self.stall.shape == self.no_load_speed.shape == self.peak.shape and np.all(self.stall > 0)
+                and np.all(self.no_load_speed > 0) and np.all(self.peak > 0)):
+            raise ValueError("actuator envelope: stall torque, no-load speed and peak torque must be positive, "
+                             "one per joint")
+        self._slope = self.stall / self.no_load_speed
+
+    def limits(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` [N m] at joint velocities ``w`` [rad/s]."""
+        # ufuncs with out= (np.clip costs several times more on arrays this small: every physics step)
+        sw = self._slope * w
+        hi = self.stall - sw
+        np.minimum(np.maximum(hi, 0.0, out=hi), self.peak, out=hi)
+        lo = self.stall + sw
+        np.negative(np.minimum(np.maximum(lo, 0.0, out=lo), self.peak, out=lo), out=lo)
+        return lo, hi
+
+    def clip(self, tau: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``tau`` clipped to the envelope at ``w`` (a new array)."""
+        lo, hi = self.limits(w)
+        return np.minimum(np.maximum(tau, lo, out=lo), hi, out=hi)
+
+
 class MujocoSim:
-    """The robot in MuJoCo at 1 kHz with a zero-order-held joint torque command."""
+    """The robot in MuJoCo at 1 kHz with a zero-order-held joint torque command.
+
+    ``actuators``: ``"ideal"`` | ``"realistic"``; ``sensor_delay_steps``: physics steps by which
+    :meth:`sensors` lags (see the module docstring)."""
 
     def __init__(self, robot: RobotModel | str | None = None, timestep: float = TIMESTEP,
-                 noise: SensorNoise | None = None, terrain=None):
+                 noise: SensorNoise | None = None, actuators: str = "ideal", sensor_delay_steps: int = 0,
+                 terrain=None):
         self.robot = robot if isinstance(robot, RobotModel) else RobotModel(robot)
+        if actuators not in ACTUATOR_MODELS:
+            raise ValueError(f"actuators: must be one of {list(ACTUATOR_MODELS)}, got {actuators!r}")
+        if int(sensor_delay_steps) != sensor_delay_steps or sensor_delay_steps < 0:
+            raise ValueError(f"sensor delay must be an integer >= 0 physics steps, got {sensor_delay_steps!r}")
+        self.actuators = actuators
         self.terrain = terrain or Terrain()                  # the ground (legged_wbc.terrain)
-        self.m = build_model(self.robot.cfg, timestep, self.terrain)
+        self.m = build_model(self.robot.cfg, timestep, terrain=self.terrain, actuators=actuators)
         self.d = mujoco.MjData(self.m)
         self.conv = StateConverter(self.robot.joint_names, hinge_joint_names(self.m), actuator_joint_names(self.m))
+        conv, m = self.conv, self.m
+        # per actuator (MuJoCo's actuator order): its joint's velocity address and effort limit
+        act_joint = m.actuator_trnid[:, 0]
+        self._act_dof = m.jnt_dofadr[act_joint].copy()
+        self._act_effort = m.jnt_actfrcrange[act_joint, 1].copy()
+        self.envelope = None
+        if actuators == "realistic":
+            lt = self.robot.cfg.leg_type
+            per_joint = []
+            for values in (lt.drive.stall_torque, lt.drive.no_load_speed, lt.effort):
+                x = np.zeros(self.robot.n)               # Pinocchio order, then the actuators'
+                for idx in self.robot.leg_joints:
+                    x[idx] = values
+                per_joint.append(x[conv.pin_to_act])
+            self.envelope = ActuatorEnvelope(*per_joint)     # actuator order
+        self._saturated = np.zeros(m.nu, dtype=bool)         # clipped since take_saturation(), actuator order
+        self.sensor_delay_steps = int(sensor_delay_steps)
+        self._history: deque = deque(maxlen=self.sensor_delay_steps + 1)
+        self._plain = self.envelope is None and self.sensor_delay_steps == 0
         self.dt = self.m.opt.timestep
         self.noise = noise or SensorNoise()
         self._rng = np.random.default_rng(self.noise.seed)
@@ -90,6 +177,8 @@ class MujocoSim:
         self.d.qvel[:] = 0.0 if v is None else self.conv.qvel_from_pin(q, v)
         self.tau[:] = 0.0
         self.disturbance[:] = 0.0
+        self._saturated[:] = False
+        self._history.clear()
         mujoco.mj_forward(self.m, self.d)
 
     def set_torque(self, tau: np.ndarray) -> None:
@@ -141,8 +230,14 @@ class MujocoSim:
             mujoco.mj_forward(m, self.d)
 
     def step(self, n: int = 1) -> None:
+        """``n`` physics steps with the held torque and disturbance."""
         self.d.ctrl[:] = self.conv.ctrl_from_tau(self.tau)
         self.d.qfrc_applied[6:] = self.disturbance[self.conv.pin_to_mj]
+        if not self._plain:
+            self._step_modelled(n)
+            return
+        # ideal actuators, no sensor delay: MuJoCo clamps the torque to the joint's effort limit
+        self._saturated |= np.abs(self.d.ctrl) > self._act_effort
         if self._push is None:
             for _ in range(n):
                 mujoco.mj_step(self.m, self.d)
@@ -153,23 +248,62 @@ class MujocoSim:
             xfrc[:3] = f if t0 <= self.d.time < t1 else 0.0
             mujoco.mj_step(self.m, self.d)
 
+    def _step_modelled(self, n: int) -> None:
+        """:meth:`step` with the actuator envelope and / or the sensor history, step by step."""
+        m, d, env, hist = self.m, self.d, self.envelope, self._history
+        cmd = d.ctrl.copy()
+        push = self._push
+        if env is None:
+            self._saturated |= np.abs(cmd) > self._act_effort
+        if self.sensor_delay_steps and not hist:
+            hist.append(self._snapshot())           # the state after 0 steps
+        for _ in range(n):
+            if env is not None:                     # the envelope at this step's joint velocity
+                applied = env.clip(cmd, d.qvel[self._act_dof])
+                self._saturated |= applied != cmd
+                d.ctrl[:] = applied
+            if push is not None:
+                f, t0, t1 = push
+                d.xfrc_applied[self.base_body, :3] = f if t0 <= d.time < t1 else 0.0
+            mujoco.mj_step(m, d)
+            if self.sensor_delay_steps:
+                hist.append(self._snapshot())
+
+    def take_saturation(self) -> np.ndarray:
+        """Per joint (Pinocchio order): whether the applied torque was clipped by the actuator's
+        limit (realistic: the envelope; ideal: the effort limit) at some physics step since the last
+        call (or the reset); the flags are cleared."""
+        out = self._saturated[self.conv.act_to_pin]
+        self._saturated[:] = False
+        return out
+
+    def _snapshot(self) -> tuple:
+        d = self.d
+        return d.qpos[7:].copy(), d.qvel[6:].copy(), d.sensordata.copy(), d.actuator_force.copy(), float(d.time)
+
     # ------------------------------------------------------------------ outputs
     def sensors(self) -> SensorFrame:
+        """The sensors now (with ``sensor_delay_steps``: as measured that many steps ago)."""
         d, conv = self.d, self.conv
-        qj = self.joint_positions()
-        dqj = self.joint_velocities()
+        if self._history:
+            qpos_j, qvel_j, sensordata, actuator_force, t = self._history[0]
+            qj, dqj = qpos_j[conv.mj_to_pin], qvel_j[conv.mj_to_pin]
+        else:
+            sensordata, actuator_force, t = d.sensordata, d.actuator_force, float(d.time)
+            qj = self.joint_positions()
+            dqj = self.joint_velocities()
         a, n = self._sensor["imu_quat"]
-        quat = quat_wxyz_to_xyzw(d.sensordata[a:a + n])
+        quat = quat_wxyz_to_xyzw(sensordata[a:a + n])
         a, n = self._sensor["imu_gyro"]
-        gyro = d.sensordata[a:a + n].copy()
+        gyro = sensordata[a:a + n].copy()
         a, n = self._sensor["imu_accel"]
-        acc = d.sensordata[a:a + n].copy()
+        acc = sensordata[a:a + n].copy()
         if self.noise.enabled:
             dqj += self._rng.normal(0.0, self.noise.joint_velocity, dqj.shape) if self.noise.joint_velocity else 0.0
             gyro += self._rng.normal(0.0, self.noise.gyro, 3) if self.noise.gyro else 0.0
             acc += self._rng.normal(0.0, self.noise.accel, 3) if self.noise.accel else 0.0
-        effort = d.actuator_force[conv.act_to_pin]
-        return SensorFrame(t=float(d.time), joint_pos=qj, joint_vel=dqj, joint_effort=effort,
+        effort = actuator_force[conv.act_to_pin]
+        return SensorFrame(t=t, joint_pos=qj, joint_vel=dqj, joint_effort=effort,
                            imu_quat_xyzw=quat / np.linalg.norm(quat), imu_gyro=gyro, imu_accel=acc)
 
     def joint_positions(self) -> np.ndarray:

@@ -32,7 +32,7 @@ DURATION = 2.4
 
 # metrics that must agree between the bag and the headless loop (QP times are wall-clock, excluded)
 SAME = ("max_violation_rad", "violation_rate_pct", "first_violation_time_s", "rp_rmse_deg", "torque_rms_nm",
-        "torque_max_nm", "distance_m", "qp_failures", "samples", "fell", "window_s")
+        "torque_max_nm", "torque_saturation_pct", "distance_m", "qp_failures", "samples", "fell", "window_s")
 FIGURES = ("fig6_disturbed_leg_pitch.png", "fig5_wbc0_drift.png", "body_roll_pitch.png", "joint_torques.png",
            "qp_time_hist.png", "gait_diagram.png", "command_latency_hist.png")
 
@@ -125,21 +125,26 @@ def test_bag_series_bit_identical_to_headless(recorded):
 
 
 @pytest.mark.ros
-def test_command_delay_bag_bit_identical_to_headless(recorded, tmp_path):
-    """``command_delay_ticks=2`` (the command answering tick k acts from period k + 3): the lockstep ROS
-    stack and the headless loop apply it alike, bit for bit, and it changes the run."""
+@pytest.mark.parametrize("delay", [["command_delay_ticks=2"], ["sensor_delay_ticks=2", "actuators=realistic"]],
+                         ids=["command", "sensor_realistic"])
+def test_command_delay_bag_bit_identical_to_headless(recorded, tmp_path, delay):
+    """``command_delay_ticks=2`` (the command answering tick k acts from period k + 3), or
+    ``sensor_delay_ticks=2`` (every sample reports the state 4 physics steps earlier) with the
+    realistic actuators (envelope + joint friction): the lockstep ROS stack and the headless loop
+    apply it alike, bit for bit, and it changes the run."""
     from legged_wbc.closed_loop import load_log
     from legged_wbc.scenario import dump_scenario, load_scenario
     from legged_wbc.tools.bag_metrics import load_run
 
     sc_path = tmp_path / "short_delay2.yaml"
-    sc_path.write_text(dump_scenario(load_scenario("paper", SHORT + ["command_delay_ticks=2"])))
+    sc_path.write_text(dump_scenario(load_scenario("paper", SHORT + delay)))
     bag = tmp_path / "bag"
     run = subprocess.run([str(BIN / "legged-wbc"), "launch", "walking_sim", "controller:=damping",
                           f"scenario:={sc_path}", f"record:={bag}", f"duration:={DURATION}"],
                          env=ros_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "command delay 2 ticks" in run.stdout + run.stderr
+    if "command_delay_ticks=2" in delay:
+        assert "command delay 2 ticks" in run.stdout + run.stderr
     b = load_run(bag)
     h, _ = load_log(headless(str(sc_path), "damping", tmp_path / "headless"))
     assert len(b.series["t"]) == len(h["t"]) == round(DURATION / 0.002)

@@ -52,7 +52,7 @@ def cmd_generate_urdf(args) -> int:
 def cmd_export_mjcf(args) -> int:
     from legged_wbc.mujoco_model import build_spec
 
-    spec = build_spec(args.robot)
+    spec = build_spec(args.robot, actuators=args.actuators)
     spec.compile()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(spec.to_xml())
@@ -89,4 +89,6 @@ def register(sub) -> None:
     s = sub.add_parser("export-mjcf", help="write the MuJoCo scene (MJCF) built from the URDF")
     s.add_argument("--robot", default="hexapod", help="robot name or YAML path")
     s.add_argument("--out", default="out/scene.xml", help="MJCF file to write (default out/scene.xml)")
+    s.add_argument("--actuators", choices=["ideal", "realistic"], default="ideal",
+                   help="realistic: with the robot YAML's joint friction (frictionloss, damping)")
     s.set_defaults(func=cmd_export_mjcf)

@@ -134,6 +134,7 @@ class RunData:
     notes: list = field(default_factory=list)
     leg_names: list = field(default_factory=list)
     joint_names: list = field(default_factory=list)
+    joint_effort: np.ndarray | None = None              # effort limit [N m] per joint_names entry
     headless_metrics: dict | None = None                # metrics.json of a headless run
     leg_joints: dict = field(default_factory=dict)      # leg name -> column indices of its joints in tau
     complete: np.ndarray | None = None                  # rows with every metric topic (None: all)
@@ -362,10 +363,14 @@ def _robot_names(run: RunData, robot: str, need_joint_names: bool) -> None:
 
             run.joint_names = list(RobotModel(robot).joint_names)
         pos = {n: i for i, n in enumerate(run.joint_names)}
+        effort = {}
         for leg in cfg.legs:
             names = leg.joint_names(cfg.leg_type)
+            effort.update(zip(names, cfg.leg_type.effort))
             if all(n in pos for n in names):
                 run.leg_joints[leg.name] = [pos[n] for n in names]
+        if run.joint_names and all(n in effort for n in run.joint_names):
+            run.joint_effort = np.array([effort[n] for n in run.joint_names])
     except Exception as exc:  # noqa: BLE001 - names are for figures only
         run.notes.append(f"robot {robot!r}: joint/leg names unavailable ({exc})")
         for leg in run.leg_names:
@@ -594,6 +599,10 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
         return {k: (v[mask_or_slice] if isinstance(v, np.ndarray) and v.shape[:1] == (T,) else v)
                 for k, v in S.items()}
 
+    sat_why = None
+    if "tau_saturated" not in S:
+        S = dict(S)
+        sat_why = _add_ideal_saturation(run, S)
     keep = np.ones(T, dtype=bool)
     if run.fall_index is not None:
         keep[run.fall_index + 1:] = False
@@ -639,6 +648,8 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
             why = [t for t in METRIC_TOPICS.get(metric, ()) if t in run.missing_topics] if run.kind == "bag" else []
             unavailable[metric] = ("no " + ", ".join(why)) if why else "series " + ", ".join(
                 k for k in keys if k in missing_series) + " missing"
+    if sat_why:
+        unavailable["torque_saturation_pct"] = sat_why
     if run.fell is None:
         unavailable["fell"] = f"no {T_GT_ODOM}"
     if run.kind == "bag" and T_BRIDGE_DIAG in run.missing_topics:
@@ -661,6 +672,35 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     if run.notes:
         m["notes"] = list(run.notes)
     return m
+
+
+def _add_ideal_saturation(run: RunData, S: dict) -> str | None:
+    """``tau_saturated`` for a run that has no such series (a bag, an older headless log), where it
+    follows from the commands: with ``actuators: ideal`` MuJoCo clamps the applied torque to the
+    joint's effort limit, and the torque applied during tick ``k`` is the command of tick ``k - N``
+    (``N``: ``command_delay_ticks``; before it, damping within the limits), so the flag is
+    ``|tau[k - N]| > effort``, as the headless loop logs it. With ``actuators: realistic`` the
+    clipping depends on the joint velocity at every physics step, which a bag does not hold: returns
+    why the metric is unavailable (None when the series was added or is not needed)."""
+    sc = run.scenario
+    if sc is None or "tau" not in S:
+        return None
+    if getattr(sc, "actuators", "ideal") != "ideal":
+        return ("actuators: realistic: the torque clipping depends on the joint velocity at every physics "
+                "step, not in the bag (the headless loop logs it)")
+    tau, eff = np.asarray(S["tau"], dtype=float), run.joint_effort
+    if eff is None or tau.ndim != 2 or tau.shape[1] != eff.size or "t" not in S:
+        return None
+    ticks = np.rint(np.asarray(S["t"]) / CONTROL_DT).astype(int)
+    row = {int(k): i for i, k in enumerate(ticks)}
+    lag = int(getattr(sc, "command_delay_ticks", 0))
+    src = np.array([row.get(int(k) - lag, -1) if k >= lag else -1 for k in ticks], dtype=int)
+    sat = np.zeros(tau.shape, dtype=bool)
+    have = src >= 0
+    with np.errstate(invalid="ignore"):
+        sat[have] = np.abs(tau[src[have]]) > eff     # NaN (a gap): not counted
+    S["tau_saturated"] = sat
+    return None
 
 
 def realtime_quality(run: RunData) -> dict:

@@ -71,6 +71,7 @@ EXTRA_ROWS = [
     ("distance walked (m)", ("distance_m",), "{:.3f}"),
     ("fall", ("fell",), None),
     ("QP failures (whole run)", ("qp_failures",), "{:d}"),
+    ("torque clipped by the actuators (% of ticks x joints)", ("torque_saturation_pct",), "{:.3g}"),
     ("deadline misses (bridge)", ("deadline_misses",), "{:d}"),
     ("ticks commanded late or not at all (%)", ("deadline_miss_pct",), "{:.3g}"),
     ("command latency p50 / p99 (us)", ("command_latency_p50_us", "command_latency_p99_us"), "{:.0f}"),
