@@ -18,7 +18,7 @@ logged ``tau`` stays the command computed at each tick.
 The simulation is built as the bridge builds it (:func:`mujoco_bridge.scenario_setup.scenario_sim`):
 the scenario's ``actuators`` and ``sensor_delay_ticks`` act inside it, so the estimator reads the
 delayed samples the bridge would publish, while the disturbance (physics) uses the true joint
-positions, as in the bridge. ``tau_saturated`` logs per tick and joint whether the actuator clipped
+positions, as in the bridge (the logged ``joint_pos`` is the sample, delayed). ``tau_saturated`` logs per tick and joint whether the actuator clipped
 the applied torque at one of the tick's physics steps (``torque_saturation_pct``).
 """
 

@@ -130,7 +130,7 @@ class MujocoSim:
         # per actuator (MuJoCo's actuator order): its joint's velocity address and effort limit
         act_joint = m.actuator_trnid[:, 0]
         self._act_dof = m.jnt_dofadr[act_joint].copy()
-        self._act_effort = m.jnt_actfrcrange[act_joint, 1].copy()
+        self._act_effort = np.where(m.jnt_actfrclimited[act_joint], m.jnt_actfrcrange[act_joint, 1], np.inf)
         self.envelope = None
         if actuators == "realistic":
             lt = self.robot.cfg.leg_type
