@@ -149,9 +149,11 @@ class WallStamps:
     A real robot's physics never runs slower than the wall clock; a simulation on a busy machine can.
     Stamping each sample with the bare wall time would then stretch every interval the estimator
     integrates over (0.8x real time: 2.5 ms between stamps for 2 ms of physics) and steer it wrong.
-    So a stamp is the wall time the first sample was published at, plus the sample's sim time, plus
-    the sample's real lateness against that schedule clipped to ``max_jitter_ns``: on time, the
-    stamps carry the real publication jitter like a driver's; behind, they stay on the physics' clock.
+    So a sample's schedule is the wall time the first sample was published at plus the sample's sim
+    time, and its stamp is the wall time it is published at, but never more than ``max_jitter_ns``
+    after its schedule: on time (or early: the steps between ticks may run before their slot) the
+    stamps are the real publication times, like a driver's; behind, they stay on the physics' clock.
+    A stamp is never in the future.
     """
 
     def __init__(self, max_jitter_ns: int = 1_000_000):
@@ -162,4 +164,4 @@ class WallStamps:
         if self.epoch_ns is None:
             self.epoch_ns = now_ns - sim_ns
         due = self.epoch_ns + sim_ns
-        return due + min(max(now_ns - due, 0), self.max_jitter_ns)
+        return min(now_ns, due + self.max_jitter_ns)

@@ -601,16 +601,16 @@ def test_realtime_intermediate_steps_run_once_their_command_is_there(early):
 
 
 def test_wall_stamps_keep_the_physics_clock_when_the_simulation_runs_behind():
-    """sample_stamps: wall: on time, a stamp is the real publication time (driver-like jitter); when the
-    simulation runs slower than real time the stamps' intervals stay the physics' (2 ms a tick), never
-    the wall clock's, and a stamp is never more than 1 ms after its schedule."""
+    """sample_stamps: wall: on time or early, a stamp is the real publication time (driver-like jitter);
+    when the simulation runs slower than real time the stamps' intervals stay the physics' (2 ms a
+    tick), never the wall clock's: a stamp is never more than 1 ms after its schedule."""
     from mujoco_bridge.timing import WallStamps
 
     w = WallStamps(max_jitter_ns=1_000_000)
     t0 = 1_700_000_000_000_000_000
     assert w.stamp(0, t0) == t0
     assert w.stamp(2_000_000, t0 + 2_000_300) == t0 + 2_000_300          # 0.3 ms late: the real time
-    assert w.stamp(4_000_000, t0 + 3_999_000) == t0 + 4_000_000          # early: its schedule
+    assert w.stamp(4_000_000, t0 + 3_999_000) == t0 + 3_999_000          # early: the real time too
     # 0.8x real time: 2.5 ms of wall per 2 ms of physics, for a second
     stamps = [w.stamp(k * 2_000_000, t0 + k * 2_500_000) for k in range(3, 500)]
     gaps = np.diff(stamps)

@@ -53,7 +53,7 @@ CASES = [
     (["experiment", "paper", "--out", "{d}/e", "--headless", "--mode", "realtime"], "needs the ROS stack"),
     (["render", "{d}/missing", "--out", "{d}/r"], "no such file or directory"),
     (["render", "{d}/empty_dir", "--out", "{d}/r", "--fps", "0"], "argument --fps: must be > 0"),
-    (["launch", "walking_sim", "layout:=foo"], "layout:='foo' is not one of container, processes"),
+    (["launch", "walking_sim", "layout:=foo"], "layout:='foo' is not one of container, split, processes"),
     (["launch", "walking_sim", "foo"], "launch argument 'foo': expected name:=value"),
     (["launch", "walking_sim", "contoller:=cbf"], "unknown launch argument(s) ['contoller']"),
     (["launch", "no_such_launch_file"], "no launch file"),

@@ -150,7 +150,7 @@ def test_arg_choices_are_enforced(capsys):
     from legged_wbc.cli import main
 
     assert main(["launch", "walking_sim", "layout:=foo"]) == 2      # one line, before anything starts
-    assert "is not one of container, processes" in capsys.readouterr().err
+    assert "is not one of container, split, processes" in capsys.readouterr().err
 
 
 def test_substitutions_and_conditions(tmp_path, monkeypatch):
