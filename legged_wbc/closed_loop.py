@@ -284,7 +284,7 @@ class ClosedLoop:
         m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
         m.update(sim_time_s=float(sim.time), wall_time_s=float(wall),
                  realtime_factor=float(sim.time / wall) if wall > 0 else None,
-                 controller=self.mode, scenario=sc.name, fall_reason=reason or None)
+                 controller=self.mode, scenario=sc.name, fall_reason=reason or None, terrain=sc.terrain.summary())
         # CPU time of this process over the loop: sim / CPU is what the loop itself allows, sim / wall
         # also counts the time other jobs on the machine held the cores (not in metrics.json, whose
         # keys are those of the bag metrics)

@@ -99,6 +99,13 @@ class Terrain:
         if not 0.3 <= self.start_x_m <= 10.0:
             bad("start_x_m", "must be in [0.3, 10] m (the robot stands up on level ground at the origin)")
 
+    def summary(self) -> dict:
+        """The kind and the keys that shape it (``metrics.json``'s ``terrain``)."""
+        keys = {"flat": (), "slope": ("angle_deg", "length_m", "start_x_m"),
+                "steps": ("height_m", "step_length_m", "count", "start_x_m"),
+                "rough": ("amplitude_m", "wavelength_m", "seed", "start_x_m", "length_m")}[self.kind]
+        return {"kind": self.kind, **{k: getattr(self, k) for k in keys}}
+
     # ------------------------------------------------------------------ geometry
     def height(self, x, y=0.0):
         """True surface height [m] at world ``(x, y)`` (arrays broadcast)."""

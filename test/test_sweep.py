@@ -66,7 +66,7 @@ def test_small_sweep_counts_and_keys(small_sweep):
     files = sorted(p.name for p in (out / "trials").glob("*.json"))
     assert files == [f"t{k:04d}-{n}.json" for k in range(4) for n in ("cbf", "damping")]
     rec = json.loads((out / "trials" / "t0002-cbf.json").read_text())
-    assert rec["status"] == "ok" and rec["trial"] == 2 and set(rec["params"]) == set(sw.RANDOMIZE)
+    assert rec["status"] == "ok" and rec["trial"] == 2 and set(rec["params"]) == set(sw.DEFAULT_RANDOMIZE)
     twin = json.loads((out / "trials" / "t0002-damping.json").read_text())
     assert twin["params"] == rec["params"]   # paired: the same draw for every controller
     assert "--set ground.friction=" in rec["command"] and "--set payload.mass_kg=" in rec["command"]
@@ -160,6 +160,31 @@ def test_trials_are_paired_and_streams_independent():
     sc2 = load_scenario("paper", a["sets"])
     assert sc2.friction == a["params"]["friction"]["mu"] and sc2.payload_kg == a["params"]["mass"]["mass_kg"]
     assert sc2.push.enabled and sc2.disturbance.torque_nm == a["params"]["disturbance"]["torque_nm"]
+
+
+def test_terrain_is_randomized_by_name_only_and_each_trial_is_one_kind():
+    from legged_wbc.scenario import load_scenario
+
+    sc = load_scenario("paper")
+    rng = sw.load_ranges("default")
+    assert "terrain" not in sw.DEFAULT_RANDOMIZE
+    base = sw.sample_trial(3, 11, sw.DEFAULT_RANDOMIZE, rng, sc, sc.duration)
+    with_t = sw.sample_trial(3, 11, sw.RANDOMIZE, rng, sc, sc.duration)
+    assert {k: v for k, v in with_t["params"].items() if k != "terrain"} == base["params"]   # other streams unchanged
+    kinds = {}
+    for k in range(40):
+        tr = sw.sample_trial(k, 5, ("terrain",), rng, sc, sc.duration)
+        t = tr["params"]["terrain"]
+        kinds[t["kind"]] = kinds.get(t["kind"], 0) + 1
+        ter = load_scenario("paper", tr["sets"]).terrain            # every draw is a valid terrain
+        assert ter.kind == t["kind"]
+        if t["kind"] == "slope":
+            assert -20.0 <= ter.angle_deg <= 20.0 and ter.height_m == 0.0
+        elif t["kind"] == "steps":
+            assert -0.10 <= ter.height_m <= 0.10
+        elif t["kind"] == "rough":
+            assert 0.01 <= ter.amplitude_m <= 0.05 and ter.seed == t["seed"]
+    assert set(kinds) == {"flat", "slope", "steps", "rough"}
 
 
 def test_bootstrap_ci_of_a_known_distribution():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 
 def cmd_sweep(args) -> int:
-    from legged_wbc.tools.sweep import RANDOMIZE, run_sweep
+    from legged_wbc.tools.sweep import DEFAULT_RANDOMIZE, run_sweep
 
-    randomize = RANDOMIZE if args.randomize is None else tuple(x.strip() for x in args.randomize.split(",") if x.strip())
+    randomize = DEFAULT_RANDOMIZE if args.randomize is None else tuple(x.strip() for x in args.randomize.split(",") if x.strip())
     if args.randomize is not None and args.randomize.strip().lower() == "none":
         randomize = ()
     return run_sweep(args.scenario, args.trials, args.out, controllers=args.controllers.split(","), seed=args.seed,
@@ -27,7 +27,8 @@ def register(sub) -> None:
                    help="comma-separated: none, damping, cbf, or variants of the ranges YAML (default damping,cbf)")
     s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the trials' draws")
     s.add_argument("--randomize", metavar="LIST",
-                   help="comma-separated subset of disturbance,friction,noise,mass,push (default all; 'none': nothing)")
+                   help="comma-separated subset of disturbance,friction,noise,mass,push,terrain (default all but "
+                   "terrain; 'none': nothing)")
     s.add_argument("--duration", type=positive_float, help="simulated seconds per run (default: the scenario's)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--workers", type=positive_int, help="LocalCluster worker processes (default: one per core)")

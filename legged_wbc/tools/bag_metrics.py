@@ -626,7 +626,8 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     m.update(sim_time_s=run.sim_time_s, wall_time_s=run.wall_time_s,
              realtime_factor=(run.sim_time_s / run.wall_time_s) if run.sim_time_s and run.wall_time_s else None,
              controller=run.controller, scenario=run.scenario.name if run.scenario is not None else run.scenario_name,
-             fall_reason=run.fall_reason)
+             fall_reason=run.fall_reason,
+             terrain=run.scenario.terrain.summary() if run.scenario is not None else None)
     m["source"] = str(run.path)
     m["kind"] = run.kind
     m["mode"] = run.mode

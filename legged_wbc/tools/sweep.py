@@ -32,7 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push")   # index = the category's seed stream
+RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push", "terrain")   # index = the category's seed stream
+# what --randomize means when not given: every category but terrain (the controller still assumes
+# level ground, so a terrain sweep is asked for by name: --randomize terrain,...)
+DEFAULT_RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push")
 METRICS = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm",
            "distance_m", "qp_p99_us")
 MODES = ("none", "damping", "cbf")
@@ -134,6 +137,9 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
             body = load_robot_config(scenario.robot).base_mass
             p = {"fraction": float(d["fraction"]), "mass_kg": float(f"{d['fraction'] * body:.6f}")}
             sets.append(f"payload.mass_kg={_fmt(p['mass_kg'])}")
+        elif cat == "terrain":
+            p, terrain_sets = _terrain_draw(d, g)
+            sets += terrain_sets
         else:  # push
             sign = 1 if int(g.integers(2)) else -1
             dur = float(d.get("duration", 0.2))
@@ -142,6 +148,23 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
             sets += ["push.enabled=true"] + [f"push.{a}={_fmt(b)}" for a, b in p.items()]
         params[cat] = p
     return {"params": params, "sets": sets}
+
+
+# keys of the terrain drawn for each kind (the others keep the scenario's)
+_TERRAIN_KEYS = {"flat": (), "slope": ("angle_deg",), "steps": ("height_m",), "rough": ("amplitude_m",)}
+
+
+def _terrain_draw(d: dict, g: np.random.Generator) -> tuple[dict, list[str]]:
+    """A trial's terrain: its kind and that kind's size from the draws ``d``; a rough field gets a
+    seed of its own. Returns ``(params, sets)``."""
+    kind = str(d.get("kind", "flat"))
+    p = {"kind": kind}
+    for key in _TERRAIN_KEYS.get(kind, ()):
+        if key in d:
+            p[key] = float(d[key])
+    if kind == "rough":
+        p["seed"] = int(g.integers(0, 2**31 - 1))
+    return p, [f"terrain.{a}={_fmt(b)}" for a, b in p.items()]
 
 
 # ------------------------------------------------------------------------------------ plan
@@ -427,7 +450,7 @@ def _dashboard(client) -> str | None:
 
 
 def run_sweep(scenario: str, trials: int, out: str | Path, *, controllers=("damping", "cbf"), seed: int = 0,
-              randomize=RANDOMIZE, duration: float | None = None, workers: int | None = None,
+              randomize=DEFAULT_RANDOMIZE, duration: float | None = None, workers: int | None = None,
               scheduler: str | None = None, resume: bool = False, ranges: str = "default",
               sets: list[str] | None = None, dashboard: str = "127.0.0.1:8787", figures: bool = True,
               inject: dict | None = None, stream=None) -> int:
