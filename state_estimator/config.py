@@ -136,7 +136,7 @@ class EstimatorNodeConfig(EstimatorConfig):
                               "grid): a /joint_states sample at least 1.5 ms after the last tick's is a tick, "
                               "paired with the newest /imu; outputs carry its stamp, the filters integrate "
                               "over the measured intervals", choices=("tick_grid", "sample"), live=False)
-    tf_rate: float = param(20.0, 0.0, 500.0, "rate of /tf (odom -> base_link and every link at a tick's joint "
+    tf_rate: float = param(10.0, 0.0, 500.0, "rate of /tf (odom -> base_link and every link at a tick's joint "
                            "positions, computed off the control tick); 0 = none (/tf_static and "
                            "/robot_description are published once either way)", unit="Hz wall", live=False)
 

@@ -181,3 +181,29 @@ def test_recorded_tf_tree_is_complete_and_equals_forward_kinematics(tf_bag):
             seen[s.name] = s
     assert set(seen) == {"mujoco_bridge: command timing", "state_estimator: inputs and gating", "wbc_controller: QP"}
     assert all(s.level == 0 and s.hardware_id == "hexapod" for s in seen.values()), seen
+
+
+@pytest.mark.parametrize("robot", ["hexapod", "quadruped"])
+def test_tf_cdr_equals_what_rclpy_serializes(robot):
+    """The in-place CDR of /tf decodes (rclpy) to the message filled field by field, on every field."""
+    from geometry_msgs.msg import TransformStamped
+    from rclpy.serialization import deserialize_message, serialize_message
+    from tf2_msgs.msg import TFMessage
+
+    from legged_wbc.model import RobotModel
+    from legged_wbc.ros.io import time_msg
+    from legged_wbc.ros.tf_publisher import TfCdr, _transform
+
+    rm = RobotModel(robot)
+    lt = LinkTransforms(rm.cfg.urdf_path().read_text(), list(rm.joint_names))
+    frames = [("odom", rm.cfg.base_link)] + list(zip(lt.parents, lt.children))
+    stamp0 = time_msg(0)                 # one stamp object shared by every transform, as the node does
+    cdr = TfCdr(TFMessage(transforms=[_transform(TransformStamped, stamp0, p, c, np.zeros(3), [0, 0, 0, 1.0])
+                                      for p, c in frames]), serialize_message)
+    rng = np.random.default_rng(3)
+    for stamp in (0, 1_999_999_999, 52 * 10**9 + 123_456_789, 2**31 * 10**9 - 1):
+        xyz, quat = rng.normal(size=(len(frames), 3)), rng.normal(size=(len(frames), 4))
+        got = deserialize_message(cdr.fill(stamp, xyz, quat), TFMessage)
+        want = TFMessage(transforms=[_transform(TransformStamped, time_msg(stamp), p, c, x, q)
+                                     for (p, c), x, q in zip(frames, xyz, quat)])
+        assert got == want

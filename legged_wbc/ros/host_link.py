@@ -150,6 +150,8 @@ class ValueCodec:
 
     @staticmethod
     def _enc_msg(msg) -> bytes:
+        if isinstance(msg, (bytes, bytearray)):
+            return bytes(msg)                        # already CDR
         from rclpy.serialization import serialize_message
 
         return serialize_message(msg)

@@ -150,12 +150,14 @@ class IntraPublisher:
             bus.link.send(self.topic_name, msg if value is None else value)
 
     def publish_now(self, msg) -> None:
-        """Publish ``msg`` from a thread other than the control chain's (a background publisher):
-        co-located subscribers get it now, in this thread, never deferred to the chain's flush; a raw
-        subscription (the recorder) gets its serialization, as from DDS (these messages have no fixed
-        layout; the recorder's sink is thread-safe); then DDS for matched outside subscribers and the
+        """Publish ``msg`` (a message or its CDR ``bytes``) from a thread other than the control
+        chain's (a background publisher): co-located subscribers get it now, in this thread, never
+        deferred to the chain's flush; a raw subscription (the recorder) gets the serialization, as from
+        DDS (these messages have no fixed layout; the recorder's sink is thread-safe), any other the
+        message; then DDS for matched outside subscribers (rclpy publishes bytes as they are) and the
         linked process (one frame of its own) if it subscribes."""
-        raw = None
+        raw = msg if isinstance(msg, (bytes, bytearray)) else None
+        obj = None if raw is not None else msg
         for sub in list(self._local):
             try:
                 if sub.raw:
@@ -163,14 +165,25 @@ class IntraPublisher:
                         raw = _serialize(msg)
                     sub.callback(raw)
                 elif sub.value_cb is None:
-                    sub.callback(msg)
+                    if obj is None:
+                        from rclpy.serialization import deserialize_message
+
+                        obj = deserialize_message(bytes(raw), self.msg_type)
+                    sub.callback(obj)
             except Exception:
                 self.bus._callback_failed(sub)
         if self._dds_n:
             self.pub.publish(msg)
             self.dds_published += 1
         if self._link_n:
-            self.bus.link.send(self.topic_name, msg if self.adapter is None else self.adapter.to_value(msg))
+            if self.adapter is not None:
+                if obj is None:
+                    from rclpy.serialization import deserialize_message
+
+                    obj = deserialize_message(bytes(raw), self.msg_type)
+                self.bus.link.send(self.topic_name, self.adapter.to_value(obj))
+            else:
+                self.bus.link.send(self.topic_name, msg)     # plain topics cross as CDR (bytes as they are)
 
     def _on_matched(self, current_count: int) -> None:
         """The publisher's matched event (executor thread): the DDS subscriptions matched now.
