@@ -289,15 +289,7 @@ class StateEstimator(EstimatorCore):
         first = not self._started
         dt = 0.0 if t_prev is None else t - t_prev
         step = dt if dt > 0 else self.dt
-        gait = self.gait
-        if type(gait) is GaitScheduler:                       # its state(), compiled
-            g = gait.cfg
-            phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
-            gait_state(t, g.start_time, g.stop_time, g.period, gait.swing_duration, gait.offset, gait.group, phase,
-                       self._progress, cycle)
-        else:
-            phase = gait.phases(t)
-            cycle = gait.cycle_index(t)
+        phase, cycle = self._gait_phases(t)
         if first:
             self._first_sample_fast()
         self._kinematics_fast(buf[:self.n], buf[self.n:2 * self.n])
@@ -332,6 +324,17 @@ class StateEstimator(EstimatorCore):
             td_score=score, td_count=count, tau_ext=tau_ext,
             vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
             vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt)
+
+    def _gait_phases(self, t: float):
+        """Nominal phase and gait-cycle index per leg at ``t`` (``GaitScheduler.state``, compiled)."""
+        gait = self.gait
+        if type(gait) is GaitScheduler:
+            g = gait.cfg
+            phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
+            gait_state(t, g.start_time, g.stop_time, g.period, gait.swing_duration, gait.offset, gait.group, phase,
+                       self._progress, cycle)
+            return phase, cycle
+        return gait.phases(t), gait.cycle_index(t)
 
     def _load_sample(self, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel) -> None:
         """Pack the inputs into the sample buffer and check them (compiled for arrays); raises
