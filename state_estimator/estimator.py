@@ -241,9 +241,10 @@ class StateEstimator(EstimatorCore):
         self._tick_scratch = (self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z)
         # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
         # handle, then Pinocchio computes them)
-        self._tree = kinematic_tree(self.rm.fixed, self._feet)
-        nj = self.rm.fixed.njoints
-        self._o_rot, self._o_pos = np.zeros((nj, 3, 3)), np.zeros((nj, 3))
+        self._tree = tree = kinematic_tree(self.rm.fixed, self._feet)
+        if tree is not None:          # the foot points and velocities live in the tree record
+            self._p_foot, self._v_rel = tree["p_foot"][0], tree["v_rel"][0]
+            tree_foot_kinematics(np.zeros(n), np.zeros(n), tree)      # compiled for this record's layout
         self._params_of = None                                # configs the derived constants are for
         self._refresh_fast_params()
         kernels.warm_up()
@@ -389,7 +390,7 @@ class StateEstimator(EstimatorCore):
         if tree is None:
             self._kinematics(qj, dqj)
             return
-        tree_foot_kinematics(qj, dqj, *tree, self._o_rot, self._o_pos, self._p_foot, self._v_rel)
+        tree_foot_kinematics(qj, dqj, tree)
 
     def _dynamics_fast(self, q: np.ndarray, v: np.ndarray) -> None:
         """``_dynamics`` into the preallocated leg blocks (one crba + one nonLinearEffects)."""
