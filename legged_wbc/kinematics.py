@@ -310,9 +310,9 @@ def tree_foot_kinematics(qj, dqj, tree):
     scratch (joint placements in the base frame). Writes ``p_foot`` [m] and ``v_rel = J_p dq``
     [m/s], ``(L, 3)``, base frame. All of these are fields of the tree record ``tree[0]``
     (:func:`kinematic_tree`)."""
-    t = tree[0]
-    parent, j_rot, j_pos, j_type, j_axis, j_idx = t.parent, t.j_rot, t.j_pos, t.j_type, t.j_axis, t.j_idx
-    foot_joint, foot_p, o_rot, o_pos, p_foot, v_rel = t.foot_joint, t.foot_p, t.o_rot, t.o_pos, t.p_foot, t.v_rel
+    tr = tree[0]
+    parent, j_rot, j_pos, j_type, j_axis, j_idx = tr.parent, tr.j_rot, tr.j_pos, tr.j_type, tr.j_axis, tr.j_idx
+    foot_joint, foot_p, o_rot, o_pos, p_foot, v_rel = tr.foot_joint, tr.foot_p, tr.o_rot, tr.o_pos, tr.p_foot, tr.v_rel
 
     nj = parent.shape[0]
     for a in range(3):
