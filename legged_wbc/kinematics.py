@@ -23,6 +23,7 @@ numba (``cache=True``; a process that has to compile says so once, :mod:`legged_
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -79,18 +80,44 @@ def relative_pitch(ax, ay, az, wx, wy, wz, awx, awy, awz):
     return theta, True, cx, cy, cz, drift
 
 
+@functools.lru_cache(maxsize=None)
+def legs_dtype(N: int) -> np.dtype:
+    """The leg kinematics of ``N`` legs of 4 joints as one record (what the kernels below read and
+    write, by field name): ``leg_j`` (N, 4) joint indices, the chain constants ``chain_*``
+    (:func:`leg_chain_kinematics`), the outputs ``leg_*`` of :class:`LegBatch` (``leg_p`` = ``p``,
+    ``leg_J`` = ``J``, ``leg_a``, ``leg_acc`` the classical foot accelerations ``[linear;
+    angular]``, ``leg_theta``, ``leg_theta_dot``, ``leg_J_w``, ``leg_dJ_p``, ``leg_dJ_theta``,
+    ``leg_v_p``) and ``leg_work`` (scratch). The controller's workspace has the same fields."""
+    f = np.float64
+    return np.dtype([("leg_j", np.int64, (N, 4)), ("chain_axes", f, (N, 4, 3)), ("chain_R_joint", f, (N, 4, 3, 3)),
+                     ("chain_p_joint", f, (N, 4, 3)), ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
+                     ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, 4)),
+                     ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, 4)),
+                     ("leg_dJ_p", f, (N, 3)), ("leg_dJ_theta", f, (N,)), ("leg_v_p", f, (N, 3)),
+                     ("leg_work", f, (LEG_CHAIN_WORK,))], align=True)
+
+
+def record_legs(rec) -> LegBatch:
+    """The outputs of a leg record (:func:`legs_dtype` fields; a 1-element record array) as a
+    :class:`LegBatch` of views."""
+    return LegBatch(p=rec["leg_p"][0], J=rec["leg_J"][0], a=rec["leg_a"][0], theta=rec["leg_theta"][0],
+                    theta_dot=rec["leg_theta_dot"][0], J_w=rec["leg_J_w"][0], dJ_p_dq=rec["leg_dJ_p"][0],
+                    dJ_theta_dq=rec["leg_dJ_theta"][0], v_p=rec["leg_v_p"][0])
+
+
 @njit(cache=True)
-def legs_from_frames(J_world, leg_cols, P, A, acc, dqj, J, theta, theta_dot, J_w, dJ_p, dJ_theta, v_p):
-    """Leg kinematics of all legs from one Pinocchio pass on the fixed-base model.
+def legs_from_frames(J_world, dqj, legs):
+    """Leg kinematics of all legs from one Pinocchio pass on the fixed-base model, into the leg
+    record ``legs[0]`` (:func:`legs_dtype`).
 
     Inputs: ``J_world`` (6, n) joint Jacobian of the fixed model (``data.J``: spatial velocity at
-    the base origin, base axes; ``[linear; angular]``), ``leg_cols`` (N, 4) joint indices per leg,
-    ``P`` (N, 3) foot points, ``A`` (N, 3) foot-link x-axes, ``acc`` (N, 6) classical foot-point
-    accelerations at zero joint acceleration ``[linear; angular]`` (all base frame), ``dqj`` (n).
-    Outputs as :class:`LegBatch`: ``J`` (N, 4, 4) rows ``[J_p; J_theta]``,
-    ``theta``, ``theta_dot``, ``J_w`` (N, 3, 4), ``dJ_p`` (N, 3), ``dJ_theta`` (N), ``v_p`` (N, 3).
-
-    ``J_p`` is the local-world-aligned frame Jacobian ``v - p x w`` of each joint column."""
+    the base origin, base axes; ``[linear; angular]``), ``dqj`` (n); the record's ``leg_j`` (N, 4)
+    joint indices, ``leg_p`` (N, 3) foot points, ``leg_a`` (N, 3) foot-link x-axes, ``leg_acc`` (N,
+    6) classical foot-point accelerations at zero joint acceleration (all base frame, filled by
+    the caller). Outputs: the record's :class:`LegBatch` fields. ``J_p`` is the local-world-aligned
+    frame Jacobian ``v - p x w`` of each joint column."""
+    w = legs[0]
+    leg_cols, P, acc, J, J_w, dJ_p = w.leg_j, w.leg_p, w.leg_acc, w.leg_J, w.leg_J_w, w.leg_dJ_p
     N = leg_cols.shape[0]
     for i in range(N):
         px, py, pz = P[i, 0], P[i, 1], P[i, 2]
@@ -105,15 +132,17 @@ def legs_from_frames(J_world, leg_cols, P, A, acc, dqj, J, theta, theta_dot, J_w
             J_w[i, 2, k] = wz
         for r in range(3):
             dJ_p[i, r] = acc[i, r]
-        foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p)
+        foot_velocity_and_pitch(i, dqj, w)
 
 
 @njit(cache=True)
-def foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p):
-    """Leg ``i`` from its ``J_p`` (rows 0-2 of ``J``), ``J_w``, foot-link x-axis ``A[i]`` and the
-    foot's classical angular acceleration ``acc[i, 3:]``: ``v_p = J_p dq``, relative pitch
-    ``theta = atan2(-a_z, r)``, ``J_theta = (a x g)^T J_w`` (row 3 of ``J``; zero when
-    ``r^2 <= R2_EPS``), ``theta_dot`` and the drift ``dJ_theta = g.a_ddot + (dg/dt).a_dot``."""
+def foot_velocity_and_pitch(i, dqj, w):
+    """Leg ``i`` of the leg record ``w`` from its ``J_p`` (rows 0-2 of ``leg_J``), ``leg_J_w``,
+    foot-link x-axis ``leg_a[i]`` and the foot's classical angular acceleration ``leg_acc[i, 3:]``:
+    ``v_p = J_p dq``, relative pitch ``theta = atan2(-a_z, r)``, ``J_theta = (a x g)^T J_w`` (row 3
+    of ``J``; zero when ``r^2 <= R2_EPS``), ``theta_dot`` and the drift ``dJ_theta = g.a_ddot +
+    (dg/dt).a_dot`` (:func:`relative_pitch`)."""
+    leg_cols, A, acc, J, J_w, v_p = w.leg_j, w.leg_a, w.leg_acc, w.leg_J, w.leg_J_w, w.leg_v_p
     dq0 = dqj[leg_cols[i, 0]]
     dq1 = dqj[leg_cols[i, 1]]
     dq2 = dqj[leg_cols[i, 2]]
@@ -124,34 +153,53 @@ def foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, 
     wy = J_w[i, 1, 0] * dq0 + J_w[i, 1, 1] * dq1 + J_w[i, 1, 2] * dq2 + J_w[i, 1, 3] * dq3
     wz = J_w[i, 2, 0] * dq0 + J_w[i, 2, 1] * dq1 + J_w[i, 2, 2] * dq2 + J_w[i, 2, 3] * dq3
     th, ok, cx, cy, cz, dJt = relative_pitch(A[i, 0], A[i, 1], A[i, 2], wx, wy, wz, acc[i, 3], acc[i, 4], acc[i, 5])
-    theta[i] = th
+    w.leg_theta[i] = th
     if not ok:
         for k in range(4):
             J[i, 3, k] = 0.0
-        theta_dot[i] = 0.0
-        dJ_theta[i] = 0.0
+        w.leg_theta_dot[i] = 0.0
+        w.leg_dJ_theta[i] = 0.0
         return
     for k in range(4):
         J[i, 3, k] = cx * J_w[i, 0, k] + cy * J_w[i, 1, k] + cz * J_w[i, 2, k]
-    theta_dot[i] = J[i, 3, 0] * dq0 + J[i, 3, 1] * dq1 + J[i, 3, 2] * dq2 + J[i, 3, 3] * dq3
-    dJ_theta[i] = dJt
+    w.leg_theta_dot[i] = J[i, 3, 0] * dq0 + J[i, 3, 1] * dq1 + J[i, 3, 2] * dq2 + J[i, 3, 3] * dq3
+    w.leg_dJ_theta[i] = dJt
 
 
 @njit(cache=True)
-def leg_chain_kinematics(qj, dqj, leg_cols, axes, R_joint, p_joint, R_foot, p_foot, P, A, acc, J, theta, theta_dot,
-                         J_w, dJ_p, dJ_theta, v_p, work):
-    """Leg kinematics of serial 4-joint legs mounted on the base, without Pinocchio: the same
-    outputs as :func:`legs_from_frames` plus ``P``, ``A``, ``acc``, from the fixed-base model's
-    constants: per leg and joint ``k`` the unit axis ``axes[i, k]`` (joint frame), the joint
-    placement in its parent ``(R_joint, p_joint)[i, k]``, and the foot-point frame in the last
-    joint's frame ``(R_foot, p_foot)[i]`` (base frame = the fixed model's world).
+def leg_chain_kinematics(qj, dqj, legs):
+    """:func:`chain_legs` on the leg record ``legs[0]`` (the entry from Python)."""
+    chain_legs(qj, dqj, legs[0])
+
+
+@njit(cache=True)
+def chain_legs(qj, dqj, w):
+    """Leg kinematics of serial 4-joint legs mounted on the base, without Pinocchio, into the leg
+    record ``w`` (:func:`legs_dtype`; the controller's workspace record has the same fields): the
+    outputs of :func:`legs_from_frames` plus ``leg_p``, ``leg_a``, ``leg_acc``, from the fixed-base
+    model's constants: per leg and joint ``k`` the unit axis ``chain_axes[i, k]`` (joint frame), the
+    joint placement in its parent ``(chain_R_joint, chain_p_joint)[i, k]``, and the foot-point
+    frame in the last joint's frame ``(chain_R_foot, chain_p_foot)[i]`` (base frame = the fixed
+    model's world).
 
     Joint ``k``: origin ``p_k``, world axis ``z_k``, angular velocity of its parent link ``w_{k-1}``,
     origin velocity ``v_k``. ``J_p`` column ``z_k x (P - p_k)``, ``J_w`` column ``z_k``; classical
     accelerations at zero joint acceleration: ``a_P = sum_k dq_k [(w_{k-1} x z_k) x (P - p_k) +
-    z_k x (v_P - v_k)]``, ``alpha = sum_k dq_k w_{k-1} x z_k``. ``work``: scratch of
+    z_k x (v_P - v_k)]``, ``alpha = sum_k dq_k w_{k-1} x z_k``. ``leg_work``: scratch of
     ``LEG_CHAIN_WORK`` floats (no allocation in the kernel)."""
-    N = leg_cols.shape[0]
+    for i in range(w.leg_j.shape[0]):
+        px, py, pz, vx, vy, vz, wx, wy, wz = _chain_walk(i, qj, dqj, w)
+        _chain_foot(i, dqj, w, px, py, pz, vx, vy, vz, wx, wy, wz)
+        foot_velocity_and_pitch(i, dqj, w)
+
+
+@njit(cache=True)
+def _chain_walk(i, qj, dqj, w):
+    """Leg ``i``'s joints from the base out: per joint its origin ``o``, origin velocity ``vo``,
+    world axis ``z`` and parent angular velocity ``wp`` into the scratch; returns the last joint's
+    origin, its velocity and the last link's angular velocity (its rotation is left in the
+    scratch's ``R``)."""
+    leg_cols, axes, R_joint, p_joint, work = w.leg_j, w.chain_axes, w.chain_R_joint, w.chain_p_joint, w.leg_work
     R = work[0:9].reshape(3, 3)
     Rk = work[9:18].reshape(3, 3)
     Rq = work[18:27].reshape(3, 3)
@@ -159,77 +207,89 @@ def leg_chain_kinematics(qj, dqj, leg_cols, axes, R_joint, p_joint, R_foot, p_fo
     o = work[39:51].reshape(4, 3)
     vo = work[51:63].reshape(4, 3)
     wp = work[63:75].reshape(4, 3)
-    for i in range(N):
+    for r in range(3):
+        for c in range(3):
+            R[r, c] = 1.0 if r == c else 0.0
+    px, py, pz = 0.0, 0.0, 0.0          # parent origin, world
+    vx, vy, vz = 0.0, 0.0, 0.0          # parent origin velocity
+    wx, wy, wz = 0.0, 0.0, 0.0          # parent link angular velocity
+    for k in range(4):
+        # origin of joint k and its velocity (rigid parent link)
+        ox = px + R[0, 0] * p_joint[i, k, 0] + R[0, 1] * p_joint[i, k, 1] + R[0, 2] * p_joint[i, k, 2]
+        oy = py + R[1, 0] * p_joint[i, k, 0] + R[1, 1] * p_joint[i, k, 1] + R[1, 2] * p_joint[i, k, 2]
+        oz = pz + R[2, 0] * p_joint[i, k, 0] + R[2, 1] * p_joint[i, k, 1] + R[2, 2] * p_joint[i, k, 2]
+        dx, dy, dz = ox - px, oy - py, oz - pz
+        vx, vy, vz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
         for r in range(3):
             for c in range(3):
-                R[r, c] = 1.0 if r == c else 0.0
-        px, py, pz = 0.0, 0.0, 0.0          # parent origin, world
-        vx, vy, vz = 0.0, 0.0, 0.0          # parent origin velocity
-        wx, wy, wz = 0.0, 0.0, 0.0          # parent link angular velocity
-        for k in range(4):
-            # origin of joint k and its velocity (rigid parent link)
-            ox = px + R[0, 0] * p_joint[i, k, 0] + R[0, 1] * p_joint[i, k, 1] + R[0, 2] * p_joint[i, k, 2]
-            oy = py + R[1, 0] * p_joint[i, k, 0] + R[1, 1] * p_joint[i, k, 1] + R[1, 2] * p_joint[i, k, 2]
-            oz = pz + R[2, 0] * p_joint[i, k, 0] + R[2, 1] * p_joint[i, k, 1] + R[2, 2] * p_joint[i, k, 2]
-            dx, dy, dz = ox - px, oy - py, oz - pz
-            vx, vy, vz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
-            for r in range(3):
-                for c in range(3):
-                    Rk[r, c] = R[r, 0] * R_joint[i, k, 0, c] + R[r, 1] * R_joint[i, k, 1, c] + R[r, 2] * R_joint[i, k, 2, c]
-            ux, uy, uz = axes[i, k, 0], axes[i, k, 1], axes[i, k, 2]
-            zx = Rk[0, 0] * ux + Rk[0, 1] * uy + Rk[0, 2] * uz
-            zy = Rk[1, 0] * ux + Rk[1, 1] * uy + Rk[1, 2] * uz
-            zz = Rk[2, 0] * ux + Rk[2, 1] * uy + Rk[2, 2] * uz
-            z[k, 0], z[k, 1], z[k, 2] = zx, zy, zz
-            o[k, 0], o[k, 1], o[k, 2] = ox, oy, oz
-            vo[k, 0], vo[k, 1], vo[k, 2] = vx, vy, vz
-            wp[k, 0], wp[k, 1], wp[k, 2] = wx, wy, wz
-            # rotation about the joint axis (Rodrigues), then the child link's angular velocity
-            qk, dqk = qj[leg_cols[i, k]], dqj[leg_cols[i, k]]
-            sn, cs = math.sin(qk), math.cos(qk)
-            t = 1.0 - cs
-            Rq[0, 0], Rq[0, 1], Rq[0, 2] = cs + t * ux * ux, t * ux * uy - sn * uz, t * ux * uz + sn * uy
-            Rq[1, 0], Rq[1, 1], Rq[1, 2] = t * ux * uy + sn * uz, cs + t * uy * uy, t * uy * uz - sn * ux
-            Rq[2, 0], Rq[2, 1], Rq[2, 2] = t * ux * uz - sn * uy, t * uy * uz + sn * ux, cs + t * uz * uz
-            for r in range(3):
-                for c in range(3):
-                    R[r, c] = Rk[r, 0] * Rq[0, c] + Rk[r, 1] * Rq[1, c] + Rk[r, 2] * Rq[2, c]
-            px, py, pz = ox, oy, oz
-            wx, wy, wz = wx + zx * dqk, wy + zy * dqk, wz + zz * dqk
-        # foot point and foot-link x-axis
-        fx, fy, fz = p_foot[i, 0], p_foot[i, 1], p_foot[i, 2]
-        Px = px + R[0, 0] * fx + R[0, 1] * fy + R[0, 2] * fz
-        Py = py + R[1, 0] * fx + R[1, 1] * fy + R[1, 2] * fz
-        Pz = pz + R[2, 0] * fx + R[2, 1] * fy + R[2, 2] * fz
-        P[i, 0], P[i, 1], P[i, 2] = Px, Py, Pz
+                Rk[r, c] = R[r, 0] * R_joint[i, k, 0, c] + R[r, 1] * R_joint[i, k, 1, c] + R[r, 2] * R_joint[i, k, 2, c]
+        ux, uy, uz = axes[i, k, 0], axes[i, k, 1], axes[i, k, 2]
+        zx = Rk[0, 0] * ux + Rk[0, 1] * uy + Rk[0, 2] * uz
+        zy = Rk[1, 0] * ux + Rk[1, 1] * uy + Rk[1, 2] * uz
+        zz = Rk[2, 0] * ux + Rk[2, 1] * uy + Rk[2, 2] * uz
+        z[k, 0], z[k, 1], z[k, 2] = zx, zy, zz
+        o[k, 0], o[k, 1], o[k, 2] = ox, oy, oz
+        vo[k, 0], vo[k, 1], vo[k, 2] = vx, vy, vz
+        wp[k, 0], wp[k, 1], wp[k, 2] = wx, wy, wz
+        # rotation about the joint axis (Rodrigues), then the child link's angular velocity
+        qk, dqk = qj[leg_cols[i, k]], dqj[leg_cols[i, k]]
+        sn, cs = math.sin(qk), math.cos(qk)
+        t = 1.0 - cs
+        Rq[0, 0], Rq[0, 1], Rq[0, 2] = cs + t * ux * ux, t * ux * uy - sn * uz, t * ux * uz + sn * uy
+        Rq[1, 0], Rq[1, 1], Rq[1, 2] = t * ux * uy + sn * uz, cs + t * uy * uy, t * uy * uz - sn * ux
+        Rq[2, 0], Rq[2, 1], Rq[2, 2] = t * ux * uz - sn * uy, t * uy * uz + sn * ux, cs + t * uz * uz
         for r in range(3):
-            A[i, r] = R[r, 0] * R_foot[i, 0, 0] + R[r, 1] * R_foot[i, 1, 0] + R[r, 2] * R_foot[i, 2, 0]
-        dx, dy, dz = Px - px, Py - py, Pz - pz
-        vPx, vPy, vPz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
-        ax_, ay_, az_, bx_, by_, bz_ = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        for k in range(4):
-            zx, zy, zz = z[k, 0], z[k, 1], z[k, 2]
-            rx, ry, rz = Px - o[k, 0], Py - o[k, 1], Pz - o[k, 2]
-            J[i, 0, k] = zy * rz - zz * ry
-            J[i, 1, k] = zz * rx - zx * rz
-            J[i, 2, k] = zx * ry - zy * rx
-            J_w[i, 0, k], J_w[i, 1, k], J_w[i, 2, k] = zx, zy, zz
-            dqk = dqj[leg_cols[i, k]]
-            # d z_k / dt = w_{k-1} x z_k
-            gx = wp[k, 1] * zz - wp[k, 2] * zy
-            gy = wp[k, 2] * zx - wp[k, 0] * zz
-            gz = wp[k, 0] * zy - wp[k, 1] * zx
-            ex, ey, ez = vPx - vo[k, 0], vPy - vo[k, 1], vPz - vo[k, 2]
-            ax_ += dqk * ((gy * rz - gz * ry) + (zy * ez - zz * ey))
-            ay_ += dqk * ((gz * rx - gx * rz) + (zz * ex - zx * ez))
-            az_ += dqk * ((gx * ry - gy * rx) + (zx * ey - zy * ex))
-            bx_ += dqk * gx
-            by_ += dqk * gy
-            bz_ += dqk * gz
-        acc[i, 0], acc[i, 1], acc[i, 2], acc[i, 3], acc[i, 4], acc[i, 5] = ax_, ay_, az_, bx_, by_, bz_
-        for r in range(3):
-            dJ_p[i, r] = acc[i, r]
-        foot_velocity_and_pitch(i, A, acc, dqj, leg_cols, J, J_w, theta, theta_dot, dJ_theta, v_p)
+            for c in range(3):
+                R[r, c] = Rk[r, 0] * Rq[0, c] + Rk[r, 1] * Rq[1, c] + Rk[r, 2] * Rq[2, c]
+        px, py, pz = ox, oy, oz
+        wx, wy, wz = wx + zx * dqk, wy + zy * dqk, wz + zz * dqk
+    return px, py, pz, vx, vy, vz, wx, wy, wz
+
+
+@njit(cache=True)
+def _chain_foot(i, dqj, w, px, py, pz, vx, vy, vz, wx, wy, wz):
+    """Leg ``i``'s foot point ``P``, foot-link x-axis ``A``, ``J_p``, ``J_w`` and the classical
+    accelerations at zero joint acceleration, from :func:`_chain_walk`'s joints."""
+    leg_cols, R_foot, p_foot, work = w.leg_j, w.chain_R_foot, w.chain_p_foot, w.leg_work
+    P, A, acc, J, J_w, dJ_p = w.leg_p, w.leg_a, w.leg_acc, w.leg_J, w.leg_J_w, w.leg_dJ_p
+    R = work[0:9].reshape(3, 3)
+    z = work[27:39].reshape(4, 3)
+    o = work[39:51].reshape(4, 3)
+    vo = work[51:63].reshape(4, 3)
+    wp = work[63:75].reshape(4, 3)
+    # foot point and foot-link x-axis
+    fx, fy, fz = p_foot[i, 0], p_foot[i, 1], p_foot[i, 2]
+    Px = px + R[0, 0] * fx + R[0, 1] * fy + R[0, 2] * fz
+    Py = py + R[1, 0] * fx + R[1, 1] * fy + R[1, 2] * fz
+    Pz = pz + R[2, 0] * fx + R[2, 1] * fy + R[2, 2] * fz
+    P[i, 0], P[i, 1], P[i, 2] = Px, Py, Pz
+    for r in range(3):
+        A[i, r] = R[r, 0] * R_foot[i, 0, 0] + R[r, 1] * R_foot[i, 1, 0] + R[r, 2] * R_foot[i, 2, 0]
+    dx, dy, dz = Px - px, Py - py, Pz - pz
+    vPx, vPy, vPz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
+    ax_, ay_, az_, bx_, by_, bz_ = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for k in range(4):
+        zx, zy, zz = z[k, 0], z[k, 1], z[k, 2]
+        rx, ry, rz = Px - o[k, 0], Py - o[k, 1], Pz - o[k, 2]
+        J[i, 0, k] = zy * rz - zz * ry
+        J[i, 1, k] = zz * rx - zx * rz
+        J[i, 2, k] = zx * ry - zy * rx
+        J_w[i, 0, k], J_w[i, 1, k], J_w[i, 2, k] = zx, zy, zz
+        dqk = dqj[leg_cols[i, k]]
+        # d z_k / dt = w_{k-1} x z_k
+        gx = wp[k, 1] * zz - wp[k, 2] * zy
+        gy = wp[k, 2] * zx - wp[k, 0] * zz
+        gz = wp[k, 0] * zy - wp[k, 1] * zx
+        ex, ey, ez = vPx - vo[k, 0], vPy - vo[k, 1], vPz - vo[k, 2]
+        ax_ += dqk * ((gy * rz - gz * ry) + (zy * ez - zz * ey))
+        ay_ += dqk * ((gz * rx - gx * rz) + (zz * ex - zx * ez))
+        az_ += dqk * ((gx * ry - gy * rx) + (zx * ey - zy * ex))
+        bx_ += dqk * gx
+        by_ += dqk * gy
+        bz_ += dqk * gz
+    acc[i, 0], acc[i, 1], acc[i, 2], acc[i, 3], acc[i, 4], acc[i, 5] = ax_, ay_, az_, bx_, by_, bz_
+    for r in range(3):
+        dJ_p[i, r] = acc[i, r]
 
 
 # joint types of the fixed-base kinematic tree (:func:`kinematic_tree` maps Pinocchio's joint models)
@@ -237,8 +297,7 @@ REV_X, REV_Y, REV_Z, REV_AXIS, PRI_AXIS = 0, 1, 2, 3, 4
 
 
 @njit(cache=True, error_model="numpy")
-def tree_foot_kinematics(qj, dqj, parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p,
-                   o_rot, o_pos, p_foot, v_rel):
+def tree_foot_kinematics(qj, dqj, tree):
     """Foot points and their velocities relative to the base from the joint positions ``qj``
     [rad or m] and velocities ``dqj``, for a fixed-base tree of 1-DoF joints (what
     ``pin.forwardKinematics`` + ``updateFramePlacement`` + ``getFrameVelocity(LOCAL_WORLD_ALIGNED)``
@@ -249,7 +308,12 @@ def tree_foot_kinematics(qj, dqj, parent, j_rot, j_pos, j_type, j_axis, j_idx, f
     ``j_axis[j]`` in the joint frame, coordinate ``j_idx[j]`` in ``qj``. Foot ``i`` is the point
     ``foot_p[i]`` of joint ``foot_joint[i]``'s frame. ``o_rot`` ``(nj, 3, 3)``, ``o_pos`` ``(nj, 3)``:
     scratch (joint placements in the base frame). Writes ``p_foot`` [m] and ``v_rel = J_p dq``
-    [m/s], ``(L, 3)``, base frame."""
+    [m/s], ``(L, 3)``, base frame. All of these are fields of the tree record ``tree[0]``
+    (:func:`kinematic_tree`)."""
+    tr = tree[0]
+    parent, j_rot, j_pos, j_type, j_axis, j_idx = tr.parent, tr.j_rot, tr.j_pos, tr.j_type, tr.j_axis, tr.j_idx
+    foot_joint, foot_p, o_rot, o_pos, p_foot, v_rel = tr.foot_joint, tr.foot_p, tr.o_rot, tr.o_pos, tr.p_foot, tr.v_rel
+
     nj = parent.shape[0]
     for a in range(3):
         o_pos[0, a] = 0.0
@@ -321,10 +385,10 @@ def tree_foot_kinematics(qj, dqj, parent, j_rot, j_pos, j_type, j_axis, j_idx, f
         v_rel[i, 0], v_rel[i, 1], v_rel[i, 2] = vx, vy, vz
 
 
-def kinematic_tree(model, foot_frames) -> tuple | None:
-    """The arrays :func:`tree_foot_kinematics` takes, from a fixed-base Pinocchio ``model`` and its foot
-    point frames: ``(parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p)``. ``None``
-    if a joint is not a 1-DoF revolute / prismatic joint (then use Pinocchio)."""
+def kinematic_tree(model, foot_frames) -> np.ndarray | None:
+    """The tree record :func:`tree_foot_kinematics` takes (:func:`tree_dtype`, one element), from a
+    fixed-base Pinocchio ``model`` and its foot point frames. ``None`` if a joint is not a 1-DoF
+    revolute / prismatic joint (then use Pinocchio)."""
     nj = model.njoints
     parent = np.zeros(nj, dtype=np.int64)
     j_rot = np.zeros((nj, 3, 3))
@@ -357,9 +421,26 @@ def kinematic_tree(model, foot_frames) -> tuple | None:
         j_rot[j] = model.jointPlacements[j].rotation
         j_pos[j] = model.jointPlacements[j].translation
         j_idx[j] = jm.idx_q
-    foot_joint = np.array([model.frames[f].parentJoint for f in foot_frames], dtype=np.int64)
-    foot_p = np.array([model.frames[f].placement.translation for f in foot_frames], dtype=float)
-    return parent, j_rot, j_pos, j_type, j_axis, j_idx, foot_joint, foot_p
+    L = len(foot_frames)
+    tree = np.zeros(1, dtype=tree_dtype(nj, L))
+    for k, val in (("parent", parent), ("j_rot", j_rot), ("j_pos", j_pos), ("j_type", j_type), ("j_axis", j_axis),
+                   ("j_idx", j_idx), ("foot_joint", [model.frames[f].parentJoint for f in foot_frames]),
+                   ("foot_p", [model.frames[f].placement.translation for f in foot_frames])):
+        tree[k] = val
+    return tree
+
+
+@functools.lru_cache(maxsize=None)
+def tree_dtype(nj: int, L: int) -> np.dtype:
+    """The record :func:`tree_foot_kinematics` works on, for ``nj`` joints (the base included) and
+    ``L`` feet: the tree (``parent``, ``j_rot``, ``j_pos``, ``j_type``, ``j_axis``, ``j_idx``,
+    ``foot_joint``, ``foot_p``), scratch (``o_rot``, ``o_pos``) and the outputs (``p_foot``,
+    ``v_rel``). One dtype object per size (numba's dispatch is fast for the dtype it compiled for)."""
+    f, i = np.float64, np.int64
+    return np.dtype([("parent", i, (nj,)), ("j_rot", f, (nj, 3, 3)), ("j_pos", f, (nj, 3)), ("j_type", i, (nj,)),
+                     ("j_axis", f, (nj, 3)), ("j_idx", i, (nj,)), ("foot_joint", i, (L,)), ("foot_p", f, (L, 3)),
+                     ("o_rot", f, (nj, 3, 3)), ("o_pos", f, (nj, 3)), ("p_foot", f, (L, 3)), ("v_rel", f, (L, 3))],
+                    align=True)
 
 
 class LegKinematicsWorkspace:
@@ -382,16 +463,15 @@ class LegKinematicsWorkspace:
         self.frames = list(rm.foot_frames_fixed)
         self.leg_cols = np.ascontiguousarray(np.array(rm.leg_joints, dtype=np.int64))
         self._zeros_n = np.zeros(n)
-        self.P = np.zeros((N, 3))
-        self.A = np.zeros((N, 3))
-        self.acc = np.zeros((N, 6))
-        self.batch = LegBatch(p=self.P, J=np.zeros((N, 4, 4)), a=self.A, theta=np.zeros(N), theta_dot=np.zeros(N),
-                              J_w=np.zeros((N, 3, 4)), dJ_p_dq=np.zeros((N, 3)), dJ_theta_dq=np.zeros(N),
-                              v_p=np.zeros((N, 3)))
         self._lwa = pin.LOCAL_WORLD_ALIGNED
         self._get_acc = pin.getFrameClassicalAcceleration
         self.chain = self._chain_constants() if use_chain else None
-        self._work = np.zeros(LEG_CHAIN_WORK)
+        rec = np.zeros(1, dtype=legs_dtype(N))
+        rec["leg_j"] = self.leg_cols
+        if self.chain is not None:
+            for name, val in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self.chain):
+                rec["chain_" + name] = val
+        self.bind(rec)
 
     _AXES = {"JointModelRX": (1.0, 0.0, 0.0), "JointModelRY": (0.0, 1.0, 0.0), "JointModelRZ": (0.0, 0.0, 1.0)}
 
@@ -425,11 +505,14 @@ class LegKinematicsWorkspace:
             Rf[i], pf[i] = fr.placement.rotation, fr.placement.translation
         return tuple(np.ascontiguousarray(a) for a in (axes, Rj, pj, Rf, pf))
 
-    def bind(self, P: np.ndarray, A: np.ndarray, acc: np.ndarray, batch: LegBatch, work: np.ndarray) -> None:
-        """Compute into the given arrays from now on (same shapes; ``batch.p is P``, ``batch.a is A``):
-        the controller keeps them in its compiled workspace, where its own kernel may fill them
-        with the chain constants (:attr:`chain`) instead of :meth:`update`."""
-        self.P, self.A, self.acc, self.batch, self._work = P, A, acc, batch, work
+    def bind(self, rec: np.ndarray) -> None:
+        """Compute into the leg record ``rec`` from now on (a 1-element array with the fields of
+        :func:`legs_dtype`, ``leg_j`` and ``chain_*`` filled): the controller keeps the legs in its
+        compiled workspace, where its own model stage may fill them with the chain constants
+        instead of :meth:`update`. ``batch``, ``P``, ``A``, ``acc`` are views of it."""
+        self.rec = rec
+        self.batch = record_legs(rec)
+        self.P, self.A, self.acc = self.batch.p, self.batch.a, rec["leg_acc"][0]
 
     def update(self, qj: np.ndarray, dqj: np.ndarray) -> LegBatch:
         """Leg kinematics at joint positions ``qj`` [rad] and velocities ``dqj`` [rad/s] (Pinocchio
@@ -437,9 +520,7 @@ class LegKinematicsWorkspace:
         its input)."""
         b = self.batch
         if self.chain is not None:
-            axes, Rj, pj, Rf, pf = self.chain
-            leg_chain_kinematics(qj, dqj, self.leg_cols, axes, Rj, pj, Rf, pf, self.P, self.A, self.acc, b.J,
-                                 b.theta, b.theta_dot, b.J_w, b.dJ_p_dq, b.dJ_theta_dq, b.v_p, self._work)
+            leg_chain_kinematics(qj, dqj, self.rec)
             return b
         m, d = self.model, self.data
         pin.forwardKinematics(m, d, qj, dqj, self._zeros_n)
@@ -451,6 +532,5 @@ class LegKinematicsWorkspace:
             P[i] = X.translation
             A[i] = X.rotation[:, 0]
             acc[i] = get_acc(m, d, f, lwa).vector
-        legs_from_frames(d.J, self.leg_cols, P, A, acc, dqj, b.J, b.theta, b.theta_dot, b.J_w, b.dJ_p_dq,
-                         b.dJ_theta_dq, b.v_p)
+        legs_from_frames(d.J, dqj, self.rec)
         return b

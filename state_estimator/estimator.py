@@ -241,9 +241,10 @@ class StateEstimator(EstimatorCore):
         self._tick_scratch = (self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z)
         # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
         # handle, then Pinocchio computes them)
-        self._tree = kinematic_tree(self.rm.fixed, self._feet)
-        nj = self.rm.fixed.njoints
-        self._o_rot, self._o_pos = np.zeros((nj, 3, 3)), np.zeros((nj, 3))
+        self._tree = tree = kinematic_tree(self.rm.fixed, self._feet)
+        if tree is not None:          # the foot points and velocities live in the tree record
+            self._p_foot, self._v_rel = tree["p_foot"][0], tree["v_rel"][0]
+            tree_foot_kinematics(np.zeros(n), np.zeros(n), tree)      # compiled for this record's layout
         self._params_of = None                                # configs the derived constants are for
         self._refresh_fast_params()
         kernels.warm_up()
@@ -289,15 +290,7 @@ class StateEstimator(EstimatorCore):
         first = not self._started
         dt = 0.0 if t_prev is None else t - t_prev
         step = dt if dt > 0 else self.dt
-        gait = self.gait
-        if type(gait) is GaitScheduler:                       # its state(), compiled
-            g = gait.cfg
-            phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
-            gait_state(t, g.start_time, g.stop_time, g.period, gait.swing_duration, gait.offset, gait.group, phase,
-                       self._progress, cycle)
-        else:
-            phase = gait.phases(t)
-            cycle = gait.cycle_index(t)
+        phase, cycle = self._gait_phases(t)
         if first:
             self._first_sample_fast()
         self._kinematics_fast(buf[:self.n], buf[self.n:2 * self.n])
@@ -332,6 +325,17 @@ class StateEstimator(EstimatorCore):
             td_score=score, td_count=count, tau_ext=tau_ext,
             vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
             vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt)
+
+    def _gait_phases(self, t: float):
+        """Nominal phase and gait-cycle index per leg at ``t`` (``GaitScheduler.state``, compiled)."""
+        gait = self.gait
+        if type(gait) is GaitScheduler:
+            g = gait.cfg
+            phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
+            gait_state(t, g.start_time, g.stop_time, g.period, gait.swing_duration, gait.offset, gait.group, phase,
+                       self._progress, cycle)
+            return phase, cycle
+        return gait.phases(t), gait.cycle_index(t)
 
     def _load_sample(self, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel) -> None:
         """Pack the inputs into the sample buffer and check them (compiled for arrays); raises
@@ -386,7 +390,7 @@ class StateEstimator(EstimatorCore):
         if tree is None:
             self._kinematics(qj, dqj)
             return
-        tree_foot_kinematics(qj, dqj, *tree, self._o_rot, self._o_pos, self._p_foot, self._v_rel)
+        tree_foot_kinematics(qj, dqj, tree)
 
     def _dynamics_fast(self, q: np.ndarray, v: np.ndarray) -> None:
         """``_dynamics`` into the preallocated leg blocks (one crba + one nonLinearEffects)."""

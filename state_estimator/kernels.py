@@ -9,7 +9,7 @@ The reference functions stay the specification; ``test/test_fast_estimator.py`` 
 kernel against its reference and the whole fast estimator against the reference estimator.
 
 Per cycle the estimator calls ``load_sample`` (pack + check the inputs), ``legged_wbc.gait.gait_state``,
-``legged_wbc.kinematics.tree_foot_kinematics``, ``estimator_tick`` (touchdown filters and landing test, support set, velocity
+``legged_wbc.kinematics.tree_foot_kinematics`` (compiled for the robot's tree by the estimator), ``estimator_tick`` (touchdown filters and landing test, support set, velocity
 filter, height, outputs) and, after Pinocchio's ``crba`` / ``nonLinearEffects``, ``leg_blocks``.
 
 Units and frames are those of the reference modules: joint velocities [rad/s], torques [N m],
@@ -31,7 +31,6 @@ from numba import njit
 
 from legged_wbc.gait import SUPPORT, SWING_DOWN, gait_state
 from legged_wbc.jit import announce_compiles
-from legged_wbc.kinematics import REV_Z, tree_foot_kinematics
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
@@ -616,13 +615,6 @@ def warm_up() -> None:
     leg_j = np.arange(n, dtype=np.int64).reshape(L, k)
     M_inv, h_leg, M_lb = f((L, k, k)), f((L, k)), f((L, k, 6))
     leg_blocks(M, f(6 + n), leg_j + 6, M_inv, h_leg, M_lb, f((2, k, k)))
-    nj = n + 1
-    parent = np.arange(-1, n, dtype=np.int64)
-    parent[0] = 0
-    j_rot = np.broadcast_to(np.eye(3), (nj, 3, 3)).copy()
-    tree_foot_kinematics(f(n), f(n), parent, j_rot, f((nj, 3)), np.full(nj, REV_Z, np.int64), f((nj, 3)),
-                         np.arange(-1, n, dtype=np.int64), np.full(L, n, np.int64), f((L, 3)),
-                         f((nj, 3, 3)), f((nj, 3)), f((L, 3)), f((L, 3)))
     P = np.broadcast_to(np.eye(2 * k), (L, 2 * k, 2 * k)).copy()
     args = (buf, True, 0.0, 0.002, f(L, np.int64), f(L, np.int64), True, math.nan,
             f((L, 2 * k)), P, f(L, np.int64), f(L, np.bool_), f(L, np.int64), f(L, np.int64), f(L, np.int64),

@@ -9,7 +9,7 @@ import pytest
 
 from legged_wbc.closed_loop import ClosedLoop, make_controller
 from legged_wbc.gait import GaitConfig, GaitScheduler, gait_state
-from legged_wbc.kinematics import R2_EPS, LegBatch, legs_from_frames
+from legged_wbc.kinematics import R2_EPS, LegBatch, legs_dtype, legs_from_frames, record_legs
 from legged_wbc.model import RobotModel, null_vectors
 from legged_wbc.scenario import load_scenario
 from wbc_controller import kernels as K
@@ -452,11 +452,12 @@ def test_leg_kinematics_vertical_foot_link_zeroes_theta_row():
     """Foot-link x-axis along base z: the J_theta row, theta_dot and the drift are zero."""
     N = 1
     Jw = np.asfortranarray(np.arange(24.0).reshape(6, 4))
-    cols = np.arange(4, dtype=np.int64).reshape(1, 4)
-    P, A, acc = np.zeros((N, 3)), np.array([[0.0, 0.0, -1.0]]), np.ones((N, 6))
-    J, th, thd, Jwo, dJp, dJt, vp = (np.full((N, 4, 4), 7.0), np.zeros(N), np.ones(N), np.zeros((N, 3, 4)),
-                                     np.zeros((N, 3)), np.ones(N), np.zeros((N, 3)))
-    legs_from_frames(Jw, cols, P, A, acc, np.ones(4), J, th, thd, Jwo, dJp, dJt, vp)
+    rec = np.zeros(1, dtype=legs_dtype(N))
+    rec["leg_j"] = np.arange(4, dtype=np.int64).reshape(1, 4)
+    rec["leg_a"], rec["leg_acc"], rec["leg_J"], rec["leg_theta_dot"], rec["leg_dJ_theta"] = [0.0, 0.0, -1.0], 1.0, 7.0, 1.0, 1.0
+    legs_from_frames(Jw, np.ones(4), rec)
+    out = record_legs(rec)
+    J, th, thd, Jwo, dJt = out.J, out.theta, out.theta_dot, out.J_w, out.dJ_theta_dq
     assert th[0] == pytest.approx(math.pi / 2) and thd[0] == 0.0 and dJt[0] == 0.0
     np.testing.assert_array_equal(J[0, 3], 0.0)
     np.testing.assert_array_equal(J[0, :3], Jw[:3])          # p = 0: v - p x w = v (exact on any IEEE machine)

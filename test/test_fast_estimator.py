@@ -549,10 +549,10 @@ def test_kinematic_tree_refuses_unknown_joints():
     assert tree is not None
     data = model.createData()
     rng = np.random.default_rng(3)
-    p, vr = np.zeros((1, 3)), np.zeros((1, 3))
+    p, vr = tree["p_foot"][0], tree["v_rel"][0]
     for _ in range(20):
         q, dq = rng.normal(size=3), rng.normal(size=3)
-        tree_foot_kinematics(q, dq, *tree, np.zeros((4, 3, 3)), np.zeros((4, 3)), p, vr)
+        tree_foot_kinematics(q, dq, tree)
         pin.forwardKinematics(model, data, q, dq)
         pin.updateFramePlacement(model, data, f)
         close(p[0], data.oMf[f].translation)

@@ -33,7 +33,6 @@ import numpy as np
 import pinocchio as pin
 
 from legged_wbc.gait import GaitConfig, GaitScheduler
-from legged_wbc.kinematics import LegBatch
 from legged_wbc.model import RobotModel
 
 from .config import WbcConfig
@@ -266,10 +265,7 @@ class WholeBodyController(ControllerCore):
                 setattr(self, "_" + name, ws[name][0])
         # the leg kinematics compute into the workspace (by the chain kernel in the model stage when
         # the legs are serial chains on the base, else by the workspace's Pinocchio pass)
-        self._legs_ws.bind(self._leg_p, self._leg_a, self._leg_acc,
-                           LegBatch(p=self._leg_p, J=self._leg_J, a=self._leg_a, theta=self._leg_theta,
-                                    theta_dot=self._leg_theta_dot, J_w=self._leg_J_w, dJ_p_dq=self._leg_dJ_p,
-                                    dJ_theta_dq=self._leg_dJ_theta, v_p=self._leg_v_p), self._leg_work)
+        self._legs_ws.bind(ws)
         self._chain_legs = self._legs_ws.chain is not None
         if self._chain_legs:
             for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
@@ -304,6 +300,8 @@ class WholeBodyController(ControllerCore):
         q[6] = 1.0
         ws, saved = self._ws, self._ws.copy()
         support = np.ones(N, dtype=bool)
+        if not self._chain_legs:                  # the Pinocchio-pass kernel, for this workspace's record
+            self._legs_ws.update(np.zeros(self.n), np.zeros(self.n))
         K.model_stage(np.eye(nv), np.zeros(nv), q, np.zeros(nv), self._chain_legs, ws)
         K.build_stage(0.0, q, np.zeros(nv), support, self._no_tau_ext, False, False, ws)
         K.ldp_solution_stage(np.zeros(self.ldp.n), np.zeros(self.nx), support, self._cbf_act, ws)

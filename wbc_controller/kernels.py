@@ -33,7 +33,7 @@ from numba import njit
 
 from legged_wbc.gait import gait_state
 from legged_wbc.jit import announce_compiles
-from legged_wbc.kinematics import LEG_CHAIN_WORK, LegBatch, leg_chain_kinematics, legs_from_frames
+from legged_wbc.kinematics import LEG_CHAIN_WORK, LegBatch, chain_legs, legs_dtype, legs_from_frames
 
 from .blocks.cbf import cbf_active, cbf_rows
 from .blocks.compensation import null_space_compensation
@@ -175,12 +175,10 @@ def workspace_plan(w):
 @njit(cache=True)
 def model_stage(M_upper, h_in, q, v, chain, ws):
     """``M`` (symmetrized), ``h`` and the base rotation ``R`` into the workspace ``ws`` (one record),
-    and with ``chain`` the leg kinematics from the chain constants (:func:`leg_chain_kinematics`)."""
+    and with ``chain`` the leg kinematics from the chain constants (:func:`legged_wbc.kinematics.chain_legs`)."""
     w = ws[0]
     if chain:
-        leg_chain_kinematics(q[7:], v[6:], w.leg_j, w.chain_axes, w.chain_R_joint, w.chain_p_joint, w.chain_R_foot,
-                             w.chain_p_foot, w.leg_p, w.leg_a, w.leg_acc, w.leg_J, w.leg_theta, w.leg_theta_dot,
-                             w.leg_J_w, w.leg_dJ_p, w.leg_dJ_theta, w.leg_v_p, w.leg_work)
+        chain_legs(q[7:], v[6:], w)
     symmetrize_mass(M_upper, h_in, w.M, w.h)
     rotation_from_quat(q, w.R)
 
@@ -318,13 +316,11 @@ def warmup() -> None:
     leg_cols = np.arange(8, dtype=np.int64).reshape(N, 4)
     q = np.zeros(n + 7)
     q[6] = 1.0
-    J = np.zeros((N, 4, 4))
-    P, A3, v_p, dJp = (np.zeros((N, 3)) for _ in range(4))
-    A3[:, 0] = 1.0
-    th, thd, dJt = f1(N), f1(N), f1(N)
+    legs = np.zeros(1, dtype=legs_dtype(N))
+    legs["leg_j"] = leg_cols
+    legs["leg_a"][0][:, 0] = 1.0
     J_world = np.asfortranarray(np.ones((6, n)))  # Pinocchio's data.J: F order
-    legs_from_frames(J_world, leg_cols, P, A3, np.zeros((N, 6)), f1(n), J, th, thd, np.zeros((N, 3, 4)), dJp, dJt,
-                     v_p)
+    legs_from_frames(J_world, f1(n), legs)
     A_eq, C, lo, up = np.zeros((ne, nx)), np.zeros((ni, nx)), f1(ni), f1(ni)
     friction_rows(N, nv, 0, 0.6, A_eq, C, lo, up)
     all_finite(f1(nx))
