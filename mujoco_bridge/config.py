@@ -58,6 +58,9 @@ class BridgeConfig:
                                            "tick instead of two, ~100-200 us of CPU a tick on our VMs)", live=False)
     ground_truth_decimation: int = param(2, 1, 1000, "publish /ground_truth/* and /disturbance every N physics "
                                          "steps")
+    tf_rate: float = param(10.0, 0.0, 500.0, "rate of /tf world -> base_link_ground_truth (the simulation's true "
+                           "base pose, evaluation only; taken off the physics thread); 0 = none",
+                           unit="Hz wall", live=False)
     diagnostics_period: float = param(0.1, 0.001, 3600.0, "period of /bridge/diagnostics", unit="s sim")
     progress_period: float = param(10.0, 0.0, 86400.0, "log a progress line (sim time, real-time factor, "
                                    "deadline misses, command latency) every this many wall seconds; 0 = never",

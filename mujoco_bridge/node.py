@@ -16,7 +16,7 @@ import numpy as np
 
 from legged_wbc.model import RobotModel
 from legged_wbc.robot import ConfigError
-from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io
+from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, tf_publisher, io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, delay_ticks, initial_height,  # noqa: F401
@@ -94,14 +94,12 @@ def _make_node_class():
                                                               self._on_support, cmd_qos,
                                                               adapter=adapters.JointStateAdapter)
                 self.sched.wait_for_support = True
-            if cfg.viewer:   # its own MjData, synced by its own thread (off the physics path); else headless
-                from legged_wbc.tools.viewer import open_viewer
+            if cfg.viewer:   # its own MjData and thread (off the physics path); else one line why not, headless
+                from mujoco_bridge.viewer import open_viewer
 
-                self.viewer = open_viewer(self.sim.m)
-                if not self.viewer.active:
-                    log.warning(f"viewer requested but unavailable: {self.viewer.reason}")
-                    self.viewer = None
+                self.viewer = viewer if (viewer := open_viewer(self.sim.m)).active else None
             self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
+            self.gt_tf = tf_publisher.attach_ground_truth(self, cfg.tf_rate)   # /tf world -> base_link_ground_truth
             log.info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
                      f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
                      f"initial base height {self.q0[2]:.3f} m")
@@ -178,6 +176,8 @@ def _make_node_class():
                 self.publish_diagnostics()
             if self.viewer is not None:
                 self.viewer.update(self.sim.d.qpos)  # a copy at most every 1/50 s; drawn by the viewer's thread
+            if self.gt_tf is not None and self.gt_tf.wanted:
+                self.gt_tf.offer(t_ns, self.sim.d.qpos)   # a copy of the base pose, when /tf asked for one
             if self.after_sample is not None:
                 self.after_sample()                  # the container: the recorder's deferred copies
 

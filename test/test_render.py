@@ -240,7 +240,7 @@ def test_not_a_run_and_bad_options(tmp_path, run_dir, capsys):
 
 # ------------------------------------------------------------------------------------------ viewer
 def test_viewer_without_display_is_a_noop_with_one_message(monkeypatch, capsys):
-    from legged_wbc.tools import viewer
+    from mujoco_bridge import viewer
     from legged_wbc.mujoco_model import build_model
 
     monkeypatch.delenv("DISPLAY", raising=False)
@@ -258,7 +258,7 @@ def test_viewer_without_display_is_a_noop_with_one_message(monkeypatch, capsys):
 
 
 def test_viewer_launch_failure_falls_back(monkeypatch, capsys):
-    from legged_wbc.tools import viewer
+    from mujoco_bridge import viewer
     from legged_wbc.mujoco_model import build_model
 
     monkeypatch.setattr(viewer, "_warned", set())
@@ -278,7 +278,7 @@ def test_viewer_with_unreachable_display_does_not_end_the_process(tmp_path):
     import sys
 
     code = ("from legged_wbc.mujoco_model import build_model\n"
-            "from legged_wbc.tools.viewer import open_viewer\n"
+            "from mujoco_bridge.viewer import open_viewer\n"
             "v = open_viewer(build_model())\n"
             "v.update([0.0] * 31)\n"
             "print('still running', v.active)\n")
@@ -313,7 +313,7 @@ class FakeHandle:
 
 
 def test_attach_viewer_feeds_the_view_off_the_physics_path(monkeypatch):
-    from legged_wbc.tools import viewer
+    from mujoco_bridge import viewer
 
     loop = ClosedLoop(load_scenario("nominal", QUICK), "cbf")
     handles = []
@@ -354,7 +354,7 @@ def test_attach_viewer_feeds_the_view_off_the_physics_path(monkeypatch):
 
 
 def test_viewer_data_provider(monkeypatch):
-    from legged_wbc.tools import viewer
+    from mujoco_bridge import viewer
     from legged_wbc.mujoco_model import build_model
 
     m = build_model()

@@ -129,7 +129,7 @@ def test_recorded_tf_tree_is_complete_and_equals_forward_kinematics(tf_bag):
     from legged_wbc.model import RobotModel
 
     msgs = _read(tf_bag, ["/robot_description", "/tf_static", "/tf", "/joint_states", "/estimator/odom",
-                          "/diagnostics"])
+                          "/diagnostics", "/ground_truth/odom"])
     conns = msgs["__conns__"]
     rm = RobotModel("hexapod")
     (desc,) = msgs["/robot_description"]
@@ -150,6 +150,23 @@ def test_recorded_tf_tree_is_complete_and_equals_forward_kinematics(tf_bag):
     assert all(m.header.frame_id == "odom" and m.child_frame_id == "base_link" for m in odom.values())
     assert len(msgs["/tf"]) >= 10
     checked = 0
+    # the bridge's world -> base_link_ground_truth: the simulation's true base pose of that sample
+    gt = [m for m in msgs["/tf"] if [tr.child_frame_id for tr in m.transforms] == ["base_link_ground_truth"]]
+    truth = {_ns(m.header.stamp): m for m in msgs.get("/ground_truth/odom", [])}
+    assert gt and truth
+    for m in gt:
+        tr = m.transforms[0]
+        assert tr.header.frame_id == "world"
+        o = truth.get(_ns(tr.header.stamp))
+        if o is None:                    # a 1 kHz sample between two ground-truth ticks
+            continue
+        p, r = o.pose.pose.position, o.pose.pose.orientation
+        assert np.allclose(_xyz_quat(tr)[0], [p.x, p.y, p.z], atol=1e-12, rtol=0)
+        assert np.allclose(_xyz_quat(tr)[1], [r.x, r.y, r.z, r.w], atol=1e-12, rtol=0)
+        checked += 1
+    assert checked >= 1
+    checked = 0
+    msgs["/tf"] = [m for m in msgs["/tf"] if m not in gt]
     for m in msgs["/tf"]:
         stamps = {_ns(tr.header.stamp) for tr in m.transforms}
         assert len(stamps) == 1

@@ -20,7 +20,7 @@ def cmd_run(args) -> int:
         return 2
     viewer = None
     if args.viewer:
-        from legged_wbc.tools.viewer import attach_viewer
+        from mujoco_bridge.viewer import attach_viewer
 
         viewer = attach_viewer(loop)  # no display: says so once and returns a no-op viewer
     try:

@@ -59,6 +59,7 @@ class LocalTaps:
 
     def __init__(self, sink: "ShmBagSink", node):
         self.sink, self.node = sink, node
+        self.failed = 0                     # messages that could not be recorded (said once)
 
     def tap(self, topic: str) -> "_Tap":
         return _Tap(self, topic)
@@ -92,7 +93,13 @@ class LocalTaps:
             if values:                              # keep the order of the sample's messages
                 self.sink.write_values(values)
                 values = []
-            self._write_message(topic, item)
+            try:
+                self._write_message(topic, item)
+            except Exception as exc:                # one bad message costs itself only, never the batch
+                self.failed += 1
+                if self.failed == 1:
+                    self.sink.log(f"{topic}: a message could not be recorded ({type(exc).__name__}: {exc}); "
+                                  "failures are counted")
         if values:
             self.sink.write_values(values)
         n.last_rx = time.monotonic()

@@ -86,7 +86,10 @@ class _Builder:
         code, size = _PRIMITIVES[t]
         self.align(size)
         start = len(self.buf)
-        self.buf += struct.pack("<" + code, value)
+        try:
+            self.buf += struct.pack("<" + code, value)
+        except struct.error as exc:      # e.g. a ``byte`` field (bytes in rclpy): no fixed layout for it here
+            raise LayoutError(f"field {path or '?'} ({t}): {exc}") from None
         self.var.append({"kind": "scalar", "path": path, "code": code, "start": start, "end": len(self.buf)})
 
     def string(self, value: str) -> None:

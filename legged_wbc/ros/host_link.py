@@ -157,9 +157,7 @@ class ValueCodec:
         return serialize_message(msg)
 
     def _dec_msg(self, buf, off, end):
-        from rclpy.serialization import deserialize_message
-
-        return deserialize_message(bytes(buf[off:end]), self.msg_type)
+        return bytes(buf[off:end])                   # CDR: the receiver's publish_now hands it on as it is
 
 
 # ----------------------------------------------------------------------------------------- the link
@@ -324,11 +322,12 @@ class HostLink:
         data = _FRAME.pack(len(body)) + body
         try:
             with self._send_lock:
+                self.sent += 1                        # counted before the peer can see it
                 n = self.sock.send(data, socket.MSG_DONTWAIT)
                 if n < len(data):                     # rare: finish the frame (the stream must stay framed)
                     self.sock.sendall(memoryview(data)[n:])
-            self.sent += 1
         except OSError as exc:
+            self.sent -= 1
             self.dropped += 1
             if not self._drop_logged:
                 self._drop_logged = True

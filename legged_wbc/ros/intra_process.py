@@ -231,9 +231,9 @@ class LinkPublisher(IntraPublisher):
         return self._msg_type
 
     def deliver(self, item) -> None:
-        """A value (adapted topics) or a message from the link."""
+        """A value (adapted topics) or a message's CDR bytes (plain topics) from the link."""
         if self.adapter is None:
-            self._deliver(item, None)
+            self.publish_now(item)                    # raw subscribers get the bytes, others the message
         else:
             self._deliver(None, item)
 
@@ -378,9 +378,9 @@ class IntraProcessBus:
 
     # ------------------------------------------------------------------ host link
     def link_wants(self) -> dict[str, int]:
-        """Topic -> subscriptions here for topics nobody in this process publishes (the linked one may)."""
-        own = {t for t, pubs in self._pubs.items() if any(not isinstance(p, LinkPublisher) for p in pubs)}
-        return {t: len(subs) for t, subs in self._subs.items() if subs and t not in own}
+        """Topic -> subscriptions here (the linked process sends those it publishes: a topic may have
+        publishers on both sides, /tf)."""
+        return {t: len(subs) for t, subs in self._subs.items() if subs}
 
     def connect_link(self, timeout: float, stop=None) -> list[str]:
         """Join the linked process (:mod:`legged_wbc.ros.host_link`; call it once every node is
@@ -403,15 +403,13 @@ class IntraProcessBus:
         from rclpy.serialization import deserialize_message
 
         deliver = {}
-        for p in link.peer_pubs:
-            if p["topic"] in self._pubs:
-                continue                             # published here too: ours only (no double delivery)
+        for p in link.peer_pubs:                     # (a topic published here too gets both sources)
             mt = message_class(p["type"])
             adapter = None
             if p["adapter"] is not None:
                 adapter = getattr(adapters, p["adapter"])(deserialize_message(p["template"], mt))
             lp = LinkPublisher(self, p["topic"], mt, adapter)
-            self._pubs[p["topic"]] = [lp]
+            self._pubs.setdefault(p["topic"], []).append(lp)
             deliver[p["topic"]] = lp.deliver
         link.bind_inputs(deliver)
         link.on_peer_subs = self._on_peer_subs
@@ -433,7 +431,7 @@ class IntraProcessBus:
     def linked_topics(self) -> list[str]:
         """Topics published by the linked process and subscribed here."""
         return sorted(t for t, pubs in self._pubs.items()
-                      if pubs and isinstance(pubs[0], LinkPublisher) and self._subs.get(t))
+                      if any(isinstance(p, LinkPublisher) for p in pubs) and self._subs.get(t))
 
     def published_topics(self) -> dict[str, object]:
         """Topic -> message type of every in-process publisher."""

@@ -19,9 +19,13 @@ executor wake-up; in a container the recorder takes the message in that thread) 
 output the node keeps anyway (``_last_out``: its odometry value, whose ``q`` views the tick's full
 configuration ``EstimatedState.q``, fresh at every tick), skips the tick it already sent and builds nothing
 while nobody subscribes. The frame
-names are REP 105's (``world``, ``odom``, ``base_link``) and the URDF's link names. The ground truth is not
-on ``/tf``: the bridge keeps no copy of a sample that another thread could read consistently (its
-physics steps run without a lock), so it stays on ``/ground_truth/odom`` (``frame_id: world``).
+names are REP 105's (``world``, ``odom``, ``base_link``) and the URDF's link names.
+
+The bridge adds ``world -> base_link_ground_truth`` (:func:`attach_ground_truth`, its own ``tf_rate``): the
+simulation's true base pose, for comparing with the estimate in a viewer. MuJoCo's data is never read from
+the background thread (a physics step may run meanwhile): the job raises a flag, the bridge's thread hands
+over a copy of the base pose at its next sample (:class:`GroundTruthTap`), and the job publishes it at its
+next run, stamped with the sample's sim time like ``/ground_truth/odom``.
 
 ``tf2_msgs`` has no wheel on PyPI; ``setup.sh`` builds its ``TFMessage`` (``tools/tf2_msgs``). Without it
 the node logs one warning and publishes ``/robot_description`` only.
@@ -36,6 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 WORLD_FRAME, ODOM_FRAME = "world", "odom"
+GROUND_TRUTH_SUFFIX = "_ground_truth"   # child frame of the true base pose: base_link_ground_truth
 TOPIC_TF, TOPIC_TF_STATIC, TOPIC_DESCRIPTION = "/tf", "/tf_static", "/robot_description"
 
 
@@ -233,3 +238,59 @@ def attach(node, rate_hz: float):
         background.publish(pub, raw)
 
     return background.for_node(node, 1.0 / rate_hz, publish_tf, name="state_estimator /tf")
+
+
+class GroundTruthTap:
+    """The bridge's hand-over of its true base pose to the ``/tf`` job (see the module docstring):
+    :attr:`wanted` is raised by the job, :meth:`offer` (the bridge's thread) copies MuJoCo's base
+    ``qpos`` (7 numbers) and lowers it."""
+
+    __slots__ = ("wanted", "sample")
+
+    def __init__(self):
+        self.wanted = False
+        self.sample = None          # (stamp [ns], qpos[:7]: position, quaternion w x y z)
+
+    def offer(self, stamp_ns: int, qpos) -> None:
+        self.sample = (int(stamp_ns), np.array(qpos[:7], dtype=float))
+        self.wanted = False
+
+
+def attach_ground_truth(node, rate_hz: float) -> GroundTruthTap | None:
+    """``/tf`` ``world -> <base_link>_ground_truth`` for the bridge ``node`` at ``rate_hz`` (0: none); the
+    tap the node feeds (None without tf2_msgs or with rate 0)."""
+    if rate_hz <= 0:
+        return None
+    try:
+        from geometry_msgs.msg import TransformStamped
+        from tf2_msgs.msg import TFMessage
+    except ImportError:
+        return None                 # said once by the estimator's attach
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from rclpy.serialization import serialize_message
+
+    from legged_wbc.conventions import quat_wxyz_to_xyzw
+    from legged_wbc.ros import background
+    from legged_wbc.ros import io as ros_io
+
+    qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.VOLATILE)
+    node.pub_tf_gt = pub = ros_io.create_publisher(node, TFMessage, TOPIC_TF, qos)
+    child = node.robot.cfg.base_link + GROUND_TRUTH_SUFFIX
+    cdr = TfCdr(TFMessage(transforms=[_transform(TransformStamped, ros_io.time_msg(0), WORLD_FRAME, child,
+                                                 np.zeros(3), [0, 0, 0, 1.0])]), serialize_message)
+    tap, sent = GroundTruthTap(), {"stamp": None}
+
+    def publish_gt():
+        sample = tap.sample
+        if not background.subscribed(pub):
+            return
+        tap.wanted = True                                   # the next sample hands over a copy
+        if sample is None or sample[0] == sent["stamp"]:
+            return
+        sent["stamp"] = sample[0]
+        qpos = sample[1]
+        background.publish(pub, cdr.fill(sample[0], qpos[None, :3], quat_wxyz_to_xyzw(qpos[3:7])[None, :]))
+
+    background.for_node(node, 1.0 / rate_hz, publish_gt, name="mujoco_bridge /tf")
+    return tap
