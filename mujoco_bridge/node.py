@@ -13,6 +13,11 @@ import threading
 import time
 
 import numpy as np
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
 
 from legged_wbc.model import RobotModel
 from legged_wbc.robot import ConfigError
@@ -21,190 +26,183 @@ from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, delay_ticks, initial_height,  # noqa: F401
                                           load_scenario_config, scenario_disturbance, scenario_sim, sensor_noise)
-from mujoco_bridge.scheduler import PHYSICS_DT_NS, BridgeScheduler
+from mujoco_bridge.scheduler import PHYSICS_DT_NS, BridgePorts, BridgeScheduler
 from mujoco_bridge.timing import WallStamps
 
 
-def _make_node_class():
-    from rclpy.duration import Duration
-    from rclpy.node import Node
-    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from sensor_msgs.msg import JointState
-    from std_msgs.msg import Float64MultiArray
+class MujocoBridge(Node):
+    """See the module docstring."""
 
-    class MujocoBridge(Node):
-        """See the module docstring."""
+    def __init__(self, **kwargs):
+        super().__init__("mujoco_bridge", **kwargs)
+        self.params = NodeParameters(self, BridgeConfig, on_change=self._on_config)
+        cfg = self.cfg = self.params.config
+        log = self.get_logger()
+        self.robot = RobotModel(cfg.robot)
+        self.scenario = load_scenario_config(cfg.scenario)
+        self.sim = scenario_sim(self.robot, self.scenario, sensor_noise(self.scenario, cfg.noise_joint_velocity,
+                                                                        cfg.noise_gyro, cfg.noise_accel, cfg.noise_seed))
+        if abs(self.sim.dt * 1e9 - PHYSICS_DT_NS) > 1e-3:
+            raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
+        self.n, self.joint_names, self.leg_names = self.robot.n, list(self.robot.joint_names), self.robot.cfg.leg_names
+        self.lockstep, self.untimed = cfg.lockstep, cfg.command_timing == "untimed"
+        self._wall = WallStamps() if cfg.sample_stamps == "wall" else None   # hardware emulation (BridgeConfig)
+        self.q0 = self.robot.stance_configuration(initial_height(cfg.initial_height, self.scenario))
+        self.sim.reset(self.q0)
+        self.ports = BridgePorts(None, self.publish_sample, self.sim.joint_velocities, self.peers_missing,
+                                 self.settle_peers)            # what the scheduler calls: bound methods, no layer
+        self.sched = BridgeScheduler(cfg, self.ports, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps,
+                                     log=log, effort_limit=self.robot.effort,
+                                     command_delay_ticks=delay_ticks(self.scenario))
+        self.physics = BridgePhysics(self.sim, self.n, log, scenario_disturbance(self.scenario, self.robot,
+                                                                                 self.sched, log))
+        self.ports.physics_step = self.physics.step
+        self.request_stop = self.sched.request_stop            # from a signal handler or the container
 
-        def __init__(self, **kwargs):
-            super().__init__("mujoco_bridge", **kwargs)
-            self.params = NodeParameters(self, BridgeConfig, on_change=self._on_config)
-            cfg = self.cfg = self.params.config
-            log = self.get_logger()
-            self.robot = RobotModel(cfg.robot)
-            self.scenario = load_scenario_config(cfg.scenario)
-            self.sim = scenario_sim(self.robot, self.scenario, sensor_noise(self.scenario, cfg.noise_joint_velocity,
-                                                                            cfg.noise_gyro, cfg.noise_accel, cfg.noise_seed))
-            if abs(self.sim.dt * 1e9 - PHYSICS_DT_NS) > 1e-3:
-                raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
-            self.n, self.joint_names, self.leg_names = self.robot.n, list(self.robot.joint_names), self.robot.cfg.leg_names
-            self.lockstep, self.untimed = cfg.lockstep, cfg.command_timing == "untimed"
-            self._wall = WallStamps() if cfg.sample_stamps == "wall" else None   # hardware emulation (BridgeConfig)
-            self.q0 = self.robot.stance_configuration(initial_height(cfg.initial_height, self.scenario))
-            self.sim.reset(self.q0)
-            self.sched = BridgeScheduler(cfg, self, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps, log=log,
-                                         effort_limit=self.robot.effort, command_delay_ticks=delay_ticks(self.scenario))
-            self.physics = BridgePhysics(self.sim, self.n, log, scenario_disturbance(self.scenario, self.robot,
-                                                                                     self.sched, log))
-            self.physics_step = self.physics.step                  # scheduler ports: a bound method, no layer
-            self.request_stop = self.sched.request_stop            # from a signal handler or the container
-            self.joint_velocities = self.sim.joint_velocities
-
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
+        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
+                         reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+        nz, zero_n = self.sim.noise, np.zeros(self.n)
+        # the messages, built once with their constant parts; values in, filled only for whoever needs a message
+        A = adapters
+        published = (
+            (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, zero_n, zero_n, zero_n)),
+             ros_io.TOPIC_JOINT_STATES),
+            (A.ImuAdapter(ros_io.imu_msg(0, self.robot.cfg.base_link, [0, 0, 0, 1], [0, 0, 0], [0, 0, 0],
+                                         gyro_var=nz.gyro ** 2, accel_var=nz.accel ** 2)), ros_io.TOPIC_IMU),
+            (A.ClockAdapter(ros_io.clock_msg(0)), ros_io.TOPIC_CLOCK),
+            (A.ArrayAdapter(ros_io.float64_array_msg(zero_n, ros_io.DISTURBANCE_LABEL)), ros_io.TOPIC_DISTURBANCE),
+            (A.OdometryAdapter(ros_io.odometry_msg(0, self.q0, np.zeros(self.n + 6),
+                                                   child_frame_id=self.robot.cfg.base_link)), ros_io.TOPIC_GT_ODOM),
+            (A.ArrayAdapter(ros_io.contacts_msg(np.zeros(len(self.leg_names)), self.leg_names)),
+             ros_io.TOPIC_GT_CONTACTS))
+        (self.pub_js, self.pub_imu, self.pub_clock, self.pub_dist, self.pub_odom, self.pub_contacts) = [
+            ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in published]
+        self.pub_diag, self.pub_latency = [ros_io.create_publisher(self, Float64MultiArray, topic, qos) for topic in
+                                           (ros_io.TOPIC_BRIDGE_DIAGNOSTICS, ros_io.TOPIC_COMMAND_LATENCY)]
+        self._pubs = [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
+                      self.pub_diag, self.pub_latency]
+        cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            nz, zero_n = self.sim.noise, np.zeros(self.n)
-            # the messages, built once with their constant parts; values in, filled only for whoever needs a message
-            A = adapters
-            published = (
-                (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, zero_n, zero_n, zero_n)),
-                 ros_io.TOPIC_JOINT_STATES),
-                (A.ImuAdapter(ros_io.imu_msg(0, self.robot.cfg.base_link, [0, 0, 0, 1], [0, 0, 0], [0, 0, 0],
-                                             gyro_var=nz.gyro ** 2, accel_var=nz.accel ** 2)), ros_io.TOPIC_IMU),
-                (A.ClockAdapter(ros_io.clock_msg(0)), ros_io.TOPIC_CLOCK),
-                (A.ArrayAdapter(ros_io.float64_array_msg(zero_n, ros_io.DISTURBANCE_LABEL)), ros_io.TOPIC_DISTURBANCE),
-                (A.OdometryAdapter(ros_io.odometry_msg(0, self.q0, np.zeros(self.n + 6),
-                                                       child_frame_id=self.robot.cfg.base_link)), ros_io.TOPIC_GT_ODOM),
-                (A.ArrayAdapter(ros_io.contacts_msg(np.zeros(len(self.leg_names)), self.leg_names)),
-                 ros_io.TOPIC_GT_CONTACTS))
-            (self.pub_js, self.pub_imu, self.pub_clock, self.pub_dist, self.pub_odom, self.pub_contacts) = [
-                ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in published]
-            self.pub_diag, self.pub_latency = [ros_io.create_publisher(self, Float64MultiArray, topic, qos) for topic in
-                                               (ros_io.TOPIC_BRIDGE_DIAGNOSTICS, ros_io.TOPIC_COMMAND_LATENCY)]
-            self._pubs = [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
-                          self.pub_diag, self.pub_latency]
-            cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
-                                 reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
-                                                           timed=cfg.command_timing == "stamped")
-            self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
-                                                      cmd_qos, adapter=adapters.JointStateAdapter)
-            self._leg_order = ros_io.JointOrder(self.leg_names)
-            self.sub_support = self.viewer = None
-            if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
-                self.sub_support = ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT,
-                                                              self._on_support, cmd_qos,
-                                                              adapter=adapters.JointStateAdapter)
-                self.sched.wait_for_support = True
-            if cfg.viewer:   # its own MjData and thread (off the physics path); else one line why not, headless
-                from mujoco_bridge.viewer import open_viewer
+        self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
+                                                       timed=cfg.command_timing == "stamped")
+        self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
+                                                  cmd_qos, adapter=adapters.JointStateAdapter)
+        self._leg_order = ros_io.JointOrder(self.leg_names)
+        self.sub_support = self.viewer = None
+        if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
+            self.sub_support = ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT,
+                                                          self._on_support, cmd_qos,
+                                                          adapter=adapters.JointStateAdapter)
+            self.sched.wait_for_support = True
+        if cfg.viewer:   # its own MjData and thread (off the physics path); else one line why not, headless
+            from mujoco_bridge.viewer import open_viewer
 
-                self.viewer = viewer if (viewer := open_viewer(self.sim.m)).active else None
-            self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
-            self.gt_tf = tf_publisher.attach_ground_truth(self, cfg.tf_rate)   # /tf world -> base_link_ground_truth
-            log.info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
-                     f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
-                     f"initial base height {self.q0[2]:.3f} m")
+            self.viewer = viewer if (viewer := open_viewer(self.sim.m)).active else None
+        self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
+        self.gt_tf = tf_publisher.attach_ground_truth(self, cfg.tf_rate)   # /tf world -> base_link_ground_truth
+        log.info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
+                 f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
+                 f"initial base height {self.q0[2]:.3f} m")
 
-        poll_inputs = source_time = None   # realtime, split: a host link's poll; its frame's send time [s]
-        # the disturbance hook ``disturbance_fn(t, sim) -> torque | None`` (see mujoco_bridge.scenario_setup)
-        disturbance_fn = property(lambda self: self.physics.disturbance_fn,
-                                  lambda self, fn: setattr(self.physics, "disturbance_fn", fn))
-        after_sample = None   # hook called after each sample is published (the container: the recorder's copies)
-        _last_step = -1       # the step of the last sample published
-        def _on_config(self, cfg: BridgeConfig, changed) -> None:
-            self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
+    source_time = None    # realtime, split: () -> the delivered command's frame's send time [s]
+    # the disturbance hook ``disturbance_fn(t, sim) -> torque | None`` (see mujoco_bridge.scenario_setup)
+    disturbance_fn = property(lambda self: self.physics.disturbance_fn,
+                              lambda self, fn: setattr(self.physics, "disturbance_fn", fn))
+    after_sample = None   # hook called after each sample is published (the container: the recorder's copies)
+    _last_step = -1       # the step of the last sample published
+    def _on_config(self, cfg: BridgeConfig, changed) -> None:
+        self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
 
-        # ------------------------------------------------------------ inputs (executor thread, or in publish)
-        def _on_command(self, sample: adapters.JointSample) -> None:
-            try:
-                cmd = self.cmd_decoder.decode_fields(sample.stamp_ns, sample.names, sample.effort)
-            except ros_io.CommandError as exc:
-                self.sched.reject(str(exc), kind=exc.kind)
-                return
-            self.sched.offer_command(cmd, self.source_time() if self.source_time else None)
+    # ------------------------------------------------------------ inputs (executor thread, or in publish)
+    def _on_command(self, sample: adapters.JointSample) -> None:
+        try:
+            cmd = self.cmd_decoder.decode_fields(sample.stamp_ns, sample.names, sample.effort)
+        except ros_io.CommandError as exc:
+            self.sched.reject(str(exc), kind=exc.kind)
+            return
+        self.sched.offer_command(cmd, self.source_time() if self.source_time else None)
 
-        def _on_support(self, sample: adapters.JointSample) -> None:
-            ns = sample.stamp_ns
-            tick = self.sched.tick_of_stamp(ns) if self._wall else ros_io.tick_from_stamp(ns)
-            if tick is None:
-                return
-            try:
-                flags = self._leg_order.arrays_of(sample.names, sample.position, sample.velocity, sample.effort)[0]
-            except ValueError as exc:
-                self.get_logger().warning(f"{ros_io.TOPIC_EST_SUPPORT}: {exc}", throttle_duration_sec=5.0)
-                return
-            self.sched.offer_support(tick, flags > 0.5)
+    def _on_support(self, sample: adapters.JointSample) -> None:
+        ns = sample.stamp_ns
+        tick = self.sched.tick_of_stamp(ns) if self._wall else ros_io.tick_from_stamp(ns)
+        if tick is None:
+            return
+        try:
+            flags = self._leg_order.arrays_of(sample.names, sample.position, sample.velocity, sample.effort)[0]
+        except ValueError as exc:
+            self.get_logger().warning(f"{ros_io.TOPIC_EST_SUPPORT}: {exc}", throttle_duration_sec=5.0)
+            return
+        self.sched.offer_support(tick, flags > 0.5)
 
-        # ------------------------------------------------------------ scheduler ports (main thread)
-        def peers_missing(self) -> str | None:
-            cfg = self.cfg
-            subs, need = self.pub_js.get_subscription_count(), cfg.startup_min_subscribers
-            pubs = self.count_publishers(self.sub_cmd.topic_name) if self.lockstep else 1
-            unmatched = [p.topic_name for p in self._pubs if p.get_subscription_count() < 1] \
-                if cfg.startup_wait_all_topics else []
-            if subs >= need and pubs >= 1 and not unmatched:
-                return None
-            return f"{subs}/{need} /joint_states subscribers, {pubs} command publishers, unmatched topics {unmatched}"
+    # ------------------------------------------------------------ scheduler ports (main thread)
+    def peers_missing(self) -> str | None:
+        cfg = self.cfg
+        subs, need = self.pub_js.get_subscription_count(), cfg.startup_min_subscribers
+        pubs = self.count_publishers(self.sub_cmd.topic_name) if self.lockstep else 1
+        unmatched = [p.topic_name for p in self._pubs if p.get_subscription_count() < 1] \
+            if cfg.startup_wait_all_topics else []
+        if subs >= need and pubs >= 1 and not unmatched:
+            return None
+        return f"{subs}/{need} /joint_states subscribers, {pubs} command publishers, unmatched topics {unmatched}"
 
-        def settle_peers(self) -> None:
-            # every subscriber the graph knows (the recorder's on all topics) matched: no sample is dropped
-            if not ros_io.wait_for_matched_subscribers(self, self._pubs, timeout=2.0):
-                self.get_logger().warning("start-up: some subscriptions did not match within 2 s")
+    def settle_peers(self) -> None:
+        # every subscriber the graph knows (the recorder's on all topics) matched: no sample is dropped
+        if not ros_io.wait_for_matched_subscribers(self, self._pubs, timeout=2.0):
+            self.get_logger().warning("start-up: some subscriptions did not match within 2 s")
 
-        def publish_sample(self, step: int) -> None:
-            """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: ROS time, see
-            ``WallStamps``). Message objects are reused; topics nobody subscribes to are skipped."""
-            t_ns = step * PHYSICS_DT_NS
-            repeat, self._last_step = step == self._last_step, step   # re-published (start-up): control inputs only
-            sensor_ns = self._wall.stamp(t_ns, self.get_clock().now().nanoseconds) if self._wall else t_ns
-            if self.untimed:
-                self.sched.note_sample(sensor_ns, step)   # untimed answers name it
-            s = self.sim.sensors()
-            if self.pub_clock.has_subscribers():
-                self.pub_clock.publish_value(t_ns)
-            self.pub_js.publish_value(adapters.JointSample(sensor_ns, self.joint_names, s.joint_pos, s.joint_vel,
-                                                           s.joint_effort))
-            self.pub_imu.publish_value(adapters.ImuSample(sensor_ns, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel))
-            if step % self.cfg.ground_truth_decimation == 0 and not repeat:
-                if self.pub_odom.has_subscribers():
-                    q, v = self.sim.ground_truth()
-                    self.pub_odom.publish_value(adapters.OdomSample(t_ns, q[:7], v[:6]))
-                if self.pub_contacts.has_subscribers():
-                    self.pub_contacts.publish_value(self.sim.foot_contacts().astype(float))
-                if self.pub_dist.has_subscribers():
-                    self.pub_dist.publish_value(self.physics.dist_applied)
-            if t_ns >= self.sched.diag_next_ns:
-                self.publish_diagnostics()
-            if self.viewer is not None:
-                self.viewer.update(self.sim.d.qpos)  # a copy at most every 1/50 s; drawn by the viewer's thread
-            if self.gt_tf is not None and self.gt_tf.wanted:
-                self.gt_tf.offer(t_ns, self.sim.d.qpos)   # a copy of the base pose, when /tf asked for one
-            if self.after_sample is not None:
-                self.after_sample()                  # the container: the recorder's deferred copies
+    def publish_sample(self, step: int) -> None:
+        """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: ROS time, see
+        ``WallStamps``). Message objects are reused; topics nobody subscribes to are skipped."""
+        t_ns = step * PHYSICS_DT_NS
+        repeat, self._last_step = step == self._last_step, step   # re-published (start-up): control inputs only
+        sensor_ns = self._wall.stamp(t_ns, self.get_clock().now().nanoseconds) if self._wall else t_ns
+        if self.untimed:
+            self.sched.note_sample(sensor_ns, step)   # untimed answers name it
+        s = self.sim.sensors()
+        if self.pub_clock.has_subscribers():
+            self.pub_clock.publish_value(t_ns)
+        self.pub_js.publish_value(adapters.JointSample(sensor_ns, self.joint_names, s.joint_pos, s.joint_vel,
+                                                       s.joint_effort))
+        self.pub_imu.publish_value(adapters.ImuSample(sensor_ns, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel))
+        if step % self.cfg.ground_truth_decimation == 0 and not repeat:
+            if self.pub_odom.has_subscribers():
+                q, v = self.sim.ground_truth()
+                self.pub_odom.publish_value(adapters.OdomSample(t_ns, q[:7], v[:6]))
+            if self.pub_contacts.has_subscribers():
+                self.pub_contacts.publish_value(self.sim.foot_contacts().astype(float))
+            if self.pub_dist.has_subscribers():
+                self.pub_dist.publish_value(self.physics.dist_applied)
+        if t_ns >= self.sched.diag_next_ns:
+            self.publish_diagnostics()
+        if self.viewer is not None:
+            self.viewer.update(self.sim.d.qpos)  # a copy at most every 1/50 s; drawn by the viewer's thread
+        if self.gt_tf is not None and self.gt_tf.wanted:
+            self.gt_tf.offer(t_ns, self.sim.d.qpos)   # a copy of the base pose, when /tf asked for one
+        if self.after_sample is not None:
+            self.after_sample()                  # the container: the recorder's deferred copies
 
-        def publish_diagnostics(self) -> None:
-            fields, ticks, latency, progress = self.sched.diagnostics()
-            if progress:
-                self.get_logger().info(progress)
-            self.pub_diag.publish(ros_io.diagnostics_msg(fields))
-            if ticks:
-                self.pub_latency.publish(ros_io.command_latency_msg(ticks, latency))
+    def publish_diagnostics(self) -> None:
+        fields, ticks, latency, progress = self.sched.diagnostics()
+        if progress:
+            self.get_logger().info(progress)
+        self.pub_diag.publish(ros_io.diagnostics_msg(fields))
+        if ticks:
+            self.pub_latency.publish(ros_io.command_latency_msg(ticks, latency))
 
-        def flush_publishers(self, timeout: float = 5.0) -> None:
-            """Wait until subscribers acked the last samples (exiting at once lost 3 of 501; Fast DDS acks: 3 s)."""
-            t_end = time.monotonic() + timeout
-            for pub in self._pubs:
-                left = max(0.0, t_end - time.monotonic())
-                if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
-                    self.get_logger().warning(f"{pub.topic_name}: not all samples acknowledged within {timeout:g} s")
+    def flush_publishers(self, timeout: float = 5.0) -> None:
+        """Wait until subscribers acked the last samples (exiting at once lost 3 of 501; Fast DDS acks: 3 s)."""
+        t_end = time.monotonic() + timeout
+        for pub in self._pubs:
+            left = max(0.0, t_end - time.monotonic())
+            if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
+                self.get_logger().warning(f"{pub.topic_name}: not all samples acknowledged within {timeout:g} s")
 
-        def run(self) -> int:
-            if self.sched.run():
-                self.publish_diagnostics()
-                self.flush_publishers()
-                self.get_logger().info(self.sched.summary())
-            return 0
-
-    return MujocoBridge
+    def run(self) -> int:
+        if self.sched.run():
+            self.publish_diagnostics()
+            self.flush_publishers()
+            self.get_logger().info(self.sched.summary())
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     node = executor = spin = None
     spinning = threading.Event()
     try:
-        node = _make_node_class()()
+        node = MujocoBridge()
         executor = ros_io.make_executor()
         executor.add_node(node)
         spinning.set()

@@ -138,6 +138,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -168,13 +170,10 @@ def damping_torque(dq: np.ndarray, damping: float, effort_limit: np.ndarray) -> 
     return np.clip(-float(damping) * dq, -effort_limit, effort_limit)
 
 
-class BridgeScheduler:
-    """The bridge's control flow (see the module docstring).
-
-    ``cfg``: any object with the attributes ``duration``, ``watchdog_timeout``, ``watchdog_damping``,
-    ``startup_timeout``, ``republish_period``, ``realtime_factor``, ``diagnostics_period`` and
-    ``progress_period`` (the bridge's config); replace :attr:`cfg` to change them live (read at every
-    tick / step). ``ports``: the node side, with
+@dataclass
+class BridgePorts:
+    """What the scheduler calls on the node side (the bridge node builds one from its bound methods;
+    tests pass their own):
 
     * ``physics_step(tau, step)``: one 1 ms physics step with the torque ``tau`` [N m] (``step`` =
       physics steps taken before it);
@@ -182,8 +181,25 @@ class BridgeScheduler:
     * ``joint_velocities()``: for the watchdog's damping;
     * ``peers_missing() -> str | None``: None once the subscribers needed at start-up are there, else
       what is missing (for the log); ``settle_peers()``: called once they are;
-    * optionally ``poll_inputs()`` (realtime): deliver the inputs waiting for this thread (a host link
-      read by the bridge's own thread; they reach :meth:`offer_command` with their send time).
+    * ``poll_inputs()`` or None (realtime): deliver the inputs waiting for this thread (a host link
+      read by the bridge's own thread; they reach :meth:`BridgeScheduler.offer_command` with their
+      send time)."""
+
+    physics_step: Callable[[np.ndarray, int], None] | None
+    publish_sample: Callable[[int], None]
+    joint_velocities: Callable[[], np.ndarray]
+    peers_missing: Callable[[], str | None]
+    settle_peers: Callable[[], None]
+    poll_inputs: Callable[[], None] | None = None
+
+
+class BridgeScheduler:
+    """The bridge's control flow (see the module docstring).
+
+    ``cfg``: any object with the attributes ``duration``, ``watchdog_timeout``, ``watchdog_damping``,
+    ``startup_timeout``, ``republish_period``, ``realtime_factor``, ``diagnostics_period`` and
+    ``progress_period`` (the bridge's config); replace :attr:`cfg` to change them live (read at every
+    tick / step). ``ports``: the node side, a :class:`BridgePorts` (or anything with its attributes).
 
     Commands (``.tick``, ``.tau``) come from any thread through :meth:`offer_command`, the estimated
     support sets through :meth:`offer_support`. All shared state is guarded by :attr:`cond` (an

@@ -543,11 +543,11 @@ def test_node_live_parameters_reach_the_scheduler_and_the_publishers():
     rclpy = pytest.importorskip("rclpy")
     from rclpy.parameter import Parameter
 
-    from mujoco_bridge.node import _make_node_class
+    from mujoco_bridge.node import MujocoBridge
 
     rclpy.init(args=[])
     try:
-        node = _make_node_class()(parameter_overrides=[Parameter("duration", value=0.5)])
+        node = MujocoBridge(parameter_overrides=[Parameter("duration", value=0.5)])
         try:
             odom = node.pub_odom = _CountingPub()
             for step in range(1, 7):

@@ -59,9 +59,9 @@ def test_controller_ok_then_hold_then_safe_stop(ros_context):
     from rclpy.parameter import Parameter
 
     from legged_wbc.ros.diagnostics import to_msg
-    from wbc_controller.node import _make_node_class
+    from wbc_controller.node import WbcNode
 
-    node = _make_node_class()(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
+    node = WbcNode(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
     try:
         rm, ctl = node.rm, node.ctl
         q = rm.stance_configuration()
@@ -101,9 +101,9 @@ def test_controller_ok_then_hold_then_safe_stop(ros_context):
 def test_estimator_warns_for_rejected_samples(ros_context):
     from rclpy.parameter import Parameter
 
-    from state_estimator.node import _make_node_class
+    from state_estimator.node import EstimatorNode
 
-    node = _make_node_class()(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
+    node = EstimatorNode(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
     try:
         rm = node.rm
         q0 = rm.stance_configuration()

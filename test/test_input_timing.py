@@ -138,9 +138,9 @@ def _v(msg):
 def _estimator(ctx, timing: str):
     from rclpy.parameter import Parameter
 
-    from state_estimator.node import _make_node_class
+    from state_estimator.node import EstimatorNode
 
-    node = _make_node_class()(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
+    node = EstimatorNode(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
                                                                 Parameter("input_timing", value=timing)])
     for name in ("pub_odom", "pub_support", "pub_tau_ext", "pub_diag"):
         setattr(node, name, FakePub(name, getattr(node, name).adapter))
@@ -153,9 +153,9 @@ def _estimator(ctx, timing: str):
 def _controller(ctx, timing: str):
     from rclpy.parameter import Parameter
 
-    from wbc_controller.node import _make_node_class
+    from wbc_controller.node import WbcNode
 
-    node = _make_node_class()(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
+    node = WbcNode(context=ctx, parameter_overrides=[Parameter("scenario", value="none"),
                                                                 Parameter("input_timing", value=timing)])
     for name in ("pub_cmd", "pub_pitch", "pub_diag"):
         setattr(node, name, FakePub(name, getattr(node, name).adapter))
@@ -297,9 +297,9 @@ def test_bridge_wall_stamps_sensors_keeps_sim_time_for_ground_truth(ros_context)
 
     from rclpy.parameter import Parameter
 
-    from mujoco_bridge.node import _make_node_class
+    from mujoco_bridge.node import MujocoBridge
 
-    node = _make_node_class()(context=ros_context, parameter_overrides=[
+    node = MujocoBridge(context=ros_context, parameter_overrides=[
         Parameter("mode", value="realtime"), Parameter("command_timing", value="untimed"),
         Parameter("sample_stamps", value="wall")])
     try:

@@ -235,9 +235,9 @@ WBC_LIVE_WITH = {"cbf_slack_weight": ({"cbf_slack": True}, 10.0, ["H"])}
 def _wbc_node(ctx, **overrides):
     from rclpy.parameter import Parameter
 
-    from wbc_controller.node import _make_node_class
+    from wbc_controller.node import WbcNode
 
-    node = _make_node_class()(context=ctx, parameter_overrides=[Parameter("scenario", value="none")] +
+    node = WbcNode(context=ctx, parameter_overrides=[Parameter("scenario", value="none")] +
                               [Parameter(k, value=v) for k, v in overrides.items()])
     ctl, outs = node.ctl, []
     update = ctl.update
@@ -325,12 +325,12 @@ def test_every_live_estimator_parameter_takes_effect_next_tick(ros_context):
     from rclpy.parameter import Parameter
 
     from state_estimator.config import EstimatorConfig, EstimatorNodeConfig
-    from state_estimator.node import _make_node_class
+    from state_estimator.node import EstimatorNode
 
     live = {s.name for s in P.schema(EstimatorNodeConfig) if s.live}
     assert live == set(EST_LIVE), "every live parameter needs a probe (or live=False)"
     base = P.to_flat(EstimatorConfig())
-    node = _make_node_class()(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
+    node = EstimatorNode(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
     est, rm, outs = node.est, node.rm, []
     update = est.update
     est.update = lambda *a: outs.append(update(*a)) or outs[-1]
@@ -379,11 +379,11 @@ def test_every_live_recorder_parameter_takes_effect(ros_context, tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.recorder import RecorderConfig, _make_node_class
+    from legged_wbc.ros.recorder import RecorderConfig, BagRecorder
 
     assert {s.name for s in P.schema(RecorderConfig) if s.live} == {"discovery_period", "stop_when_gone",
                                                                      "drain_time"}
-    rec = _make_node_class()(context=ros_context, parameter_overrides=[
+    rec = BagRecorder(context=ros_context, parameter_overrides=[
         Parameter("output", value=str(tmp_path / "bag")), Parameter("topics", value=["/x:std_msgs/msg/String"])])
     try:
         timer = rec.start_discovery_timer()

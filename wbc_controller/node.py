@@ -38,212 +38,207 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+from nav_msgs.msg import Odometry
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
 
+from legged_wbc.gait import GaitConfig
+from legged_wbc.model import RobotModel, joint_permutation
+from legged_wbc.robot import ConfigError
 from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io
 from legged_wbc.ros.params import NodeParameters
+from legged_wbc.scenario import load_scenario
+
+from .config import WbcConfig, WbcNodeConfig
+from .controller import ControllerInput, InputError, WholeBodyController
 
 
 DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",
                "eq_residual", "ineq_violation", "consecutive_failures", "total_failures", "safe_stop",
                "rejected_inputs", "err_roll", "err_pitch", "skipped_ticks")
 
-def _make_node_class():
-    from rclpy.node import Node
-    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from nav_msgs.msg import Odometry
-    from sensor_msgs.msg import JointState
-    from std_msgs.msg import Float64MultiArray
+wbc_fields = set(WbcConfig.__dataclass_fields__)
 
-    from legged_wbc.gait import GaitConfig
-    from legged_wbc.model import RobotModel, joint_permutation
-    from legged_wbc.robot import ConfigError
-    from legged_wbc.scenario import load_scenario
+def scenario_overrides(cfg: WbcNodeConfig) -> dict:
+    """The scenario's references on top of the parameter file, made visible as parameters."""
+    sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
+    if sc is None:
+        return {}
+    return {k: v for k, v in sc.controller_overrides(cfg.relative_pitch_mode).items()
+            if k != "relative_pitch_mode" and k in wbc_fields}
 
-    from .config import WbcConfig, WbcNodeConfig
-    from .controller import ControllerInput, InputError, WholeBodyController
-
-    wbc_fields = set(WbcConfig.__dataclass_fields__)
-
-    def scenario_overrides(cfg: WbcNodeConfig) -> dict:
-        """The scenario's references on top of the parameter file, made visible as parameters."""
-        sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
-        if sc is None:
-            return {}
-        return {k: v for k, v in sc.controller_overrides(cfg.relative_pitch_mode).items()
-                if k != "relative_pitch_mode" and k in wbc_fields}
-
-    class WbcNode(Node):
-        def __init__(self, **kw):
-            super().__init__("wbc_controller", **kw)
-            self.params = NodeParameters(self, WbcNodeConfig, on_change=self._on_config, startup=scenario_overrides)
-            P = self.params.config
-            self.rm = RobotModel(P.robot)
-            sc = load_scenario(P.scenario) if P.scenario not in ("", "none") else None
-            gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
-            self.cfg = P.wbc
-            self.ctl = WholeBodyController(self.rm, self.cfg, gait)
-            self.ctl.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
-            self._new_cfg = self._cfg_applied = None   # written by the parameter callback only
-            self.joint_names = list(self.rm.joint_names)
-            self.leg_names = list(self.rm.cfg.leg_names)
-            self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
-            self.legs_order = ros_io.JointOrder(self.leg_names)
-            # input_timing: sample (hardware stamps): inputs paired by stamp [ns], t = stamp - first tick's
-            self.samples = ros_io.SampleTicks() if P.input_timing == "sample" else None
-            self.sync = ros_io.TickSync(self._required_inputs(), max_pending=None if self.samples is None else 64)
-            self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
-            self.rejected = 0
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=P.qos_depth,
-                             reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-            A = adapters
-            JS = A.JointStateAdapter
-            ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos, adapter=JS)
-            ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos, adapter=A.OdometryAdapter)
-            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos, adapter=JS)
-            ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos, adapter=JS)
-            # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
-            zeros_legs, zeros_n = np.zeros(len(self.leg_names)), np.zeros(self.rm.n)
-            self._nan_n = np.full(self.rm.n, np.nan)    # the command's position / velocity: "not commanded"
-            self.pub_cmd, self.pub_pitch, self.pub_diag = [
-                ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
-                    (JS(ros_io.torque_command_msg(0, self.joint_names, zeros_n)), ros_io.TOPIC_TORQUE_CMD),
-                    (JS(ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)),
-                     ros_io.TOPIC_WBC_PITCH),
-                    (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(len(DIAG_FIELDS)),
-                                                             "wbc[" + ",".join(DIAG_FIELDS) + "]")),
-                     ros_io.TOPIC_WBC_DIAG))]
-            self.pub_forward, self._forward_idx = None, None
-            if P.forward_command_topic:
-                # ros2_control's forward_command_controller takes exactly the efforts, in its `joints` order
-                joints = list(P.forward_command_joints) or self.joint_names
-                try:
-                    self._forward_idx = joint_permutation(self.joint_names, joints)
-                except ValueError as exc:
-                    raise ConfigError(f"forward_command_joints: {exc}") from None
-                self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos,
-                                                           adapter=A.ArrayAdapter(Float64MultiArray()))
-            self.ticks = ros_io.NewestTickRunner(self._run_tick, name="controller_ticks")
-            self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
-            self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
-                                   f"scenario {P.scenario}")
-
-        def destroy_node(self):
-            self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")
-            super().destroy_node()
-
-        # -------------------------------------------------------------- parameters
-        def _on_config(self, cfg: WbcNodeConfig, changed: list) -> None:
-            self._new_cfg = cfg.wbc      # applied at the next tick
-
-        # -------------------------------------------------------------- inputs
-        def _tick_key(self, value) -> int | None:
-            """The tick of a sample (``tick_grid``; None between ticks) or its stamp [ns] (``sample``)."""
-            return ros_io.tick_from_stamp(value.stamp_ns) if self.samples is None else value.stamp_ns
-
-        def _slot(self, tick: int | None, key: str, value) -> None:
-            if tick is None:
-                return
-            status = self.sync.status(tick)
-            if status != ros_io.TickSync.NEW:
-                if status == ros_io.TickSync.REPEAT and key == "js":  # re-published: our answer was lost
-                    self._resend()
-                return
-            d = self.sync.add(tick, key, value)
-            if d is not None:               # sample mode: SampleTicks' schedule advances in completion order
-                self.ticks.submit(tick, d, tick == 0 if self.samples is None else self.samples.take(tick) == 0)
-
-        def _resend(self) -> None:
-            """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
-            for pub, value in self._last_out:
-                pub.publish_value(value)
-
-        def _reject(self, what: str, reason: str) -> None:
-            self.rejected += 1
-            self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
-
-        def _on_js(self, msg: adapters.JointSample) -> None:
-            tick = self._tick_key(msg)
-            if tick is None or (self.samples is not None and self.samples.status(tick) == ros_io.SampleTicks.SKIP):
-                return                      # between ticks (1 kHz samples): nothing to parse
+class WbcNode(Node):
+    def __init__(self, **kw):
+        super().__init__("wbc_controller", **kw)
+        self.params = NodeParameters(self, WbcNodeConfig, on_change=self._on_config, startup=scenario_overrides)
+        P = self.params.config
+        self.rm = RobotModel(P.robot)
+        sc = load_scenario(P.scenario) if P.scenario not in ("", "none") else None
+        gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
+        self.cfg = P.wbc
+        self.ctl = WholeBodyController(self.rm, self.cfg, gait)
+        self.ctl.reset(self.rm.stance_configuration(sc.initial_height if sc else None))
+        self._new_cfg = self._cfg_applied = None   # written by the parameter callback only
+        self.joint_names = list(self.rm.joint_names)
+        self.leg_names = list(self.rm.cfg.leg_names)
+        self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
+        self.legs_order = ros_io.JointOrder(self.leg_names)
+        # input_timing: sample (hardware stamps): inputs paired by stamp [ns], t = stamp - first tick's
+        self.samples = ros_io.SampleTicks() if P.input_timing == "sample" else None
+        self.sync = ros_io.TickSync(self._required_inputs(), max_pending=None if self.samples is None else 64)
+        self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
+        self.rejected = 0
+        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=P.qos_depth,
+                         reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+        A = adapters
+        JS = A.JointStateAdapter
+        ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos, adapter=JS)
+        ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos, adapter=A.OdometryAdapter)
+        ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos, adapter=JS)
+        ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos, adapter=JS)
+        # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
+        zeros_legs, zeros_n = np.zeros(len(self.leg_names)), np.zeros(self.rm.n)
+        self._nan_n = np.full(self.rm.n, np.nan)    # the command's position / velocity: "not commanded"
+        self.pub_cmd, self.pub_pitch, self.pub_diag = [
+            ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
+                (JS(ros_io.torque_command_msg(0, self.joint_names, zeros_n)), ros_io.TOPIC_TORQUE_CMD),
+                (JS(ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)),
+                 ros_io.TOPIC_WBC_PITCH),
+                (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(len(DIAG_FIELDS)),
+                                                         "wbc[" + ",".join(DIAG_FIELDS) + "]")),
+                 ros_io.TOPIC_WBC_DIAG))]
+        self.pub_forward, self._forward_idx = None, None
+        if P.forward_command_topic:
+            # ros2_control's forward_command_controller takes exactly the efforts, in its `joints` order
+            joints = list(P.forward_command_joints) or self.joint_names
             try:
-                pos, vel, _ = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
+                self._forward_idx = joint_permutation(self.joint_names, joints)
             except ValueError as exc:
-                return self._reject("joint state", str(exc))
-            if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(vel))):
-                return self._reject("joint state", "NaN/inf or missing position/velocity")
-            self._slot(tick, "js", (pos, vel))
+                raise ConfigError(f"forward_command_joints: {exc}") from None
+            self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos,
+                                                       adapter=A.ArrayAdapter(Float64MultiArray()))
+        self.ticks = ros_io.NewestTickRunner(self._run_tick, name="controller_ticks")
+        self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
+        self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
+                               f"scenario {P.scenario}")
 
-        def _on_odom(self, msg: adapters.OdomSample) -> None:
-            qb, vb = msg.q, msg.v
-            if not (np.all(np.isfinite(qb)) and np.all(np.isfinite(vb))):
-                return self._reject("odometry", "NaN/inf")
-            self._slot(self._tick_key(msg), "odom", (qb, vb))
+    def destroy_node(self):
+        self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")
+        super().destroy_node()
 
-        def _on_support(self, msg: adapters.JointSample) -> None:
-            try:
-                sup, _, _ = self.legs_order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
-            except ValueError as exc:
-                return self._reject("support", str(exc))
-            if not np.all(np.isfinite(sup)):
-                return self._reject("support", "NaN")
-            self._slot(self._tick_key(msg), "support", sup > 0.5)
+    # -------------------------------------------------------------- parameters
+    def _on_config(self, cfg: WbcNodeConfig, changed: list) -> None:
+        self._new_cfg = cfg.wbc      # applied at the next tick
 
-        def _on_tau_ext(self, msg: adapters.JointSample) -> None:
-            try:
-                _, _, eff = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
-            except ValueError as exc:
-                return self._reject("tau_ext", str(exc))
-            if not np.all(np.isfinite(eff)):
-                return self._reject("tau_ext", "NaN")
-            self._slot(self._tick_key(msg), "tau_ext", eff)
+    # -------------------------------------------------------------- inputs
+    def _tick_key(self, value) -> int | None:
+        """The tick of a sample (``tick_grid``; None between ticks) or its stamp [ns] (``sample``)."""
+        return ros_io.tick_from_stamp(value.stamp_ns) if self.samples is None else value.stamp_ns
 
-        # -------------------------------------------------------------- one control tick
-        def _required_inputs(self) -> tuple:
-            """The topics a tick waits for (tau_ext only with null-space compensation)."""
-            return ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
+    def _slot(self, tick: int | None, key: str, value) -> None:
+        if tick is None:
+            return
+        status = self.sync.status(tick)
+        if status != ros_io.TickSync.NEW:
+            if status == ros_io.TickSync.REPEAT and key == "js":  # re-published: our answer was lost
+                self._resend()
+            return
+        d = self.sync.add(tick, key, value)
+        if d is not None:               # sample mode: SampleTicks' schedule advances in completion order
+            self.ticks.submit(tick, d, tick == 0 if self.samples is None else self.samples.take(tick) == 0)
 
-        def _run_tick(self, tick: int, d: dict, first: bool | None = None) -> None:
-            if self._new_cfg is not self._cfg_applied:
-                self.cfg = self._cfg_applied = self._new_cfg
-                self.ctl.set_config(self.cfg)
-                self.sync.required = self._required_inputs()   # from the next tick on
-            pos, vel = d["js"]
-            qb, vb = d["odom"]
-            q = np.concatenate([qb, pos])
-            v = np.concatenate([vb, vel])
-            first = tick == 0 if first is None else first
-            if self.samples is None:
-                t_ns, t = tick * ros_io.CONTROL_PERIOD_NS, tick * ros_io.CONTROL_PERIOD_NS * 1e-9
-            else:                           # tick = the stamp [ns]; the diagnostics: t's tick on the 2 ms grid
-                t_ns, t = tick, self.samples.t(tick)
-                tick = (t_ns - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
-            try:
-                out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext")))
-            except InputError as exc:
-                return self._reject("controller input", str(exc))
-            diag = out.diag
-            vals = [tick, diag.qp_accepted, diag.qp_time_us, diag.solve_time_us, diag.cycle_time_us,
-                    diag.qp_iterations, diag.eq_residual, diag.ineq_violation, diag.consecutive_failures,
-                    diag.total_failures, diag.safe_stop, self.rejected, *diag.body_error_rpy[:2], self.ticks.skipped]
-            if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
-                self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
-            self._last_out = [
-                (self.pub_pitch, adapters.JointSample(t_ns, self.leg_names, diag.theta, diag.theta_dot,
-                                                      diag.cbf_active.astype(float))),
-                (self.pub_diag, np.array(vals, dtype=float)),
-                (self.pub_cmd, adapters.JointSample(t_ns, self.joint_names, self._nan_n, self._nan_n, out.tau))]
-            if self.pub_forward is not None:
-                self._last_out.append((self.pub_forward, out.tau[self._forward_idx]))
-            if first:
-                # the first command must reach every subscriber (bridge, recorder) that is in the graph
-                ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
-            self._resend()
+    def _resend(self) -> None:
+        """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
+        for pub, value in self._last_out:
+            pub.publish_value(value)
 
-    return WbcNode
+    def _reject(self, what: str, reason: str) -> None:
+        self.rejected += 1
+        self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
+
+    def _on_js(self, msg: adapters.JointSample) -> None:
+        tick = self._tick_key(msg)
+        if tick is None or (self.samples is not None and self.samples.status(tick) == ros_io.SampleTicks.SKIP):
+            return                      # between ticks (1 kHz samples): nothing to parse
+        try:
+            pos, vel, _ = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
+        except ValueError as exc:
+            return self._reject("joint state", str(exc))
+        if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(vel))):
+            return self._reject("joint state", "NaN/inf or missing position/velocity")
+        self._slot(tick, "js", (pos, vel))
+
+    def _on_odom(self, msg: adapters.OdomSample) -> None:
+        qb, vb = msg.q, msg.v
+        if not (np.all(np.isfinite(qb)) and np.all(np.isfinite(vb))):
+            return self._reject("odometry", "NaN/inf")
+        self._slot(self._tick_key(msg), "odom", (qb, vb))
+
+    def _on_support(self, msg: adapters.JointSample) -> None:
+        try:
+            sup, _, _ = self.legs_order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
+        except ValueError as exc:
+            return self._reject("support", str(exc))
+        if not np.all(np.isfinite(sup)):
+            return self._reject("support", "NaN")
+        self._slot(self._tick_key(msg), "support", sup > 0.5)
+
+    def _on_tau_ext(self, msg: adapters.JointSample) -> None:
+        try:
+            _, _, eff = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
+        except ValueError as exc:
+            return self._reject("tau_ext", str(exc))
+        if not np.all(np.isfinite(eff)):
+            return self._reject("tau_ext", "NaN")
+        self._slot(self._tick_key(msg), "tau_ext", eff)
+
+    # -------------------------------------------------------------- one control tick
+    def _required_inputs(self) -> tuple:
+        """The topics a tick waits for (tau_ext only with null-space compensation)."""
+        return ("js", "odom", "support") + (("tau_ext",) if self.cfg.null_space_compensation else ())
+
+    def _run_tick(self, tick: int, d: dict, first: bool | None = None) -> None:
+        if self._new_cfg is not self._cfg_applied:
+            self.cfg = self._cfg_applied = self._new_cfg
+            self.ctl.set_config(self.cfg)
+            self.sync.required = self._required_inputs()   # from the next tick on
+        pos, vel = d["js"]
+        qb, vb = d["odom"]
+        q = np.concatenate([qb, pos])
+        v = np.concatenate([vb, vel])
+        first = tick == 0 if first is None else first
+        if self.samples is None:
+            t_ns, t = tick * ros_io.CONTROL_PERIOD_NS, tick * ros_io.CONTROL_PERIOD_NS * 1e-9
+        else:                           # tick = the stamp [ns]; the diagnostics: t's tick on the 2 ms grid
+            t_ns, t = tick, self.samples.t(tick)
+            tick = (t_ns - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
+        try:
+            out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext")))
+        except InputError as exc:
+            return self._reject("controller input", str(exc))
+        diag = out.diag
+        vals = [tick, diag.qp_accepted, diag.qp_time_us, diag.solve_time_us, diag.cycle_time_us,
+                diag.qp_iterations, diag.eq_residual, diag.ineq_violation, diag.consecutive_failures,
+                diag.total_failures, diag.safe_stop, self.rejected, *diag.body_error_rpy[:2], self.ticks.skipped]
+        if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
+            self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
+        self._last_out = [
+            (self.pub_pitch, adapters.JointSample(t_ns, self.leg_names, diag.theta, diag.theta_dot,
+                                                  diag.cbf_active.astype(float))),
+            (self.pub_diag, np.array(vals, dtype=float)),
+            (self.pub_cmd, adapters.JointSample(t_ns, self.joint_names, self._nan_n, self._nan_n, out.tau))]
+        if self.pub_forward is not None:
+            self._last_out.append((self.pub_forward, out.tau[self._forward_idx]))
+        if first:
+            # the first command must reach every subscriber (bridge, recorder) that is in the graph
+            ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
+        self._resend()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return ros_io.spin_node(lambda: _make_node_class()(), argv)      # starts the ticks' worker
+    return ros_io.spin_node(lambda: WbcNode(), argv)      # starts the ticks' worker
 
 
 if __name__ == "__main__":

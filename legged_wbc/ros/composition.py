@@ -46,7 +46,7 @@ def run_sim(bridge, link, P, log) -> int:
         if bridge.lockstep:
             link.start()
         else:
-            bridge.poll_inputs, bridge.source_time = link.poll, link.frame_time
+            bridge.ports.poll_inputs, bridge.source_time = link.poll, link.frame_time
     if not bridge.lockstep:
         set_realtime_scheduling(P.sched_priority, P.cpu, log)
     rc = bridge.run()

@@ -70,25 +70,25 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
     nodes, bridge, recorder = [], None, None
     with bus.active():
         if "bridge" in want:
-            from mujoco_bridge.node import _make_node_class as bridge_class
+            from mujoco_bridge.node import MujocoBridge
 
             # tick 0 goes out once the estimator and controller (and the recorder) subscribe (here or linked)
-            bridge = bridge_class()(parameter_overrides=[
+            bridge = MujocoBridge(parameter_overrides=[
                 Parameter("startup_min_subscribers", value=3 if record else 2),
                 Parameter("startup_wait_all_topics", value=bool(record))])
             nodes.append(bridge)
         if "estimator" in want:
-            from state_estimator.node import _make_node_class as estimator_class
+            from state_estimator.node import EstimatorNode
 
-            nodes.append(estimator_class()())
+            nodes.append(EstimatorNode())
         if "controller" in want:
-            from wbc_controller.node import _make_node_class as controller_class
+            from wbc_controller.node import WbcNode
 
-            nodes.append(controller_class()())
+            nodes.append(WbcNode())
         if record:
-            from legged_wbc.ros.recorder import _make_node_class as recorder_class
+            from legged_wbc.ros.recorder import BagRecorder
 
-            recorder = recorder_class()(parameter_overrides=[Parameter("output", value=record),
+            recorder = BagRecorder(parameter_overrides=[Parameter("output", value=record),
                                                              Parameter("stamp_source", value="clock_topic"),
                                                              Parameter("writer_process", value=True)])
             recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)

@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.bag_process import LocalTaps, RecorderProcessError, open_sink
 from legged_wbc.ros.bag_writer import (BagStamps, RecorderConfig, StartupGate, default_output, describe_publishers,
@@ -41,149 +44,143 @@ from legged_wbc.ros.bag_writer import (BagStamps, RecorderConfig, StartupGate, d
 from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
 
-def _make_node_class():
-    from rclpy.node import Node
-    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+class BagRecorder(Node):
+    """See the module docstring."""
 
-    class BagRecorder(Node):
-        """See the module docstring."""
+    def __init__(self, **kwargs):
+        super().__init__("bag_recorder", **kwargs)
+        self.params = NodeParameters(self, RecorderConfig, on_change=self._on_config)
+        P = self.params
+        self.discovery_timer = None   # start_discovery_timer(): discovery + peer checks on a timer
+        out = Path(P["output"] or default_output()).expanduser()
+        try:
+            self.bag = open_sink(out, P.config, lambda t: describe_publishers(self.get_publishers_info_by_topic(t)),
+                                 log=self.get_logger().warning)
+        except (FileExistsError, RecorderProcessError) as exc:
+            raise ParameterSchemaError(str(exc)) from None
+        # in-process messages and values (a container): packed for the recorder process by LocalTaps
+        self.local = LocalTaps(self.bag, self) if hasattr(self.bag, "write_message") else None
+        self.path = out
+        self.exclude = set(P["exclude"])
+        self.wanted: dict[str, str | None] = {self.resolve_topic_name(name): typ or None for name, _, typ in
+                                              (entry.partition(":") for entry in P["topics"])}
+        self.subs: dict[str, object] = {}
+        self.counts = self.bag.counts
+        self.last_rx = time.monotonic()
+        self.seen_peers: set[str] = set()
+        self.stop_reason: str | None = None
+        self.closed = False
+        self._qos_depth = int(P["qos_depth"])
+        self._clock_topic_stamps = P["stamp_source"] == "clock_topic"
+        self.stamps = BagStamps(bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps)
+        self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
+        self.gate = StartupGate(self.wanted, P["hold_topics"], P["hold_timeout"])
+        for name in self.gate.first:
+            self._subscribe(name, self.wanted[name], [])
+        self.get_logger().info(f"recording to {out} ({P['storage']}), "
+                               f"{'all topics' if not self.wanted else sorted(self.wanted)}"
+                               f"{' + all discovered' if self.wanted and P['record_all'] else ''}, "
+                               f"stamps: {'sim time' if self.stamps.sim_time else 'wall time'}")
 
-        def __init__(self, **kwargs):
-            super().__init__("bag_recorder", **kwargs)
-            self.params = NodeParameters(self, RecorderConfig, on_change=self._on_config)
-            P = self.params
-            self.discovery_timer = None   # start_discovery_timer(): discovery + peer checks on a timer
-            out = Path(P["output"] or default_output()).expanduser()
-            try:
-                self.bag = open_sink(out, P.config, lambda t: describe_publishers(self.get_publishers_info_by_topic(t)),
-                                     log=self.get_logger().warning)
-            except (FileExistsError, RecorderProcessError) as exc:
-                raise ParameterSchemaError(str(exc)) from None
-            # in-process messages and values (a container): packed for the recorder process by LocalTaps
-            self.local = LocalTaps(self.bag, self) if hasattr(self.bag, "write_message") else None
-            self.path = out
-            self.exclude = set(P["exclude"])
-            self.wanted: dict[str, str | None] = {self.resolve_topic_name(name): typ or None for name, _, typ in
-                                                  (entry.partition(":") for entry in P["topics"])}
-            self.subs: dict[str, object] = {}
-            self.counts = self.bag.counts
-            self.last_rx = time.monotonic()
-            self.seen_peers: set[str] = set()
-            self.stop_reason: str | None = None
-            self.closed = False
-            self._qos_depth = int(P["qos_depth"])
-            self._clock_topic_stamps = P["stamp_source"] == "clock_topic"
-            self.stamps = BagStamps(bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps)
-            self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
-            self.gate = StartupGate(self.wanted, P["hold_topics"], P["hold_timeout"])
-            for name in self.gate.first:
+    config = property(lambda self: self.params.config)   # the RecorderConfig
+
+    def _on_config(self, cfg: RecorderConfig, changed: list) -> None:
+        if "discovery_period" in changed and self.discovery_timer is not None:
+            self.discovery_timer.timer_period_ns = int(round(cfg.discovery_period * 1e9))
+
+    def start_discovery_timer(self):
+        """Poll the graph (new topics, peers) every ``discovery_period`` from the executor."""
+        self.discovery_timer = self.create_timer(self.config.discovery_period,
+                                                 lambda: (self.discover(), self.check_peers()))
+        return self.discovery_timer
+
+    def drain(self, spin_once, limit: float = 10.0) -> None:
+        """Take everything already delivered (until ``drain_time`` passes without a message)."""
+        drain = self.config.drain_time
+        t_end = time.monotonic() + limit
+        self.last_rx = time.monotonic()
+        while time.monotonic() - self.last_rx < drain and time.monotonic() < t_end:
+            spin_once(0.02)
+
+    # ---------------------------------------------------------------- subscriptions
+    def _subscribe(self, topic: str, msgtype: str, pub_infos) -> None:
+        QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy = self._QoS
+        try:
+            cls = message_class(msgtype)
+            self.bag.add_topic(topic, msgtype)
+        except Exception as exc:
+            self.get_logger().warning(f"not recording {topic}: type {msgtype} unavailable ({exc})")
+            self.subs[topic] = None
+            return
+        reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in pub_infos)
+        latched = bool(pub_infos) and all(
+            i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in pub_infos)
+        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self._qos_depth,
+                         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+        tap = self.local.tap(topic) if self.local is not None else None
+        self.subs[topic] = ros_io.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
+                                                    qos, raw=True, tap=tap)
+        self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
+
+    def subscribe_topics(self, topics: dict) -> None:
+        """Subscribe ``topic -> message class`` at once (a container knows its topics before tick 0)."""
+        for topic, cls in topics.items():
+            if topic in self.subs or topic in self.exclude:
+                continue
+            if self.wanted and topic not in self.wanted and not self.params["record_all"]:
+                continue
+            pkg = cls.__module__.split(".")[0]
+            self._subscribe(topic, f"{pkg}/msg/{cls.__name__}", [])
+
+    def poll_gate(self, force: bool = False) -> None:
+        """Subscribe the held topics when the ``StartupGate`` opens (forced: a container, all in-process)."""
+        late = self.gate.poll(lambda t: self.subs[t].get_publisher_count() if self.subs.get(t) else 1,
+                              self.count_publishers, force)
+        if late is not None and self.gate.held:
+            for name in self.gate.held:
                 self._subscribe(name, self.wanted[name], [])
-            self.get_logger().info(f"recording to {out} ({P['storage']}), "
-                                   f"{'all topics' if not self.wanted else sorted(self.wanted)}"
-                                   f"{' + all discovered' if self.wanted and P['record_all'] else ''}, "
-                                   f"stamps: {'sim time' if self.stamps.sim_time else 'wall time'}")
+            (self.get_logger().warning if late else self.get_logger().info)(
+                f"start-up: {f'no matched publisher on {late}' if late else 'every typed topic matched'}; "
+                f"subscribed {self.gate.held}")
 
-        config = property(lambda self: self.params.config)   # the RecorderConfig
+    def discover(self) -> None:
+        if not self.gate.open:
+            return      # the bridge's topics (record_all) only after the gate: poll_gate
+        for topic, types in self.get_topic_names_and_types():
+            if topic in self.subs or topic in self.exclude or not types:
+                continue
+            if self.wanted and topic not in self.wanted and not self.params["record_all"]:
+                continue
+            infos = self.get_publishers_info_by_topic(topic)
+            if not infos:
+                continue  # only subscribers so far
+            self._subscribe(topic, self.wanted.get(topic) or types[0], infos)
 
-        def _on_config(self, cfg: RecorderConfig, changed: list) -> None:
-            if "discovery_period" in changed and self.discovery_timer is not None:
-                self.discovery_timer.timer_period_ns = int(round(cfg.discovery_period * 1e9))
+    def check_peers(self) -> None:
+        watch = self.config.stop_when_gone
+        names = set(self.get_node_names()) if watch else set()
+        self.seen_peers |= names & set(watch)
+        gone = [p for p in watch if p in self.seen_peers and p not in names]
+        if gone and self.stop_reason is None:
+            self.stop_reason = f"node {gone[0]} left the graph"
 
-        def start_discovery_timer(self):
-            """Poll the graph (new topics, peers) every ``discovery_period`` from the executor."""
-            self.discovery_timer = self.create_timer(self.config.discovery_period,
-                                                     lambda: (self.discover(), self.check_peers()))
-            return self.discovery_timer
-
-        def drain(self, spin_once, limit: float = 10.0) -> None:
-            """Take everything already delivered (until ``drain_time`` passes without a message)."""
-            drain = self.config.drain_time
-            t_end = time.monotonic() + limit
+    # ---------------------------------------------------------------- writing
+    def _on_message(self, topic: str, data: bytes) -> None:
+        if not self.closed:
+            now = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
+            self.bag.write(topic, self.stamps.of_bytes(topic, data, now), data)
             self.last_rx = time.monotonic()
-            while time.monotonic() - self.last_rx < drain and time.monotonic() < t_end:
-                spin_once(0.02)
 
-        # ---------------------------------------------------------------- subscriptions
-        def _subscribe(self, topic: str, msgtype: str, pub_infos) -> None:
-            QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy = self._QoS
-            try:
-                cls = message_class(msgtype)
-                self.bag.add_topic(topic, msgtype)
-            except Exception as exc:
-                self.get_logger().warning(f"not recording {topic}: type {msgtype} unavailable ({exc})")
-                self.subs[topic] = None
-                return
-            reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in pub_infos)
-            latched = bool(pub_infos) and all(
-                i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in pub_infos)
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self._qos_depth,
-                             reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
-            tap = self.local.tap(topic) if self.local is not None else None
-            self.subs[topic] = ros_io.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
-                                                        qos, raw=True, tap=tap)
-            self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
-
-        def subscribe_topics(self, topics: dict) -> None:
-            """Subscribe ``topic -> message class`` at once (a container knows its topics before tick 0)."""
-            for topic, cls in topics.items():
-                if topic in self.subs or topic in self.exclude:
-                    continue
-                if self.wanted and topic not in self.wanted and not self.params["record_all"]:
-                    continue
-                pkg = cls.__module__.split(".")[0]
-                self._subscribe(topic, f"{pkg}/msg/{cls.__name__}", [])
-
-        def poll_gate(self, force: bool = False) -> None:
-            """Subscribe the held topics when the ``StartupGate`` opens (forced: a container, all in-process)."""
-            late = self.gate.poll(lambda t: self.subs[t].get_publisher_count() if self.subs.get(t) else 1,
-                                  self.count_publishers, force)
-            if late is not None and self.gate.held:
-                for name in self.gate.held:
-                    self._subscribe(name, self.wanted[name], [])
-                (self.get_logger().warning if late else self.get_logger().info)(
-                    f"start-up: {f'no matched publisher on {late}' if late else 'every typed topic matched'}; "
-                    f"subscribed {self.gate.held}")
-
-        def discover(self) -> None:
-            if not self.gate.open:
-                return      # the bridge's topics (record_all) only after the gate: poll_gate
-            for topic, types in self.get_topic_names_and_types():
-                if topic in self.subs or topic in self.exclude or not types:
-                    continue
-                if self.wanted and topic not in self.wanted and not self.params["record_all"]:
-                    continue
-                infos = self.get_publishers_info_by_topic(topic)
-                if not infos:
-                    continue  # only subscribers so far
-                self._subscribe(topic, self.wanted.get(topic) or types[0], infos)
-
-        def check_peers(self) -> None:
-            watch = self.config.stop_when_gone
-            names = set(self.get_node_names()) if watch else set()
-            self.seen_peers |= names & set(watch)
-            gone = [p for p in watch if p in self.seen_peers and p not in names]
-            if gone and self.stop_reason is None:
-                self.stop_reason = f"node {gone[0]} left the graph"
-
-        # ---------------------------------------------------------------- writing
-        def _on_message(self, topic: str, data: bytes) -> None:
-            if not self.closed:
-                now = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
-                self.bag.write(topic, self.stamps.of_bytes(topic, data, now), data)
-                self.last_rx = time.monotonic()
-
-        def close(self) -> None:
-            if self.closed:
-                return
-            self.closed, dropped = True, self.bag.close() or 0
-            total = sum(self.counts.values())
-            per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
-            where = " by the recorder process" if self.local is not None else ""
-            self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages: {per}"
-                                   f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(self.path)})")
-
-    return BagRecorder
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed, dropped = True, self.bag.close() or 0
+        total = sum(self.counts.values())
+        per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
+        where = " by the recorder process" if self.local is not None else ""
+        self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages: {per}"
+                               f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(self.path)})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0
     try:
         try:
-            node = _make_node_class()()
+            node = BagRecorder()
         except ParameterSchemaError as exc:
             print(f"bag_recorder: {exc}", file=sys.stderr)
             return 2
