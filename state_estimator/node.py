@@ -61,7 +61,7 @@ def scenario_overrides(cfg: EstimatorNodeConfig) -> dict:
     sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
     return dict(sc.estimator) if sc is not None and sc.estimator else {}
 
-class EstimatorNode(Node):
+class EstimatorNode(ros_io.TickOutputs, Node):
     def __init__(self, **kw):
         super().__init__("state_estimator", **kw)
         self.params = NodeParameters(self, EstimatorNodeConfig, on_change=self._on_config,
@@ -116,15 +116,6 @@ class EstimatorNode(Node):
 
     def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:
         self._new_cfg = cfg.estimator       # applied at the next tick (StateEstimator.set_config)
-
-    def _resend(self) -> None:
-        """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
-        for pub, value in self._last_out:
-            pub.publish_value(value)
-
-    def _reject(self, what: str, reason: str) -> None:
-        self.rejected += 1
-        self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
 
     def _on_js(self, msg: adapters.JointSample) -> None:
         if self.samples is not None:

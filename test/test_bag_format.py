@@ -17,21 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from legged_wbc.ros import io as ros_io
-
-NAMES = [f"leg{i // 3}_j{i % 3}" for i in range(18)]
-
 
 def _messages(rng):
-    r = lambda n: rng.normal(size=n)  # noqa: E731
-    q = np.r_[r(3), [0.0, 0.0, 0.0, 1.0], r(18)]
-    return {
-        "/joint_states": ros_io.joint_state_msg(int(rng.integers(1e12)), NAMES, r(18), r(18), r(18)),
-        "/imu": ros_io.imu_msg(int(rng.integers(1e12)), "base_link", [0.0, 0.0, 0.0, 1.0], r(3), r(3)),
-        "/estimator/odom": ros_io.odometry_msg(int(rng.integers(1e12)), q, r(24), "base_link"),
-        "/wbc/diagnostics": ros_io.float64_array_msg(r(14), "wbc[" + ",".join("abcdefghijklmn") + "]"),
-        "/clock": ros_io.clock_msg(int(rng.integers(1e12))),
-    }
+    """The stack's main message types with random numbers (test_bag_process's set, without the latency array)."""
+    from test_bag_process import _stack_messages
+
+    return {k: v for k, v in _stack_messages(rng).items()
+            if k in ("/joint_states", "/imu", "/estimator/odom", "/wbc/diagnostics", "/clock")}
 
 
 def _type(m) -> str:

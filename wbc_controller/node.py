@@ -69,7 +69,7 @@ def scenario_overrides(cfg: WbcNodeConfig) -> dict:
     return {k: v for k, v in sc.controller_overrides(cfg.relative_pitch_mode).items()
             if k != "relative_pitch_mode" and k in wbc_fields}
 
-class WbcNode(Node):
+class WbcNode(ros_io.TickOutputs, Node):
     def __init__(self, **kw):
         super().__init__("wbc_controller", **kw)
         self.params = NodeParameters(self, WbcNodeConfig, on_change=self._on_config, startup=scenario_overrides)
@@ -148,15 +148,6 @@ class WbcNode(Node):
         d = self.sync.add(tick, key, value)
         if d is not None:               # sample mode: SampleTicks' schedule advances in completion order
             self.ticks.submit(tick, d, tick == 0 if self.samples is None else self.samples.take(tick) == 0)
-
-    def _resend(self) -> None:
-        """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
-        for pub, value in self._last_out:
-            pub.publish_value(value)
-
-    def _reject(self, what: str, reason: str) -> None:
-        self.rejected += 1
-        self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
 
     def _on_js(self, msg: adapters.JointSample) -> None:
         tick = self._tick_key(msg)

@@ -832,3 +832,21 @@ def spin_node(make_node, argv=None) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     return 0
+
+
+class TickOutputs:
+    """What the estimator and controller nodes share about a tick's outputs: ``_last_out`` (the tick's
+    ``(publisher, value)`` pairs), re-sent when the bridge re-publishes a tick's samples because its answer
+    got lost (start-up), and the count of rejected inputs, each logged at most once a second."""
+
+    _last_out: list = []
+    rejected = 0
+
+    def _resend(self) -> None:
+        """The bridge re-publishes a tick's samples when its answer got lost (start-up): answer again."""
+        for pub, value in self._last_out:
+            pub.publish_value(value)
+
+    def _reject(self, what: str, reason: str) -> None:
+        self.rejected += 1
+        self.get_logger().warning(f"rejected {what}: {reason}", throttle_duration_sec=1.0)
