@@ -167,23 +167,24 @@ class WbcNode(ros_io.TickOutputs, Node):
             return self._reject("odometry", "NaN/inf")
         self._slot(self._tick_key(msg), "odom", (qb, vb))
 
-    def _on_support(self, msg: adapters.JointSample) -> None:
+    def _finite_field(self, order, msg, what: str, k: int):
+        """Field ``k`` (0 position, 2 effort) of a JointState-shaped value in ``order``'s order; None
+        (rejected, logged) for unknown names or a NaN."""
         try:
-            sup, _, _ = self.legs_order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
+            a = order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)[k]
         except ValueError as exc:
-            return self._reject("support", str(exc))
-        if not np.all(np.isfinite(sup)):
-            return self._reject("support", "NaN")
-        self._slot(self._tick_key(msg), "support", sup > 0.5)
+            return self._reject(what, str(exc))
+        return a if np.all(np.isfinite(a)) else self._reject(what, "NaN")
+
+    def _on_support(self, msg: adapters.JointSample) -> None:
+        sup = self._finite_field(self.legs_order, msg, "support", 0)
+        if sup is not None:
+            self._slot(self._tick_key(msg), "support", sup > 0.5)
 
     def _on_tau_ext(self, msg: adapters.JointSample) -> None:
-        try:
-            _, _, eff = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
-        except ValueError as exc:
-            return self._reject("tau_ext", str(exc))
-        if not np.all(np.isfinite(eff)):
-            return self._reject("tau_ext", "NaN")
-        self._slot(self._tick_key(msg), "tau_ext", eff)
+        eff = self._finite_field(self.order, msg, "tau_ext", 2)
+        if eff is not None:
+            self._slot(self._tick_key(msg), "tau_ext", eff)
 
     # -------------------------------------------------------------- one control tick
     def _required_inputs(self) -> tuple:
