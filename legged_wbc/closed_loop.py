@@ -194,7 +194,8 @@ class ClosedLoop:
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
-        min_height, max_tilt, ground = sc.fall_min_height, sc.fall_max_tilt_deg, sc.terrain.height
+        min_height, max_tilt = sc.fall_min_height, sc.fall_max_tilt_deg
+        ground = None if sc.terrain.kind == "flat" else sc.terrain.height   # flat: the height is 0
         t_standing = sc.stand_up_start + sc.stand_up_duration
         gc_state = _GcPause.start()
         wall0 = time.perf_counter()
@@ -254,7 +255,9 @@ class ClosedLoop:
                 s_saturated[k] = take_saturation()      # clipped by the actuator at a step of this tick
                 # fall detection on ground truth (evaluation only)
                 qx, qy = float(q_gt[3]), float(q_gt[4])
-                z = float(q_gt[2]) - float(ground(q_gt[0], q_gt[1]))   # above the terrain under the base
+                z = float(q_gt[2])                  # above the terrain under the base
+                if ground is not None:
+                    z -= float(ground(q_gt[0], q_gt[1]))
                 tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (qx ** 2 + qy ** 2)))))
                 if z < min_height and t > t_standing:
                     fell, reason = True, f"base height {z:.3f} m < {min_height} m at t={t:.3f} s"

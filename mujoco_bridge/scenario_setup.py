@@ -120,6 +120,7 @@ class BridgePhysics:
 
     def __init__(self, sim, n: int, log, disturbance_fn=None):
         self.sim = sim
+        sim.track_saturation = False   # nothing here reads the flags: no per-step work for them
         self.n = n
         self.log = log
         self.disturbance_fn = disturbance_fn

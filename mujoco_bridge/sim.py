@@ -142,6 +142,9 @@ class MujocoSim:
                 per_joint.append(x[conv.pin_to_act])
             self.envelope = ActuatorEnvelope(*per_joint)     # actuator order
         self._saturated = np.zeros(m.nu, dtype=bool)         # clipped since take_saturation(), actuator order
+        # ideal actuators: flag the clamped joints at each step (off where nobody takes the flags, the
+        # bridge: its bags derive them from the commands; the envelope's clipping flags it anyway)
+        self.track_saturation = True
         self.sensor_delay_steps = int(sensor_delay_steps)
         self._history: deque = deque(maxlen=self.sensor_delay_steps + 1)
         self._plain = self.envelope is None and self.sensor_delay_steps == 0
@@ -237,7 +240,8 @@ class MujocoSim:
             self._step_modelled(n)
             return
         # ideal actuators, no sensor delay: MuJoCo clamps the torque to the joint's effort limit
-        self._saturated |= np.abs(self.d.ctrl) > self._act_effort
+        if self.track_saturation:
+            self._saturated |= np.abs(self.d.ctrl) > self._act_effort
         if self._push is None:
             for _ in range(n):
                 mujoco.mj_step(self.m, self.d)

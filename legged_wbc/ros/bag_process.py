@@ -71,7 +71,10 @@ class LocalTaps:
     def on_message(self, topic: str, item) -> None:
         from legged_wbc.ros.intra_process import AdaptedValue
 
-        self.on_batch([(topic, item)]) if isinstance(item, AdaptedValue) else self._write_message(topic, item)
+        if isinstance(item, AdaptedValue):
+            self.on_batch([(topic, item)])
+        else:
+            self._write_message(topic, item)
 
     def _write_message(self, topic: str, msg) -> None:
         n = self.node

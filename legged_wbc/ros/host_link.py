@@ -69,7 +69,7 @@ class LinkError(RuntimeError):
 
 # ----------------------------------------------------------------------------------------- values
 class ValueCodec:
-    """Pack / unpack the values of one topic (its adapter class; ``None``: plain messages, CDR).
+    """Pack / unpack the values of one topic (its adapter class; ``None``: plain messages, as CDR bytes).
 
     ``names`` (JointState topics): the publisher's names; a value with other names carries its own."""
 
@@ -77,9 +77,8 @@ class ValueCodec:
     _Q = struct.Struct("<q")
     _N = struct.Struct("<I")
 
-    def __init__(self, adapter_name: str | None, msg_type=None, names=None):
+    def __init__(self, adapter_name: str | None, names=None):
         self.kind = adapter_name
-        self.msg_type = msg_type
         self.names = list(names) if names is not None else None
         self._names_key = tuple(self.names) if self.names is not None else None
         enc = {"JointStateAdapter": self._enc_js, "ImuAdapter": self._enc_imu, "OdometryAdapter": self._enc_odom,
@@ -248,13 +247,10 @@ class HostLink:
 
     def bind_inputs(self, deliver_for: dict[str, object]) -> None:
         """``topic -> deliver(value)`` for the peer's topics this process takes (None: not taken)."""
-        from legged_wbc.ros.bag_writer import message_class
-
         self._in = []
         for p in self.peer_pubs:
             fn = deliver_for.get(p["topic"])
-            msg_type = message_class(p["type"]) if p["adapter"] is None else None
-            self._in.append(None if fn is None else (ValueCodec(p["adapter"], msg_type, p.get("names")), fn))
+            self._in.append(None if fn is None else (ValueCodec(p["adapter"], p.get("names")), fn))
 
     def announce_subs(self, subs: dict[str, int]) -> None:
         """Tell the peer which of its topics we subscribe now (the recorder's, after the handshake)."""
