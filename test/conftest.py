@@ -1,5 +1,5 @@
+from domains import domain_id
 import os
-import random
 
 import pytest
 
@@ -26,7 +26,7 @@ def ros_context():
     import rclpy
 
     ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=random.randint(120, 199))
+    rclpy.init(context=ctx, domain_id=domain_id())
     yield ctx
     rclpy.shutdown(context=ctx)
 
@@ -35,7 +35,7 @@ def ros_context():
 def ros_env() -> dict:
     """The environment of a ROS process a test starts: loopback discovery, a domain of its own."""
     env = dict(os.environ)
-    env["ROS_DOMAIN_ID"] = str(random.randint(101, 200))
+    env["ROS_DOMAIN_ID"] = str(domain_id())
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -3,6 +3,7 @@
 No wall-clock or CPU thresholds that depend on this machine's speed (a realtime run on shared
 cores): structure, finiteness, consistency between the figures, and bounds the product promises."""
 
+from domains import domain_id
 import json
 import math
 import os
@@ -121,15 +122,13 @@ def test_bench_realtime_recording(ros_env):
 
 def test_stack_monitor_takes_every_message(ros_env):
     """The monitor's stored topics: every message a 1 kHz publisher sends, in order (taken in batches)."""
-    import random
-
     import rclpy
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
     from legged_wbc.ros.stack_monitor import StackMonitor
 
-    domain = random.randint(101, 200)
+    domain = domain_id()
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=domain)

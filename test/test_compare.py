@@ -12,9 +12,9 @@ runs compared here are the loop exactly as ``legged-wbc run`` runs it.
 
 from __future__ import annotations
 
+from domains import domain_id
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +39,7 @@ FIGURES = ("fig6_disturbed_leg_pitch.png", "fig5_wbc0_drift.png", "body_roll_pit
 
 def ros_env() -> dict:
     env = dict(os.environ)
-    env["ROS_DOMAIN_ID"] = str(random.randint(101, 230))
+    env["ROS_DOMAIN_ID"] = str(domain_id())
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["PYTHONUNBUFFERED"] = "1"
     return env

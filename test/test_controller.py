@@ -1,6 +1,5 @@
 """Whole-body controller: QP backends, constraints at the solution, CBF behaviour, failure handling."""
 
-import dataclasses
 
 import numpy as np
 import pinocchio as pin

@@ -6,9 +6,9 @@ installed (``npm ci`` fetches the pinned packages the first time)."""
 
 from __future__ import annotations
 
+from domains import domain_id
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -39,7 +39,7 @@ def node_tool():
 
 def test_foxglove_parsers_read_every_message_and_resolve_the_layout(tmp_path, node_tool):
     bag = tmp_path / "bag"
-    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(150, 169)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     p = subprocess.run([str(Path(sys.executable).parent / "legged-wbc"), "launch", "walking_sim", "controller:=cbf",
                         "scenario:=paper", "duration:=3", f"record:={bag}"], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=300)

@@ -6,9 +6,9 @@ end-to-end test runs the launch file in realtime with wall stamps and untimed co
 
 from __future__ import annotations
 
+from domains import domain_id
 import copy
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -436,7 +436,7 @@ def test_realtime_wall_stamps_untimed_sample_mode_walks(tmp_path):
 
     bag = tmp_path / "bag"
     env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
-           "ROS_DOMAIN_ID": str(random.randint(120, 199))}
+           "ROS_DOMAIN_ID": str(domain_id())}
     r = subprocess.run([str(Path(sys.executable).parent / "legged-wbc"), "launch", "walking_sim", "mode:=realtime",
                         "command_timing:=untimed", "sample_stamps:=wall", "input_timing:=sample", "duration:=7",
                         f"record:={bag}"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)

@@ -5,9 +5,9 @@ No DDS traffic here except the in-process parameter test (a lone node on a test-
 
 from __future__ import annotations
 
+from domains import domain_id
 import io
 import os
-import random
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -416,7 +416,7 @@ def test_node_parameters_live_updates():
     from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
     ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=random.randint(101, 200),
+    rclpy.init(context=ctx, domain_id=domain_id(),
                args=["--ros-args", "-p", "gain:=3", "-p", "name:=42"])
     try:
         node = rclpy.create_node("lwbc_param_test", context=ctx)

@@ -1,11 +1,10 @@
 """The estimator and controller nodes through real DDS: bad inputs never reach the torque output,
 and the lockstep ROS stack reproduces the headless loop."""
 
+from domains import domain_id
 import os
-import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.ros
 def ros_env():
     env = dict(os.environ)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    env["ROS_DOMAIN_ID"] = str(random.randint(101, 230))
+    env["ROS_DOMAIN_ID"] = str(domain_id())
     return env
 
 

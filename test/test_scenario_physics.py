@@ -3,8 +3,8 @@ headless loop: a lockstep ROS run of such a scenario is bit-identical to the hea
 
 from __future__ import annotations
 
+from domains import domain_id
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +31,7 @@ def test_bridge_applies_friction_payload_and_push_like_the_headless_loop(tmp_pat
     assert sc.physics()["push"] is not None and sc.friction == 0.4 and sc.payload_kg == 8.0
     path = tmp_path / "physics.yaml"
     path.write_text(dump_scenario(sc))
-    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(101, 230)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     bag = tmp_path / "bag"
     r = subprocess.run([str(BIN / "legged-wbc"), "launch", "walking_sim", "controller:=cbf", f"scenario:={path}",
                         f"record:={bag}", f"duration:={DURATION}"], env=env, capture_output=True, text=True,

@@ -11,6 +11,7 @@ each node; the estimator's odometry says ``frame_id: odom``.
 
 from __future__ import annotations
 
+from domains import domain_id
 import subprocess
 import sys
 from pathlib import Path
@@ -89,10 +90,9 @@ def test_link_transforms_equal_pinocchio_forward_kinematics(robot):
 @pytest.fixture(scope="module")
 def tf_bag(tmp_path_factory):
     import os
-    import random
 
     bag = tmp_path_factory.mktemp("tf") / "bag"
-    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(150, 169)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     p = subprocess.run([str(Path(sys.executable).parent / "legged-wbc"), "launch", "walking_sim", "controller:=cbf",
                         "scenario:=nominal", "duration:=4", f"record:={bag}"], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
