@@ -110,12 +110,18 @@ class RobotModel:
         lower = np.zeros(self.n)
         upper = np.zeros(self.n)
         effort = np.zeros(self.n)
+        velocity, stall, no_load = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
         for idx in self.leg_joints:
             arm[idx] = lt.armature
             lower[idx] = lt.lower
             upper[idx] = lt.upper
             effort[idx] = lt.effort
+            velocity[idx] = lt.velocity
+            stall[idx] = lt.drive.stall_torque
+            no_load[idx] = lt.drive.no_load_speed
         self.armature, self.lower, self.upper, self.effort = arm, lower, upper, effort
+        # per joint [rad/s], [N m], [rad/s]: velocity limit and the drives' voltage line (leg_type.actuator)
+        self.velocity_limit, self.stall_torque, self.no_load_speed = velocity, stall, no_load
         self.model.armature[6:] = arm
         self.fixed.armature[:] = arm
         self._add_foot_frames(urdf)

@@ -850,24 +850,30 @@ def test_option_consistent_support_foot_acceleration(walk):
 
 
 def test_option_realistic_torque_limits(walk):
-    """``torque_limit_mode: realistic``: the torque rows are bounded by the URDF effort limits
-    instead of +-tau_limit_paper, and the accepted command respects them."""
+    """``torque_limit_mode: realistic``: the torque rows are bounded by the drives' torque-speed
+    envelope at the estimated joint velocity (peak = URDF effort) instead of +-tau_limit_paper,
+    and the accepted command respects them."""
     loop, _ = walk
     inp = option_state(walk)
     paper, _ = one_cycle(loop, inp)
     real, out = one_cycle(loop, inp, torque_limit_mode="realistic")
-    eff = loop.rm.effort
+    rm = loop.rm
+    eff = rm.effort
     assert np.all(eff > 0) and np.all(eff < paper.cfg.tau_limit_paper)
     lo, hi = real.tau_bounds()
-    np.testing.assert_array_equal(hi, eff)
-    np.testing.assert_array_equal(lo, -eff)
+    w = inp.v[6:]
+    assert np.abs(w).max() > 0.05                       # the envelope differs from +-effort here
+    slope = rm.stall_torque / rm.no_load_speed
+    np.testing.assert_allclose(hi, np.clip(rm.stall_torque - slope * w, 0, eff), rtol=1e-15, atol=1e-12)
+    np.testing.assert_allclose(lo, -np.clip(rm.stall_torque + slope * w, 0, eff), rtol=1e-15, atol=1e-12)
+    assert np.any(hi < eff) and np.any(lo > -eff)
     rt = slice(real.row_tau, real.row_tau + real.n)
     shift = real._h[6:] + real._tau_sw_total
-    np.testing.assert_allclose(real.problem.u[rt], eff - shift, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(real.problem.l[rt], -eff - shift, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(real.problem.u[rt], hi - shift, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(real.problem.l[rt], lo - shift, rtol=0, atol=1e-9)
     np.testing.assert_allclose(paper.problem.u[rt], paper.cfg.tau_limit_paper - shift, rtol=0, atol=1e-9)
     assert_same_blocks(real, paper, but=("l", "u"))
-    assert out.diag.qp_accepted and np.all(np.abs(out.tau) <= eff * (1 + 1e-6) + 1e-6)
+    assert out.diag.qp_accepted and np.all(out.tau <= hi * (1 + 1e-6) + 1e-6) and np.all(out.tau >= lo * (1 + 1e-6) - 1e-6)
 
 
 def test_option_swing_pitch_recenter_off(walk):

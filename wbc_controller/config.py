@@ -56,7 +56,9 @@ class WbcConfig:
     w_lambda_n: float = param(1e-6, 0.0, 1.0, "contact-force regularization, normal", unit="-")
     hessian_reg: float = param(1e-9, 0.0, 1e-3, "Hessian regularization relative to its max diagonal", unit="-")
     # --- torque limits
-    torque_limit_mode: str = param("paper", desc="paper = +-tau_limit_paper on all joints; realistic = URDF effort limits",
+    torque_limit_mode: str = param("paper", desc="paper = +-tau_limit_paper on all joints; realistic = the drives' "
+                                   "torque-speed envelope at the estimated joint velocity (peak = URDF effort; robot "
+                                   "YAML leg_type.actuator)",
                                    choices=("paper", "realistic"))
     tau_limit_paper: float = param(10000.0, 1.0, 1e6, "torque bound in paper mode", unit="N m")
     # --- solver and failure handling

@@ -170,7 +170,7 @@ class ControllerCore:
         self._kp_swing = np.asarray(cfg.kp_swing)
         self._kd_swing = np.asarray(cfg.kd_swing)
         self._lam_diag = np.tile([cfg.w_lambda_t, cfg.w_lambda_t, cfg.w_lambda_n, cfg.w_lambda_t], self.N)
-        if cfg.torque_limit_mode == "realistic":
+        if cfg.torque_limit_mode == "realistic":     # the envelope's peak; refilled every cycle
             self._tmin, self._tmax = -self.rm.effort.copy(), self.rm.effort.copy()
         else:
             self._tmax = np.full(self.n, cfg.tau_limit_paper)
@@ -178,7 +178,9 @@ class ControllerCore:
         self._tau_tol = 1e-6 * np.abs(self._tmax) + 1e-6
 
     def tau_bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Final command-torque bounds [N m] (paper: +-tau_limit_paper; realistic: URDF effort)."""
+        """Final command-torque bounds [N m] of the last cycle (paper: +-tau_limit_paper; realistic:
+        the drives' torque-speed envelope at the estimated joint velocity, peak = URDF effort;
+        before the first cycle: +-effort)."""
         return self._tmin, self._tmax
 
 
@@ -231,6 +233,10 @@ class WholeBodyController(ControllerCore):
 
     def _fill_config(self) -> None:
         self._fill_config_blocks_fast()
+
+    def tau_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`ControllerCore.tau_bounds` (copies of the workspace's, which the cycle refills)."""
+        return self._tmin_f.copy(), self._tmax_f.copy()
 
     @property
     def problem(self) -> QpProblem:

@@ -42,7 +42,7 @@ from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmet
 from .blocks.friction import friction_rows
 from .blocks.swing import SWING_WORK, SwingPlan, start_swings, swing_torques
 from .blocks.tasks import body_reference, body_task, task_cost, task_targets
-from .blocks.torque import command_torque, torque_rows
+from .blocks.torque import command_torque, torque_envelope, torque_rows
 from .ldp import all_finite, check_direct, ldp_direct, qp_from_ldp
 from .qp import INF
 
@@ -64,6 +64,8 @@ PARAM_SCALARS = (
     # compensation, contact, friction, cost, CBF
     ("compensation_limit", F8), ("fz_max", F8), ("mu", F8), ("w_body", F8), ("n_slack", I8), ("slack_weight", F8),
     ("hessian_reg", F8), ("cbf_on", B1), ("kp_b", F8), ("kd_b", F8), ("th_lo", F8), ("th_hi", F8),
+    # torque bounds: the drives' torque-speed envelope at the joint velocity (blocks.torque.torque_envelope)
+    ("tau_envelope", B1),
     # the problem's layout: first force column, first friction / torque / CBF row
     ("lam0", I8), ("row_fric", I8), ("row_tau", I8), ("row_cbf", I8),
 )
@@ -71,7 +73,8 @@ PARAM_ARRAYS = (      # name, dtype, shape from (N, n)
     ("kp_pos", F8, lambda N, n: (3,)), ("kd_pos", F8, lambda N, n: (3,)), ("kp_rot", F8, lambda N, n: (3,)),
     ("kd_rot", F8, lambda N, n: (3,)), ("kp_swing", F8, lambda N, n: (3,)), ("kd_swing", F8, lambda N, n: (3,)),
     ("lam_diag_f", F8, lambda N, n: (4 * N,)), ("tmin_f", F8, lambda N, n: (n,)), ("tmax_f", F8, lambda N, n: (n,)),
-    ("tau_tol_f", F8, lambda N, n: (n,)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
+    ("tau_tol_f", F8, lambda N, n: (n,)), ("tau_stall", F8, lambda N, n: (n,)), ("tau_slope", F8, lambda N, n: (n,)),
+    ("tau_peak", F8, lambda N, n: (n,)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
     ("stance_p", F8, lambda N, n: (N, 3)), ("theta_nom", F8, lambda N, n: (N,)), ("gait_offset", F8, lambda N, n: (N,)),
     ("gait_group", I8, lambda N, n: (N,)),
 )
@@ -113,7 +116,10 @@ def make_params(ctl) -> Params:
         w_body=c.w_body, n_slack=int(ctl.ns), slack_weight=c.cbf_slack_weight, hessian_reg=c.hessian_reg,
         cbf_on=mode == "cbf", kp_b=c.kp_b, kd_b=c.kd_b, th_lo=c.theta_min + c.cbf_margin,
         th_hi=c.theta_max - c.cbf_margin, lam0=int(ctl.lam0), row_fric=int(ctl.row_fric), row_tau=int(ctl.row_tau),
-        row_cbf=int(ctl.row_cbf),
+        row_cbf=int(ctl.row_cbf), tau_envelope=c.torque_limit_mode == "realistic",
+        tau_stall=np.asarray(ctl.rm.stall_torque, dtype=float),
+        tau_slope=np.asarray(ctl.rm.stall_torque / ctl.rm.no_load_speed, dtype=float),
+        tau_peak=np.asarray(ctl.rm.effort, dtype=float),
         **{k: np.asarray(getattr(c, k), dtype=float) for k in ("kp_pos", "kd_pos", "kp_rot", "kd_rot", "kp_swing",
                                                                "kd_swing")},
         lam_diag_f=np.asarray(ctl._lam_diag, dtype=float), tmin_f=np.asarray(ctl._tmin, dtype=float),
@@ -208,9 +214,12 @@ def cycle_targets(t, q, v, support, tau_ext, compensate, w):
 
 @njit(cache=True)
 def build_stage(t, q, v, support, tau_ext, compensate, ldp, ws):
-    """The cycle's QP: :func:`cycle_targets`, then (``ldp``) its least-distance form
+    """The cycle's QP: the torque bounds at the joint velocity (``tau_envelope``,
+    :func:`.blocks.torque.torque_envelope`), :func:`cycle_targets`, then (``ldp``) its least-distance form
     :func:`.ldp.ldp_direct` into the workspace; returns whether that was formed."""
     w = ws[0]
+    if w.tau_envelope:
+        torque_envelope(v[6:], w, w.tmin_f, w.tmax_f)
     cycle_targets(t, q, v, support, tau_ext, compensate, w)
     if not ldp:
         return False

@@ -26,7 +26,7 @@ from .blocks.floating_base import floating_base_index, floating_base_rows_refere
 from .blocks.friction import pyramid_rows_reference
 from .blocks.swing import start_swings_reference, swing_torques_reference
 from .blocks.tasks import body_task_reference, cost_index, task_cost_reference, task_targets_reference, vee
-from .blocks.torque import command_torque_reference, torque_index, torque_rows_reference
+from .blocks.torque import command_torque_reference, torque_envelope_reference, torque_index, torque_rows_reference
 from .controller import ControllerCore, ControllerInput, ControllerOutput, Diagnostics, InputError
 from .qp import QpResult
 
@@ -84,6 +84,8 @@ class ReferenceController(ControllerCore):
         support = np.asarray(inp.support, dtype=bool)
         qj, dqj = q[7:], v[6:]
         t_cycle = time.perf_counter()
+        if cfg.torque_limit_mode == "realistic":     # the torque-speed envelope at the joint velocity
+            self._tmin, self._tmax = torque_envelope_reference(dqj, rm.stall_torque, rm.no_load_speed, rm.effort)
         lb = rm.legs_batch(qj, dqj)
         if cfg.jdot_mode == "fd":
             self._fd_jdot(lb, qj, dqj)

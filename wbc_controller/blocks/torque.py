@@ -2,7 +2,14 @@
 and the command torque ``tau = S[M nu_dot* + h - J_c^T lambda*] + tau_sw`` at the solution.
 
 ``par`` fields: ``leg_j`` (N, 4) joint indices per leg, ``lam0`` (first force column),
-``row_tau`` (first torque row), ``tmin_f``, ``tmax_f``, ``tau_tol_f`` (n) [N m]."""
+``row_tau`` (first torque row), ``tmin_f``, ``tmax_f``, ``tau_tol_f`` (n) [N m].
+
+The bounds ``tau_min``, ``tau_max``: the paper's constant ``+-tau_limit_paper``, or (``torque_limit_mode:
+realistic``) the drives' torque-speed envelope at the estimated joint velocity ``w``
+(:func:`torque_envelope`, the formula of the simulation's :class:`mujoco_bridge.sim.ActuatorEnvelope`,
+refilled every cycle): ``tau_max = clip(S (1 - w / W), 0, P)``, ``tau_min = -clip(S (1 + w / W), 0, P)``
+with stall torque ``S``, no-load speed ``W`` and peak torque ``P`` (``par``: ``tau_stall``,
+``tau_slope = S / W``, ``tau_peak``)."""
 
 from __future__ import annotations
 
@@ -12,6 +19,23 @@ from numba import njit
 from legged_wbc.jit import announce_compiles
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
+
+
+@njit(cache=True)
+def torque_envelope(w, par, tmin, tmax):
+    """The torque bounds ``tmin``, ``tmax`` (n) [N m] at the joint velocities ``w`` (n) [rad/s]: the
+    torque-speed envelope of the module docstring."""
+    stall, slope, peak = par.tau_stall, par.tau_slope, par.tau_peak
+    for j in range(w.shape[0]):
+        sw = slope[j] * w[j]
+        tmax[j] = min(max(stall[j] - sw, 0.0), peak[j])
+        tmin[j] = -min(max(stall[j] + sw, 0.0), peak[j])
+
+
+def torque_envelope_reference(w, stall, no_load_speed, peak):
+    """:func:`torque_envelope` in numpy: ``(tau_min, tau_max)``."""
+    slope = np.asarray(stall) / np.asarray(no_load_speed)
+    return -np.clip(stall + slope * w, 0.0, peak), np.clip(stall - slope * w, 0.0, peak)
 
 
 @njit(cache=True)
