@@ -180,7 +180,7 @@ class ClosedLoop:
             "base_pos": np.zeros((steps, 3)), "base_quat": np.zeros((steps, 4)), "base_vel_world": np.zeros((steps, 3)),
             "est_pos": np.zeros((steps, 3)), "est_vel_world": np.zeros((steps, 3)),
             "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
-            "tau_saturated": np.zeros((steps, n), bool),
+            "tau_saturated": np.zeros((steps, n), bool), "cbf_slack": np.zeros((steps, N)),
         }
         fell, reason = False, ""
         # the loop writes the rows of S through local names (no dict look-ups per tick)
@@ -240,6 +240,8 @@ class ClosedLoop:
                 s_cycle_us[k] = d.cycle_time_us
                 s_accepted[k] = d.qp_accepted
                 s_safe_stop[k] = d.safe_stop
+                if d.cbf_slack.size:
+                    S["cbf_slack"][k] = d.cbf_slack
                 s_base_pos[k] = q_gt[:3]
                 s_base_quat[k] = q_gt[3:7]
                 s_base_vel[k] = sim.base_velocity_world()

@@ -9,7 +9,10 @@ Series (arrays over control ticks, 500 Hz):
 * ``base_pos`` (T, 3) ground-truth base position [m];
 * optional ``tau_saturated`` (T, n) bool: the actuator clipped the applied torque of that joint at a
   physics step of that tick (``torque_saturation_pct``: their share of ticks x joints, in percent;
-  None without the series).
+  None without the series);
+* optional ``cbf_slack`` (T, N): the relative-pitch barrier's slack per leg [rad/s^2] (``cbf_slack``
+  option; 0 where the hard barrier was solved): ``cbf_slack_max`` (largest ``|s|``) and
+  ``cbf_slack_ticks`` (ticks with a slack != 0), None without the series.
 """
 
 from __future__ import annotations
@@ -77,6 +80,13 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
         out["torque_saturation_pct"] = float(100.0 * np.count_nonzero(s) / s.size) if s.size else None
     else:
         out["torque_saturation_pct"] = None
+    slack = series.get("cbf_slack")         # optional: (T, N), the CBF rows' slacks
+    if slack is not None and len(slack) and np.any(ok):
+        s = np.abs(np.asarray(slack, dtype=float)[ok])
+        out["cbf_slack_max"] = float(s.max()) if s.size else 0.0
+        out["cbf_slack_ticks"] = int(np.count_nonzero(s.max(axis=1) > 0)) if s.size else 0
+    else:
+        out["cbf_slack_max"] = out["cbf_slack_ticks"] = None
     if "qp_time_us" not in missing:
         qt = np.asarray(series["qp_time_us"])[ok]
         out["qp_p99_us"] = float(np.percentile(qt, 99)) if qt.size else None

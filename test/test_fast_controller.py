@@ -580,7 +580,7 @@ def test_cbf_rows_known_entries():
 
 def test_task_cost_known_entries():
     """Identity leg Jacobians: leg blocks diag(W_i), gradient -W_i b_i; body rows w_body I, force
-    weights on the lambda diagonal, slack weight, then + hessian_reg * max diag."""
+    weights on the lambda diagonal, slack weight, then + hessian_reg * max diag (of the rest)."""
     N, nv = 2, 14
     lam0, nx = nv, nv + 4 * N + N
     J = np.repeat(np.eye(4)[None], N, axis=0)
@@ -592,7 +592,7 @@ def test_task_cost_known_entries():
     H, g = np.full((nx, nx), 3.0), np.full(nx, 3.0)
     tasks.task_cost(J, W, b, acc, params(w_body=2.0, lam_diag_f=lam_diag, n_slack=N, slack_weight=1e6, hessian_reg=1e-9,
                                          leg_v=leg_v, lam0=lam0), H, g)
-    reg = 1e-9 * 1e6
+    reg = 1e-9 * 4.0                                   # max diag without the slacks: W = 4
     expect = np.zeros((nx, nx))
     expect[:6, :6] = 2.0 * np.eye(6)
     for i in range(N):
@@ -774,32 +774,47 @@ def test_option_jdot_fd_changes_only_the_pitch_drift(walk):
     assert fd.last_legs.dJ_theta_dq[0] == 0.0
 
 
+INFEASIBLE_BARRIER = dict(torque_limit_mode="realistic", theta_min=-0.5, theta_max=0.1, cbf_margin=0.2, kp_b=1e6)
+"""Barrier bounds [-0.3, -0.1] rad with k_p,b = 1e6 1/s^2: a support leg near theta = 0 is asked for
+~-1e5 rad/s^2 of relative-pitch acceleration, far beyond what its drives give (the hard QP is infeasible)."""
+
+
 def test_option_cbf_slack_adds_one_penalized_slack_per_barrier_row(walk):
-    """``cbf_slack``: N more variables, each in its CBF row only (coefficient 1), weighted
-    ``cbf_slack_weight`` in the cost; every other row and bound as without it."""
+    """``cbf_slack``: N more variables weighted ``cbf_slack_weight`` in the cost (the Hessian's
+    regularization as without them). A feasible barrier is solved hard: the slack columns are 0,
+    the slacks exactly 0, the command the one without the option. An infeasible one is solved again
+    with the slacks, each in its CBF row only (coefficient 1); every other row and bound as without."""
     loop, _ = walk
     inp = option_state(walk)
     base, ob = one_cycle(loop, inp)
     sl, osl = one_cycle(loop, inp, cbf_slack=True)
     n0, N, pb, ps = base.nx, base.N, base.problem, sl.problem
     assert sl.nx == n0 + N and ps.C.shape == (pb.C.shape[0], n0 + N)
-    expect = np.zeros((pb.C.shape[0], N))
-    expect[base.row_cbf:base.row_cbf + N] = np.eye(N)
-    np.testing.assert_array_equal(ps.C[:, n0:], expect)
+    np.testing.assert_array_equal(ps.C[:, n0:], 0.0)               # the hard barrier
     np.testing.assert_array_equal(ps.A_eq[:, n0:], 0.0)
     np.testing.assert_array_equal(ps.C[:, :n0], pb.C)
     np.testing.assert_array_equal(ps.A_eq[:, :n0], pb.A_eq)
     for k in ("l", "u", "b_eq"):
         np.testing.assert_array_equal(getattr(ps, k), getattr(pb, k), err_msg=k)
-    reg_b = pb.H[0, 0] - base.cfg.w_body                 # hessian_reg * max diag, on every diagonal entry
-    reg_s = ps.H[0, 0] - sl.cfg.w_body
-    np.testing.assert_allclose(np.diag(ps.H)[n0:], sl.cfg.cbf_slack_weight + reg_s, rtol=1e-15)
+    reg = pb.H[0, 0] - base.cfg.w_body                 # hessian_reg * max diag, on every diagonal entry
+    np.testing.assert_allclose(np.diag(ps.H)[n0:], sl.cfg.cbf_slack_weight + reg, rtol=1e-15)
     np.testing.assert_array_equal(ps.H[n0:, :n0], 0.0)
-    np.testing.assert_allclose(ps.H[:n0, :n0] - np.eye(n0) * reg_s, pb.H - np.eye(n0) * reg_b, rtol=1e-15, atol=1e-12)
+    np.testing.assert_array_equal(ps.H[:n0, :n0], pb.H)
     np.testing.assert_array_equal(ps.g[n0:], 0.0)
-    assert ob.diag.qp_accepted and osl.diag.qp_accepted
-    s = sl.last_x[n0:]
-    assert np.abs(s).max() < 1e-3                        # feasible barrier: the slack stays ~0
+    assert ob.diag.qp_accepted and osl.diag.qp_accepted and ob.diag.cbf_active.any()
+    np.testing.assert_array_equal(sl.last_x[n0:], 0.0)     # feasible barrier: the slacks exactly 0
+    np.testing.assert_array_equal(osl.diag.cbf_slack, 0.0)
+    np.testing.assert_allclose(osl.tau, ob.tau, rtol=0, atol=1e-9 * np.abs(ob.tau).max())
+    # infeasible: hard fails, the slacks take it
+    hard, oh = one_cycle(loop, inp, **INFEASIBLE_BARRIER)
+    soft, os_ = one_cycle(loop, inp, cbf_slack=True, **INFEASIBLE_BARRIER)
+    assert not oh.diag.qp_accepted and os_.diag.qp_accepted
+    ph = hard.problem
+    expect = np.zeros((ph.C.shape[0], N))
+    expect[hard.row_cbf:hard.row_cbf + N] = np.eye(N)
+    np.testing.assert_array_equal(soft.problem.C[:, n0:], expect)
+    s = os_.diag.cbf_slack
+    assert np.all(s[~inp.support] == 0.0) and np.all(s[inp.support] < -1e3)   # pushed below hi: s < 0
 
 
 def test_option_null_space_compensation_cancels_tau_ext_along_support_null_spaces(walk):

@@ -35,9 +35,12 @@ class WbcConfig:
     theta_min: float = param(-0.3, -1.5, 0.0, "relative-pitch lower bound", unit="rad")
     theta_max: float = param(0.3, 0.0, 1.5, "relative-pitch upper bound", unit="rad")
     cbf_margin: float = param(0.0, 0.0, 0.2, "back-off of the CBF bounds inside [theta_min, theta_max] (paper: 0)", unit="rad")
-    cbf_slack: bool = param(False, desc="soften the CBF rows with a slack (heavily weighted); paper: off "
-                            "(read-only: changes the QP size, i.e. rebuilds the solver workspace)", live=False)
-    cbf_slack_weight: float = param(1e6, 1.0, 1e12, "weight of the CBF slack in the cost", unit="-")
+    cbf_slack: bool = param(False, desc="keep the QP feasible when the CBF rows cannot be met (torque limits): "
+                            "a cycle whose hard-barrier QP has no accepted solution is solved again with a "
+                            "heavily weighted slack in each CBF row; paper: off (read-only: changes the QP size, "
+                            "i.e. rebuilds the solver workspace)", live=False)
+    cbf_slack_weight: float = param(1e4, 1.0, 1e12, "weight of the CBF slack in the cost (1e4 x the task "
+                                    "weights; above ~1e5 the dense solvers see the Hessian as singular)", unit="-")
     jdot_mode: str = param("exact", desc="J_theta_dot q_dot: exact (Pinocchio + analytic) or fd (paper's central difference)",
                            choices=("exact", "fd"))
     null_space_compensation: bool = param(False, desc="cancel the estimated external torque (touchdown Kalman "

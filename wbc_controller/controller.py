@@ -17,6 +17,12 @@ Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with
 Cost ``1/2 ||J_T nu_dot - (x_ddot_des - J_T_dot nu)||^2_W + 1/2 ||lambda||^2_{W_lambda}`` with
 ``J_T = blockdiag(I_6, J_1..J_N)``. Torque ``tau = S[M nu_dot* + h - J_c^T lambda*] + tau_sw``.
 
+With ``cbf_slack`` each CBF row is ``lo <= J_theta q_ddot + s_i <= hi`` with cost ``1/2 w_s s_i^2``,
+but the slacks enter only a second solve of the same problem: every cycle is first solved with
+their columns at 0 (the hard barrier; the slacks are then exactly 0), and only if that has no
+accepted solution (the barrier cannot be met within the torque bounds, or the solver failed) again
+with them (``Diagnostics.cbf_slack``; docs/actuators.md).
+
 A solution is accepted only if the backend reports it optimal, the normalized equality residual
 and inequality violation are <= ``residual_tol``, and the torque is finite and within bounds.
 Up to ``max_failures`` consecutive rejections hold the last accepted torque; more latch a safe
@@ -74,6 +80,7 @@ class Diagnostics:
     tau_sw: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tau_comp: np.ndarray = field(default_factory=lambda: np.zeros(0))   # null-space disturbance compensation
     body_error_rpy: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    cbf_slack: np.ndarray = field(default_factory=lambda: np.zeros(0))   # s per leg (cbf_slack; 0: not used)
 
 
 @dataclass
@@ -313,6 +320,7 @@ class WholeBodyController(ControllerCore):
         K.ldp_solution_stage(np.zeros(self.ldp.n), np.zeros(self.nx), support, self._cbf_act, ws)
         K.qp_blocks(support, ws, self._qp)
         K.check_solution(self._qp, np.zeros(self.nx), support, ws, self._cbf_act)
+        K.ldp_slack_on(ws)
         ws[...] = saved
 
     def _init_ldp(self) -> None:
@@ -342,12 +350,10 @@ class WholeBodyController(ControllerCore):
 
     def _fill_config_blocks_fast(self) -> None:
         """What depends on the configuration only (refilled by :meth:`set_config`): the stacked
-        QP's friction pyramid, ``m_theta = 0`` and base force rows, slack columns; the workspace's
+        QP's friction pyramid, ``m_theta = 0`` and base force rows; the workspace's
         settings (:attr:`params`, :func:`kernels.make_params`)."""
         cfg, p, N, ws = self.cfg, self.problem, self.N, self._ws
         self._K.friction_rows(N, self.lam0, self.row_fric, float(cfg.mu), p.A_eq, p.C, p.l, p.u)
-        for i in range(self.ns):
-            p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
         self.params = par = self._K.make_params(self)
         for k, val in zip(par._fields, par):
             ws[k] = val
@@ -452,8 +458,12 @@ class WholeBodyController(ControllerCore):
             res = self._solve(self.backend, self._problem, self.nx)
             x[:] = res.x
             finite, eq_res, viol, in_bounds = K.check_solution(self._qp, x, support, self._ws, self._cbf_act)
-        t_check = clock()
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol and in_bounds)
+        if not accepted and self.ns and cfg.relative_pitch_mode == "cbf":   # again, the CBF rows with slacks
+            res, finite, eq_res, viol, in_bounds = self._solve_with_slack(x, support, ldp)
+            accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
+                        and in_bounds)
+        t_check = clock()
         t_done = clock()
         out_tau, status = self._accept(res, accepted, eq_res, viol, self._tau)
         cbf_active = self._cbf_act.copy() if accepted else np.zeros(N, dtype=bool)
@@ -464,7 +474,8 @@ class WholeBodyController(ControllerCore):
                            consecutive_failures=self.consecutive_failures, total_failures=self.total_failures,
                            safe_stop=self.safe_stop, forces=x[self.lam0:self.lam0 + 4 * N].copy(),
                            tau_wbc=self._tau_wbc.copy(), tau_sw=self._tau_sw.copy(), tau_comp=self._tau_comp.copy(),
-                           body_error_rpy=self._e_rpy.copy())
+                           body_error_rpy=self._e_rpy.copy(),
+                           cbf_slack=x[self.lam0 + 4 * N:].copy() if accepted else np.zeros(self.ns))
         self.last_x = x
         self.last_legs = lb
         t_end = clock()
@@ -494,6 +505,22 @@ class WholeBodyController(ControllerCore):
         return res
 
     TAU_ROWS_HOLD = 50      # cycles the torque rows stay in the solved problem once one was needed
+
+    def _solve_with_slack(self, x: np.ndarray, support: np.ndarray, ldp: bool):
+        """The cycle's problem solved again with the CBF rows' slack columns (``cbf_slack``; the
+        torque rows included); ``x`` filled. Returns as :meth:`_solve_ldp`."""
+        K = self._K
+        K.ldp_slack_on(self._ws)
+        if ldp:
+            self._tau_rows_hold = self.TAU_ROWS_HOLD
+            res = self._solve(self.ldp_backend, self.ldp, self.ldp.n)
+            finite, eq_res, viol, in_bounds, _ = K.ldp_solution_stage(res.x, x, support, self._cbf_act, self._ws)
+            return res, finite, eq_res, viol, in_bounds
+        self._fill_qp_fast()                     # the stacked C with the slack columns
+        res = self._solve(self.backend, self._problem, self.nx)
+        x[:] = res.x
+        finite, eq_res, viol, in_bounds = K.check_solution(self._qp, x, support, self._ws, self._cbf_act)
+        return res, finite, eq_res, viol, in_bounds
 
     def _solve_ldp(self, x: np.ndarray, support: np.ndarray):
         """Solve the least-distance QP and check its solution (``x`` filled; returns ``(result,

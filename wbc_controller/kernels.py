@@ -43,7 +43,7 @@ from .blocks.friction import friction_rows
 from .blocks.swing import SWING_WORK, SwingPlan, start_swings, swing_torques
 from .blocks.tasks import body_reference, body_task, task_cost, task_targets
 from .blocks.torque import command_torque, torque_envelope, torque_rows
-from .ldp import all_finite, check_direct, ldp_direct, qp_from_ldp
+from .ldp import all_finite, check_direct, ldp_direct, ldp_slack_on, qp_from_ldp
 from .qp import INF
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
@@ -153,6 +153,7 @@ def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
+        ("slack_on", np.uint8, (1,)),         # the CBF rows have their slacks in this cycle's solve
         # leg kinematics (legged_wbc.kinematics.LegBatch and the chain kernel's inputs and scratch)
         ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, 4)),
         ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, 4)), ("leg_dJ_p", f, (N, 3)),
@@ -218,6 +219,7 @@ def build_stage(t, q, v, support, tau_ext, compensate, ldp, ws):
     :func:`.blocks.torque.torque_envelope`), :func:`cycle_targets`, then (``ldp``) its least-distance form
     :func:`.ldp.ldp_direct` into the workspace; returns whether that was formed."""
     w = ws[0]
+    w.slack_on[0] = 0
     if w.tau_envelope:
         torque_envelope(v[6:], w, w.tmin_f, w.tmax_f)
     cycle_targets(t, q, v, support, tau_ext, compensate, w)
@@ -241,7 +243,7 @@ def ldp_solution_stage(y, x, support, cbf_act, ws):
 def qp_blocks(support, ws, qp):
     """The blocks of the stacked QP (:class:`QpArrays`) that change every cycle, from the
     quantities the cycle kept in the workspace: cost, floating-base rows, normal-force bounds,
-    torque rows, CBF rows; the stacked lower bounds ``bl`` get the equality right-hand side."""
+    torque rows, CBF rows (with their slack columns when ``slack_on``); the stacked lower bounds ``bl`` get the equality right-hand side."""
     w = ws[0]
     legs = workspace_legs(w)
     task_cost(legs.J, w.W, w.b, w.acc_body, w, qp.H, qp.g)
@@ -249,6 +251,9 @@ def qp_blocks(support, ws, qp):
     normal_force_bounds(support, w.fz_max, w.row_fric, qp.u)
     torque_rows(w.M, w.h, legs.J, w.tau_sw_total, w, qp.C, qp.l, qp.u)
     cbf_rows(support, legs, w, qp.C, qp.l, qp.u)
+    s0 = w.lam0 + 4 * legs.J.shape[0]
+    for i in range(w.n_slack):                # the slack columns of the CBF rows (as ldp.ldp_slack_on)
+        qp.C[w.row_cbf + i, s0 + i] = 1.0 if w.slack_on[0] else 0.0
     for k in range(qp.b_eq.shape[0]):
         qp.bl[k] = qp.b_eq[k]
 
@@ -337,4 +342,4 @@ def warmup() -> None:
 
 
 KERNELS = (legs_from_frames, friction_rows, all_finite, inputs_ok)   # see warmup
-STAGE_KERNELS = (model_stage, build_stage, ldp_solution_stage, qp_blocks, check_solution)   # per workspace layout
+STAGE_KERNELS = (model_stage, build_stage, ldp_solution_stage, qp_blocks, check_solution, ldp_slack_on)   # per workspace layout

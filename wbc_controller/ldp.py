@@ -107,9 +107,7 @@ def _ldp_diagonal(J, w):
             dmax = max(dmax, _leg_cost(J, W, i, r, r))
     for k in range(lam_diag.shape[0]):
         dmax = max(dmax, lam_diag[k])
-    if n_slack > 0:
-        dmax = max(dmax, slack_weight)
-    reg = w.hessian_reg * dmax
+    reg = w.hessian_reg * dmax                 # the slacks' weight left out (as task_cost)
     tol = LDP_ZERO_TOL * (dmax + reg)
     for i in range(N):
         for k in range(3):
@@ -255,13 +253,29 @@ def _ldp_torque_and_cbf_rows(support, legs, w):
             for k in range(r + 1):
                 s += J[i, 3, k] * Rinv[i, k, r]
             Ay[a, nf + leg_v[i, r]] = s
-        if w.n_slack > 0:
-            Ay[a, nf + nv + i] = dinv[nf + nv + i]
+        if w.n_slack > 0:               # the slack's column: 0 until a solve needs it (ldp_slack_on)
+            Ay[a, nf + nv + i] = dinv[nf + nv + i] if w.slack_on[0] else 0.0
         if w.cbf_on and support[i]:
             ubl[ms + a], ubu[ms + a] = cbf_bounds(w, legs.theta[i], legs.theta_dot[i], legs.dJ_theta_dq[i])
         else:
             ubl[ms + a] = -INF
             ubu[ms + a] = INF
+
+
+@njit(cache=True)
+def ldp_slack_on(ws):
+    """Give the CBF rows their slacks (``cbf_slack``): the slack columns of the LDP's CBF rows and
+    ``w.slack_on`` (which :func:`wbc_controller.kernels.qp_blocks` reads for the stacked QP's).
+    The cycle first solves with those columns at 0, the slacks then having no row, no linear term
+    and hence the value 0 exactly (the hard barrier); only when that problem has no accepted
+    solution is it solved again with them (``WholeBodyController.update``)."""
+    w = ws[0]
+    w.slack_on[0] = 1
+    N, nv = w.leg_v.shape[0], w.M.shape[0]
+    nf = 3 * N
+    row_cbf = 6 + 4 * N
+    for i in range(w.n_slack):
+        w.A[row_cbf + i, nf + nv + i] = w.dinv[nf + nv + i]
 
 
 @njit(cache=True)

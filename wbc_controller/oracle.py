@@ -50,12 +50,15 @@ class ReferenceController(ControllerCore):
         self._fill_constant_rows()
 
     def _fill_constant_rows(self) -> None:
-        """Contact rows, friction pyramids, slack columns (configuration only)."""
+        """Contact rows, friction pyramids (configuration only)."""
         p, N = self.problem, self.N
         contact_rows_reference(N, self.lam0, p.A_eq)
         pyramid_rows_reference(N, self.lam0, self.row_fric, self.cfg.mu, p.C, p.l, p.u)
+
+    def _slack_columns(self, on: bool) -> None:
+        """The CBF rows' slack columns (``cbf_slack``): 1 in a solve with the slacks, else 0."""
         for i in range(self.ns):
-            p.C[self.row_cbf + i, self.nv + 4 * N + i] = 1.0
+            self.problem.C[self.row_cbf + i, self.nv + 4 * self.N + i] = 1.0 if on else 0.0
 
     def _check_input(self, inp: ControllerInput) -> None:
         rm = self.rm
@@ -108,10 +111,18 @@ class ReferenceController(ControllerCore):
         task_cost_reference(lb.J, W, b, acc_body, cfg, self._lam_diag, self.ns, self._cost_index, self.problem.H,
                             self.problem.g)
         self._fill_rows(lb, M, h, support, tau_sw_total)
+        self._slack_columns(False)          # the hard barrier first
         res, solve_us, checks = self._solve_and_check(M, h, lb, tau_sw_total)
         x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks
         accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
                     and bool(np.all(np.isfinite(tau))) and in_bounds)
+        if not accepted and self.ns and cfg.relative_pitch_mode == "cbf":   # again, with the slacks
+            self._slack_columns(True)
+            res, solve_us2, checks = self._solve_and_check(M, h, lb, tau_sw_total)
+            solve_us += solve_us2
+            x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks
+            accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
+                        and bool(np.all(np.isfinite(tau))) and in_bounds)
         qp_us = (time.perf_counter() - t_start) * 1e6
         out_tau, status = self._accept(res, accepted, eq_res, viol, tau)
         E = ref.R.T @ R - R.T @ ref.R
@@ -122,7 +133,8 @@ class ReferenceController(ControllerCore):
                            qp_time_us=qp_us, solve_time_us=solve_us, eq_residual=eq_res, ineq_violation=viol,
                            consecutive_failures=self.consecutive_failures, total_failures=self.total_failures,
                            safe_stop=self.safe_stop, forces=lam.copy(), tau_wbc=tau_wbc, tau_sw=tau_sw,
-                           tau_comp=tau_comp, body_error_rpy=0.5 * vee(E))
+                           tau_comp=tau_comp, body_error_rpy=0.5 * vee(E),
+                           cbf_slack=x[self.lam0 + 4 * self.N:].copy() if accepted else np.zeros(self.ns))
         self.last_x = x
         self.last_legs = lb
         diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6

@@ -72,6 +72,7 @@ EXTRA_ROWS = [
     ("fall", ("fell",), None),
     ("QP failures (whole run)", ("qp_failures",), "{:d}"),
     ("torque clipped by the actuators (% of ticks x joints)", ("torque_saturation_pct",), "{:.3g}"),
+    ("CBF slack max (rad/s^2) / ticks with slack", ("cbf_slack_max", "cbf_slack_ticks"), "{:.4g}"),
     ("deadline misses (bridge)", ("deadline_misses",), "{:d}"),
     ("ticks commanded late or not at all (%)", ("deadline_miss_pct",), "{:.3g}"),
     ("command latency p50 / p99 (us)", ("command_latency_p50_us", "command_latency_p99_us"), "{:.0f}"),

@@ -137,7 +137,8 @@ def task_cost(J, W, b, acc_body, par, H, g):
     """Cost ``1/2 ||J_T nu_dot - x_ddot_des||^2_W + 1/2 ||lambda||^2_{W_lambda} (+ slack)``:
     ``H`` and ``g`` rewritten entirely (body rows ``w_body I_6``, leg blocks ``J_i^T W_i J_i`` and
     ``-J_i^T W_i b_i``, force weights ``lam_diag``), plus ``hessian_reg * max diag(H)`` on the
-    diagonal. ``par`` fields: ``w_body``, ``lam_diag_f`` (4N), ``n_slack``, ``slack_weight``,
+    diagonal (the max over the task and force entries: the slacks' large weight, added after, does
+    not scale the regularization of the rest). ``par`` fields: ``w_body``, ``lam_diag_f`` (4N), ``n_slack``, ``slack_weight``,
     ``hessian_reg``, ``leg_v``, ``lam0``."""
     w_body, lam_diag, n_slack, slack_weight = par.w_body, par.lam_diag_f, par.n_slack, par.slack_weight
     hessian_reg, leg_v, lam0 = par.hessian_reg, par.leg_v, par.lam0
@@ -164,13 +165,13 @@ def task_cost(J, W, b, acc_body, par, H, g):
     for k in range(lam_diag.shape[0]):
         H[lam0 + k, lam0 + k] = lam_diag[k]
     s0 = lam0 + lam_diag.shape[0]
-    for k in range(n_slack):
-        H[s0 + k, s0 + k] = slack_weight
     dmax = H[0, 0]
-    for r in range(1, n):
+    for r in range(1, s0):
         if H[r, r] > dmax:
             dmax = H[r, r]
     reg = hessian_reg * dmax
+    for k in range(n_slack):
+        H[s0 + k, s0 + k] = slack_weight
     for r in range(n):
         H[r, r] += reg
 
@@ -286,8 +287,8 @@ def task_cost_reference(J, W, b, acc_body, cfg, lam_diag, ns, index, H, g) -> No
     H[H_rows, H_cols] = (JtW @ J).reshape(-1)
     g[g_rows] = -np.einsum("nij,nj->ni", JtW, b).reshape(-1)
     H[lam, lam] = lam_diag
+    reg = cfg.hessian_reg * float(H.diagonal().max())       # before the slacks (see task_cost)
     for k in range(ns):
         s = lam[-1] + 1 + k
         H[s, s] = cfg.cbf_slack_weight
-    reg = cfg.hessian_reg * float(H.diagonal().max())
     H[np.diag_indices(H.shape[0])] += reg
