@@ -55,3 +55,93 @@ def test_torque_envelope_is_the_simulation_s():
     slo, shi = env.limits(w)
     np.testing.assert_allclose(lo, slo, rtol=1e-15, atol=1e-12)
     np.testing.assert_allclose(hi, shi, rtol=1e-15, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- controller on a walking state
+import dataclasses  # noqa: E402
+
+from legged_wbc.closed_loop import ClosedLoop, make_controller  # noqa: E402
+from legged_wbc.scenario import load_scenario  # noqa: E402
+from wbc_controller.blocks.joint_limits import joint_limit_bounds, joint_limit_bounds_reference  # noqa: E402
+from wbc_controller.controller import ControllerInput  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def walking_state():
+    """A closed-loop walking input at ~3.75 s (gait from 3 s: legs in swing and in support)."""
+    loop = ClosedLoop(load_scenario("paper"), "cbf")
+    seen = []
+    real = loop.ctl.update
+
+    def hooked(inp):
+        if inp.t >= 3.75 and not seen and (~inp.support).sum() >= 2:
+            seen.append(ControllerInput(t=inp.t, q=inp.q.copy(), v=inp.v.copy(), support=inp.support.copy(),
+                                        tau_ext=inp.tau_ext.copy()))
+        return real(inp)
+
+    loop.ctl.update = hooked
+    loop.run(3.9)
+    return loop, seen[0]
+
+
+def controllers(loop, **over):
+    cfg = dataclasses.replace(loop.wcfg, **over)
+    out = []
+    for impl in ("fast", "reference"):
+        c = make_controller(loop.rm, cfg, loop.gait_cfg, impl)
+        c.reset(loop.q0)
+        out.append(c)
+    return out
+
+
+def test_joint_limit_bounds_known_answer():
+    """k_p 400, k_d 40, k_v 20, limits [-1, 2] rad, 10 rad/s: bounds by hand."""
+    par = envelope_params([1.0], [1.0], [1.0])._replace(jl_kp=400.0, jl_kd=40.0, jl_kv=20.0, q_lower=np.array([-1.0]),
+                                                        q_upper=np.array([2.0]), v_limit=np.array([10.0]))
+    cases = [  # q, dq -> lo, hi
+        (0.0, 0.0, -200.0, 200.0),                 # velocity barriers: +-k_v v_max = +-200; position: -400, +800
+        (1.9, 0.0, -200.0, 40.0),                  # near the upper limit: 400 * 0.1
+        (1.9, 2.0, -240.0, -40.0),                 # moving towards it: 40 - 80; lower: max(-1160-80, -240)
+        (-0.95, -3.0, 100.0, 260.0),               # near the lower limit moving down: -20 + 120; upper 20 * 13
+        (0.5, 9.0, -380.0, 20.0),                  # velocity barrier: 20 (10 - 9); lower max(-600-360, -380)
+    ]
+    for q, dq, lo_ref, hi_ref in cases:
+        lo, hi = joint_limit_bounds(par, 0, q, dq)
+        assert (lo, hi) == pytest.approx((lo_ref, hi_ref), rel=1e-14, abs=1e-12), (q, dq)
+        rl, rh = joint_limit_bounds_reference(np.array([q]), np.array([dq]), 400.0, 40.0, 20.0, np.array([-1.0]),
+                                              np.array([2.0]), np.array([10.0]))
+        assert (rl[0], rh[0]) == (lo, hi)
+    # crossing bounds (k_v small: the velocity barrier asks for more than the position one allows):
+    # both at their midpoint, one value the QP can meet
+    par2 = par._replace(jl_kv=1.0)
+    lo, hi = joint_limit_bounds(par2, 0, 0.0, -30.0)      # hi = min(800 + 1200, 40) = 40; lo = max(-400 + 1200, 20) = 800
+    assert lo == hi == pytest.approx(420.0)
+
+
+def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
+    """A swing leg's knee 0.01 rad below its upper limit moving up at 5 rad/s: the barrier row asks
+    for q_ddot <= min(400 * 0.01 - 40 * 5, 20 (12 - 5)) = -196 rad/s^2; the accepted solution meets
+    it (fast cycle: found violated by the solve without the last rows, solved again with them), the
+    oracle agrees; without the option the QP accelerates the knee on towards the limit."""
+    loop, inp = walking_state
+    rm = loop.rm
+    leg = int(np.flatnonzero(~inp.support)[0])
+    j = int(rm.leg_joints[leg][2])                 # its knee
+    q, v = inp.q.copy(), inp.v.copy()
+    q[7 + j] = rm.upper[j] - 0.01
+    v[6 + j] = 5.0
+    near = ControllerInput(t=inp.t, q=q, v=v, support=inp.support, tau_ext=inp.tau_ext)
+    free, _ = controllers(loop)
+    out_free = free.update(near)
+    assert out_free.diag.qp_accepted and free.last_x[6 + j] > -196.0
+    fast, ref = controllers(loop, joint_limit_barrier=True)
+    of, orf = fast.update(near), ref.update(near)
+    assert of.diag.qp_accepted and orf.diag.qp_accepted
+    p = fast.problem
+    row = fast.row_jl + j
+    assert p.C[row, 6 + j] == 1.0 and np.count_nonzero(p.C[row]) == 1
+    assert p.u[row] == pytest.approx(-196.0, rel=1e-12)
+    assert fast.last_x[6 + j] <= -196.0 + 1e-6 * 196.0
+    assert fast.last_x[6 + j] == pytest.approx(-196.0, rel=1e-6)       # binding
+    np.testing.assert_allclose(of.tau, orf.tau, rtol=0, atol=1e-9 * np.abs(orf.tau).max())
+    assert fast._tau_rows_hold > 0                   # the next cycles keep the last rows in the solve

@@ -88,6 +88,7 @@ VARIANTS = [
     {"null_space_compensation": True, "support_foot_acceleration": "consistent"},
     {"cbf_slack": True, "torque_limit_mode": "realistic"},
     {"jdot_mode": "fd", "swing_pitch_projection": False, "swing_pitch_recenter": False},
+    {"joint_limit_barrier": True, "joint_limit_kp": 1e4, "joint_limit_kd": 200.0, "torque_limit_mode": "realistic"},
 ]
 
 

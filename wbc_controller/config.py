@@ -64,6 +64,13 @@ class WbcConfig:
                                    "YAML leg_type.actuator)",
                                    choices=("paper", "realistic"))
     tau_limit_paper: float = param(10000.0, 1.0, 1e6, "torque bound in paper mode", unit="N m")
+    # --- joint limits as barriers (blocks/joint_limits.py)
+    joint_limit_barrier: bool = param(False, desc="joint position and velocity limits (URDF) as acceleration-level "
+                                      "barrier rows, one per joint; paper: off (read-only: changes the QP size)",
+                                      live=False)
+    joint_limit_kp: float = param(400.0, 0.0, 1e6, "joint position barrier gain k_p", unit="1/s^2")
+    joint_limit_kd: float = param(40.0, 0.0, 1e4, "joint position barrier gain k_d", unit="1/s")
+    joint_velocity_gain: float = param(20.0, 0.0, 1e4, "joint velocity barrier gain k_v", unit="1/s")
     # --- solver and failure handling
     solver: str = param("daqp", desc="QP backend (read-only: swapping it rebuilds the solver workspace inside a tick)",
                        choices=("daqp", "proxqp", "osqp"), live=False)

@@ -130,9 +130,11 @@ class ControllerCore:
         changes them."""
         cfg, N = self.cfg, self.N
         self.ns = N if cfg.cbf_slack else 0
+        self.n_jl = self.n if cfg.joint_limit_barrier else 0
+        self.row_jl = 5 * N + self.n + N
         self.nx = self.nv + 4 * N + self.ns
         self.n_eq = 6 + N
-        self.n_in = 5 * N + self.n + N
+        self.n_in = 5 * N + self.n + N + self.n_jl
         self._problem = QpProblem(self.nx, self.n_eq, self.n_in)
         self._qp_pending = False
         self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
@@ -159,11 +161,12 @@ class ControllerCore:
     def set_config(self, cfg: WbcConfig) -> None:
         """Apply new gains (validated already); takes effect on the next cycle.
 
-        Changing ``solver`` or ``cbf_slack`` rebuilds the QP workspace (:meth:`_build`; the failure
+        Changing ``solver``, ``cbf_slack`` or ``joint_limit_barrier`` rebuilds the QP workspace (:meth:`_build`; the failure
         bookkeeping and the reference's start point are kept, swings are planned anew). Every QP
         block filled outside the cycle is refilled: the friction pyramid (``mu``), the force
         weights (``w_lambda_t``, ``w_lambda_n``), bounds and gains."""
-        rebuild = cfg.solver != self.cfg.solver or cfg.cbf_slack != self.cfg.cbf_slack
+        rebuild = (cfg.solver != self.cfg.solver or cfg.cbf_slack != self.cfg.cbf_slack
+                   or cfg.joint_limit_barrier != self.cfg.joint_limit_barrier)
         self.cfg = cfg
         self.refs.cfg = cfg
         if rebuild:
@@ -272,7 +275,7 @@ class WholeBodyController(ControllerCore):
         rm, N, n = self.rm, self.N, self.n
         self._legs_ws = rm.leg_workspace()
         self._pdata = rm.model.createData()
-        self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns))
+        self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns, self.n_jl))
         for name in ws.dtype.names:
             if ws.dtype[name].shape:
                 setattr(self, "_" + name, ws[name][0])
@@ -333,10 +336,10 @@ class WholeBodyController(ControllerCore):
         backend and legs that hold every joint."""
         N, n, ws = self.N, self.n, self._ws
         nz, m_a = ws.dtype["A"].shape[1], ws.dtype["A"].shape[0]
-        ms, m_free = 3 * N, m_a - n
+        ms, m_free = 3 * N, m_a - n - self.n_jl
         self.ldp = d = LdpProblem(nz, ms, m_a, 6)
         d.c, d.A, d.bu, d.bl = self._c, self._A, self._bu, self._bl
-        # the same QP without the torque rows (the last n rows): views of the same storage
+        # the same QP without the torque rows and the joint-limit rows (the last ones): views of the same storage
         self.ldp_free = f = LdpProblem(nz, ms, m_free, 6)
         f.c, f.A, f.bu, f.bl = self._c, self._A[:m_free], self._bu[:ms + m_free], self._bl[:ms + m_free]
         self._row_tau_ldp = m_free             # first torque row among the LDP's general rows

@@ -40,6 +40,7 @@ from .blocks.compensation import null_space_compensation
 from .blocks.contact import normal_force_bounds
 from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmetrize_mass
 from .blocks.friction import friction_rows
+from .blocks.joint_limits import joint_limit_rows
 from .blocks.swing import SWING_WORK, SwingPlan, start_swings, swing_torques
 from .blocks.tasks import body_reference, body_task, task_cost, task_targets
 from .blocks.torque import command_torque, torque_envelope, torque_rows
@@ -66,6 +67,8 @@ PARAM_SCALARS = (
     ("hessian_reg", F8), ("cbf_on", B1), ("kp_b", F8), ("kd_b", F8), ("th_lo", F8), ("th_hi", F8),
     # torque bounds: the drives' torque-speed envelope at the joint velocity (blocks.torque.torque_envelope)
     ("tau_envelope", B1),
+    # joint-limit barrier rows (blocks.joint_limits): gains, count (0 or n), first row
+    ("jl_kp", F8), ("jl_kd", F8), ("jl_kv", F8), ("n_jl", I8), ("row_jl", I8),
     # the problem's layout: first force column, first friction / torque / CBF row
     ("lam0", I8), ("row_fric", I8), ("row_tau", I8), ("row_cbf", I8),
 )
@@ -74,7 +77,8 @@ PARAM_ARRAYS = (      # name, dtype, shape from (N, n)
     ("kd_rot", F8, lambda N, n: (3,)), ("kp_swing", F8, lambda N, n: (3,)), ("kd_swing", F8, lambda N, n: (3,)),
     ("lam_diag_f", F8, lambda N, n: (4 * N,)), ("tmin_f", F8, lambda N, n: (n,)), ("tmax_f", F8, lambda N, n: (n,)),
     ("tau_tol_f", F8, lambda N, n: (n,)), ("tau_stall", F8, lambda N, n: (n,)), ("tau_slope", F8, lambda N, n: (n,)),
-    ("tau_peak", F8, lambda N, n: (n,)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
+    ("tau_peak", F8, lambda N, n: (n,)), ("q_lower", F8, lambda N, n: (n,)), ("q_upper", F8, lambda N, n: (n,)),
+    ("v_limit", F8, lambda N, n: (n,)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
     ("stance_p", F8, lambda N, n: (N, 3)), ("theta_nom", F8, lambda N, n: (N,)), ("gait_offset", F8, lambda N, n: (N,)),
     ("gait_group", I8, lambda N, n: (N,)),
 )
@@ -120,6 +124,9 @@ def make_params(ctl) -> Params:
         tau_stall=np.asarray(ctl.rm.stall_torque, dtype=float),
         tau_slope=np.asarray(ctl.rm.stall_torque / ctl.rm.no_load_speed, dtype=float),
         tau_peak=np.asarray(ctl.rm.effort, dtype=float),
+        jl_kp=c.joint_limit_kp, jl_kd=c.joint_limit_kd, jl_kv=c.joint_velocity_gain, n_jl=int(ctl.n_jl),
+        row_jl=int(ctl.row_jl), q_lower=np.asarray(ctl.rm.lower, dtype=float),
+        q_upper=np.asarray(ctl.rm.upper, dtype=float), v_limit=np.asarray(ctl.rm.velocity_limit, dtype=float),
         **{k: np.asarray(getattr(c, k), dtype=float) for k in ("kp_pos", "kd_pos", "kp_rot", "kd_rot", "kp_swing",
                                                                "kd_swing")},
         lam_diag_f=np.asarray(ctl._lam_diag, dtype=float), tmin_f=np.asarray(ctl._tmin, dtype=float),
@@ -131,15 +138,16 @@ def make_params(ctl) -> Params:
 
 # ---------------------------------------------------------------------------- the workspace
 @functools.lru_cache(maxsize=None)
-def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
-    """The fast controller cycle's workspace for N legs of 4 joints, n joints, ns slacks: model,
+def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0) -> np.dtype:
+    """The fast controller cycle's workspace for N legs of 4 joints, n joints, ns slacks, n_jl
+    joint-limit rows (0 or n): model,
     cycle quantities, swing plan and references' start, leg kinematics, the least-distance QP
     (:func:`.ldp.ldp_direct`), results, and the settings (:class:`Params`' fields).
 
     One dtype object per size (cached): numba's dispatch recognizes a structured array's type
     quickly only by the dtype object it compiled for (an equal but other object costs ~6 us a call)."""
     nv = n + 6
-    nz, m_a = 3 * N + nv + ns, 6 + 4 * N + n + N
+    nz, m_a = 3 * N + nv + ns, 6 + 4 * N + n + N + n_jl
     f, i = F8, I8
     arrays = [
         ("M", f, (nv, nv)), ("h", f, (nv,)), ("R", f, (3, 3)),                          # model
@@ -154,6 +162,7 @@ def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
         ("slack_on", np.uint8, (1,)),         # the CBF rows have their slacks in this cycle's solve
+        ("qj", f, (n,)), ("dqj", f, (n,)),    # the cycle's joint positions and velocities (joint-limit rows)
         # leg kinematics (legged_wbc.kinematics.LegBatch and the chain kernel's inputs and scratch)
         ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, 4)),
         ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, 4)), ("leg_dJ_p", f, (N, 3)),
@@ -220,6 +229,9 @@ def build_stage(t, q, v, support, tau_ext, compensate, ldp, ws):
     :func:`.ldp.ldp_direct` into the workspace; returns whether that was formed."""
     w = ws[0]
     w.slack_on[0] = 0
+    for j in range(w.qj.shape[0]):
+        w.qj[j] = q[7 + j]
+        w.dqj[j] = v[6 + j]
     if w.tau_envelope:
         torque_envelope(v[6:], w, w.tmin_f, w.tmax_f)
     cycle_targets(t, q, v, support, tau_ext, compensate, w)
@@ -251,6 +263,8 @@ def qp_blocks(support, ws, qp):
     normal_force_bounds(support, w.fz_max, w.row_fric, qp.u)
     torque_rows(w.M, w.h, legs.J, w.tau_sw_total, w, qp.C, qp.l, qp.u)
     cbf_rows(support, legs, w, qp.C, qp.l, qp.u)
+    if w.n_jl > 0:
+        joint_limit_rows(w.qj, w.dqj, w, qp.C, qp.l, qp.u)
     s0 = w.lam0 + 4 * legs.J.shape[0]
     for i in range(w.n_slack):                # the slack columns of the CBF rows (as ldp.ldp_slack_on)
         qp.C[w.row_cbf + i, s0 + i] = 1.0 if w.slack_on[0] else 0.0

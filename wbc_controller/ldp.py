@@ -11,8 +11,8 @@ rows vanish); the forces ``f_x, f_y, f_z`` of the feet are the first variables o
 their bounds are DAQP's simple bounds: ``0 <= f_z <= f_z,max`` of a support foot, and for a foot
 held at ``f_z = 0`` (outside the support set) all three forces at 0 (what its friction pyramid
 implies) with its pyramid rows made loose. General rows, in this order: the 6 floating-base
-equalities, the friction pyramids (4 per foot), the CBF rows (N), the torque rows (n) last, so
-that the problem without them is a prefix (the controller solves that one first, see
+equalities, the friction pyramids (4 per foot), the CBF rows (N), the torque rows (n) and the
+joint-limit rows (``joint_limit_barrier``: n) last, so that the problem without them is a prefix (the controller solves that one first, see
 ``WholeBodyController._solve_ldp``).
 
 The kernels read the cycle's quantities and settings from the controller's workspace record
@@ -32,6 +32,7 @@ from numba import njit
 from legged_wbc.jit import announce_compiles
 
 from .blocks.cbf import cbf_bounds
+from .blocks.joint_limits import joint_limit_bounds
 from .blocks.torque import command_torque
 from .qp import INF
 
@@ -90,6 +91,8 @@ def ldp_direct(support, legs, w):
         return False
     _ldp_base_and_friction_rows(support, legs.p, w)
     _ldp_torque_and_cbf_rows(support, legs, w)
+    if w.n_jl > 0:
+        _ldp_joint_limit_rows(w)
     return True
 
 
@@ -263,6 +266,25 @@ def _ldp_torque_and_cbf_rows(support, legs, w):
 
 
 @njit(cache=True)
+def _ldp_joint_limit_rows(w):
+    """Joint-limit rows (after the torque rows): ``q_ddot_j`` of leg ``i``'s joint ``r`` is
+    ``sum_{c >= r} R^-1[i, r, c] y_c`` (the leg block's variables), bounds of
+    :func:`.blocks.joint_limits.joint_limit_bounds`."""
+    Ay, ubu, ubl, Rinv, leg_j, leg_v = w.A, w.bu, w.bl, w.Rinv, w.leg_j, w.leg_v
+    N, nv = leg_j.shape[0], w.M.shape[0]
+    n = nv - 6
+    ms = nf = 3 * N
+    row_jl = 6 + 4 * N + N + n
+    for i in range(N):
+        for r in range(4):
+            j = leg_j[i, r]
+            a = row_jl + j
+            for c in range(r, 4):
+                Ay[a, nf + leg_v[i, c]] = Rinv[i, r, c]
+            ubl[ms + a], ubu[ms + a] = joint_limit_bounds(w, j, w.qj[j], w.dqj[j])
+
+
+@njit(cache=True)
 def ldp_slack_on(ws):
     """Give the CBF rows their slacks (``cbf_slack``): the slack columns of the LDP's CBF rows and
     ``w.slack_on`` (which :func:`wbc_controller.kernels.qp_blocks` reads for the stacked QP's).
@@ -310,7 +332,7 @@ def check_direct(x, support, legs, w, cbf_act):
     ``w.bu``), normalized as :func:`wbc_controller.kernels.residuals`; the command torque
     (:func:`.blocks.torque.command_torque`, into ``w.tau_wbc``, ``w.tau``) and the binding CBF rows
     (into ``cbf_act``). Returns ``(finite, equality residual, inequality violation, torque in
-    bounds, torque rows satisfied)``, the last without tolerance (``tau_min <= tau <= tau_max``
+    bounds, torque and joint-limit rows satisfied)``, the last without tolerance (``tau_min <= tau <= tau_max``
     exactly, as the rows' values)."""
     finite = all_finite(x)
     in_bounds = command_torque(w.M, w.h, legs.J, x, w.tau_sw_total, w, w.tau_wbc, w.tau)
@@ -321,6 +343,9 @@ def check_direct(x, support, legs, w, cbf_act):
     r_eq = _base_residual(x, w.M, w.h, legs.p)
     viol = _force_violation(x, support, w)
     viol, tau_rows = _torque_violation(x, viol, legs.J.shape[0], w)
+    if w.n_jl > 0:
+        viol, jl_rows = _joint_limit_violation(x, viol, legs.J.shape[0], w)
+        tau_rows = tau_rows and jl_rows
     viol = _cbf_violation(x, viol, support, legs.J, w, cbf_act)
     return True, r_eq, viol, in_bounds, tau_rows
 
@@ -379,6 +404,21 @@ def _torque_violation(x, viol, N, w):
         viol = max(viol, (lo - s) / max(1.0, abs(lo)), (s - up) / max(1.0, abs(up)))
         tau_rows = tau_rows and lo <= s <= up
     return viol, tau_rows
+
+
+@njit(cache=True)
+def _joint_limit_violation(x, viol, N, w):
+    """``viol`` with the joint-limit rows' violation, and whether every one holds exactly."""
+    ubl, ubu = w.bl, w.bu
+    n = w.h.shape[0] - 6
+    row_jl = 3 * N + 6 + 4 * N + N + n
+    ok = True
+    for j in range(n):
+        s = x[6 + j]
+        lo, up = ubl[row_jl + j], ubu[row_jl + j]
+        viol = max(viol, (lo - s) / max(1.0, abs(lo)), (s - up) / max(1.0, abs(up)))
+        ok = ok and lo <= s <= up
+    return viol, ok
 
 
 @njit(cache=True)

@@ -24,6 +24,7 @@ from .blocks.compensation import null_space_compensation_reference
 from .blocks.contact import contact_rows_reference, normal_force_bounds_reference
 from .blocks.floating_base import floating_base_index, floating_base_rows_reference
 from .blocks.friction import pyramid_rows_reference
+from .blocks.joint_limits import joint_limit_rows_reference
 from .blocks.swing import start_swings_reference, swing_torques_reference
 from .blocks.tasks import body_task_reference, cost_index, task_cost_reference, task_targets_reference, vee
 from .blocks.torque import command_torque_reference, torque_envelope_reference, torque_index, torque_rows_reference
@@ -111,6 +112,8 @@ class ReferenceController(ControllerCore):
         task_cost_reference(lb.J, W, b, acc_body, cfg, self._lam_diag, self.ns, self._cost_index, self.problem.H,
                             self.problem.g)
         self._fill_rows(lb, M, h, support, tau_sw_total)
+        if self.n_jl:
+            joint_limit_rows_reference(qj, dqj, cfg, rm, self.row_jl, self.problem.C, self.problem.l, self.problem.u)
         self._slack_columns(False)          # the hard barrier first
         res, solve_us, checks = self._solve_and_check(M, h, lb, tau_sw_total)
         x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks
