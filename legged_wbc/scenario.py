@@ -24,6 +24,13 @@ The sensor path's latency: ``sensor_delay_ticks`` (int >= 0, default 0): every s
 its time; the first ones, before that much time has passed, the state at the start. The simulation
 applies it (:class:`mujoco_bridge.sim.MujocoSim`), so the headless loop and the bridge alike.
 
+The settings preset: ``preset`` (``robust``, the default, or ``paper``; :data:`PRESETS`): controller
+and estimator parameters applied under the scenario's own ``controller`` / ``estimator`` blocks (which
+win). ``robust`` is what a sweep of randomized ``paper`` trials found best (``docs/actuators.md``): the
+barrier bounds backed off by ``cbf_margin`` 0.01 rad and a touchdown filter trusting joint velocities
+less (``touchdown.sigma_dq_meas`` 0.15 rad/s); ``paper`` keeps the parameter files' values, the paper's
+method (``cbf_margin`` 0, ``sigma_dq_meas`` 0.05), which reproduces its Table 3.
+
 The drives: ``actuators`` (``ideal``, the default: perfect torque sources up to the joint's effort
 limit, no joint friction; ``realistic``: the robot YAML's torque-speed envelope at every physics
 step and its Coulomb + viscous joint friction; see :mod:`mujoco_bridge.sim`).
@@ -73,8 +80,21 @@ PHYSICS_DEFAULTS = {
     "terrain": dict(_terrain.DEFAULTS),
 }
 # Top-level keys a scenario file may omit, with their defaults.
-SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators": "ideal"}
+SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators": "ideal", "preset": "robust"}
 ACTUATOR_MODELS = ("ideal", "realistic")
+# Settings presets (scenario key ``preset``): overrides under the scenario's controller / estimator blocks.
+PRESETS = {
+    "robust": {"controller": {"cbf_margin": 0.01}, "estimator": {"touchdown": {"sigma_dq_meas": 0.15}}},
+    "paper": {"controller": {}, "estimator": {}},      # the parameter files as they are: the paper's method
+}
+
+
+def _merged(base: dict, top: dict) -> dict:
+    """``base`` with ``top`` on it (nested dicts merged, ``top`` wins); new dicts."""
+    out = copy.deepcopy(base)
+    for k, v in top.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
 
 
 @dataclass(frozen=True)
@@ -103,6 +123,7 @@ class Scenario:
     command_delay_ticks: int = 0       # the command answering tick k acts from period k + 1 + N
     sensor_delay_ticks: int = 0        # the sample of tick k reports the state of tick k - N
     actuators: str = "ideal"           # ideal | realistic (mujoco_bridge.sim)
+    preset: str = "robust"             # robust | paper (PRESETS; already in controller / estimator)
     terrain: _terrain.Terrain = _terrain.Terrain()   # the ground (legged_wbc.terrain)
 
     def physics(self) -> dict:
@@ -203,6 +224,9 @@ def scenario_from_dict(raw: dict) -> Scenario:
     delay = _delay_ticks(raw["command_delay_ticks"])
     sensor_delay = _delay_ticks(raw["sensor_delay_ticks"], "sensor_delay_ticks")
     actuators = _actuators(raw["actuators"])
+    preset = raw["preset"]
+    if preset not in PRESETS:
+        raise ConfigError(f"scenario.preset: must be one of {', '.join(PRESETS)}, got {preset!r}")
     try:
         walk, su, dist = raw["walk"], raw["stand_up"], raw["disturbance"]
         t_s = float(walk["t_s"])
@@ -217,13 +241,14 @@ def scenario_from_dict(raw: dict) -> Scenario:
                                     torque_nm=float(dist["torque_nm"]), sign=int(dist["sign"]),
                                     start=t_s + float(dist["start_offset"]), duration=float(dist["duration"])),
             fall_min_height=float(raw["fall"]["min_height"]), fall_max_tilt_deg=float(raw["fall"]["max_tilt_deg"]),
-            noise=dict(raw.get("noise", {})), controller=dict(raw.get("controller") or {}),
-            estimator=dict(raw.get("estimator") or {}), raw=raw,
+            noise=dict(raw.get("noise", {})),
+            controller=_merged(PRESETS[preset]["controller"], dict(raw.get("controller") or {})),
+            estimator=_merged(PRESETS[preset]["estimator"], dict(raw.get("estimator") or {})), raw=raw,
             friction=None if raw["ground"]["friction"] is None else float(raw["ground"]["friction"]),
             payload_kg=float(raw["payload"]["mass_kg"]),
             push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),
                       start=t_s + float(raw["push"]["start_offset"]), duration=float(raw["push"]["duration"])),
-            command_delay_ticks=delay, sensor_delay_ticks=sensor_delay, actuators=actuators,
+            command_delay_ticks=delay, sensor_delay_ticks=sensor_delay, actuators=actuators, preset=preset,
             terrain=_terrain.Terrain.from_dict(raw["terrain"]))
     except KeyError as exc:
         raise ConfigError(f"scenario: missing key {exc}") from exc

@@ -13,8 +13,11 @@ def cmd_run(args) -> int:
     from legged_wbc.scenario import load_scenario
 
     try:
-        sc = load_scenario(args.scenario, args.set)
-        loop = ClosedLoop(sc, args.controller, solver=args.solver)
+        mode, sets = args.controller, list(args.set or [])
+        if mode == "cbf_paper":             # WBC-CBF with the paper's settings (the preset under the --set's)
+            mode, sets = "cbf", ["preset=paper"] + sets
+        sc = load_scenario(args.scenario, sets)
+        loop = ClosedLoop(sc, mode, solver=args.solver)
     except ValueError as exc:   # a ConfigError, or e.g. an unknown disturbance leg
         print(f"legged-wbc run: {exc}", file=sys.stderr)
         return 2
@@ -57,8 +60,9 @@ def cmd_run(args) -> int:
 
 def register(sub) -> None:
     s = sub.add_parser("run", help="headless closed-loop walking simulation with metrics")
-    s.add_argument("--controller", choices=["none", "damping", "cbf"], default="cbf",
-                   help="none = WBC-0, damping = WBC-D, cbf = WBC-CBF")
+    s.add_argument("--controller", choices=["none", "damping", "cbf", "cbf_paper"], default="cbf",
+                   help="none = WBC-0, damping = WBC-D, cbf = WBC-CBF (the scenario's preset, robust by "
+                   "default), cbf_paper = WBC-CBF with the paper's settings (--set preset=paper)")
     s.add_argument("--scenario", default="paper", help="scenario name (config/scenarios) or YAML path")
     s.add_argument("--duration", type=positive_float, help="simulated seconds (default: the scenario's)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario value (dotted key)")

@@ -92,6 +92,8 @@ def plan(out: Path, sets: list[str] | None, duration: float | None, repeat: int 
     from legged_wbc.scenario import dump_scenario, load_scenario
 
     sets = list(sets or [])
+    if not any(s.split("=", 1)[0].strip() == "preset" for s in sets):
+        sets.insert(0, "preset=paper")        # Table 3: the paper's method (the scenarios' default is robust)
     if not headless:
         bad = [s for s in sets if s.split("=", 1)[0].strip().startswith("estimator.")]
         if bad:
