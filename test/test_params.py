@@ -229,7 +229,10 @@ WBC_LIVE = {
     "velocity_ramp_end": (20.0, ["g"], {}, T_WALK),
 }
 # live only with a read-only setting other than the default: (start-up overrides, new value, probes)
-WBC_LIVE_WITH = {"cbf_slack_weight": ({"cbf_slack": True}, 10.0, ["H"])}
+WBC_LIVE_WITH = {"cbf_slack_weight": ({"cbf_slack": True}, 10.0, ["H"]),
+                 "joint_limit_kp": ({"joint_limit_barrier": True}, 100.0, ["l", "u"]),
+                 "joint_limit_kd": ({"joint_limit_barrier": True, "joint_limit_kp": 1.0}, 10.0, ["l", "u"]),
+                 "joint_velocity_gain": ({"joint_limit_barrier": True}, 2.0, ["l", "u"])}
 
 
 def _wbc_node(ctx, **overrides):
