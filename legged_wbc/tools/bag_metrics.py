@@ -139,6 +139,7 @@ class RunData:
     leg_joints: dict = field(default_factory=dict)      # leg name -> column indices of its joints in tau
     complete: np.ndarray | None = None                  # rows with every metric topic (None: all)
     command_latency_us: np.ndarray | None = None        # per closed tick (NaN: missed); bags of bridges that publish it
+    command_latency_ticks: np.ndarray | None = None     # the tick of each (-1: a period dropped in a stall)
 
     def joints_of_leg(self, leg: int | str) -> list[int]:
         name = self.leg_names[leg] if isinstance(leg, int) and leg < len(self.leg_names) else leg
@@ -454,6 +455,7 @@ def _series_from_messages(run: RunData, msgs: dict) -> None:
     if lat:
         pairs = np.concatenate(lat)
         run.command_latency_us = pairs[1::2].copy()
+        run.command_latency_ticks = pairs[0::2].copy()
 
     # index-paired (no stamp): contacts and disturbance with /ground_truth/odom
     def paired(topic) -> dict:
@@ -707,18 +709,22 @@ def _add_ideal_saturation(run: RunData, S: dict) -> str | None:
 def realtime_quality(run: RunData) -> dict:
     """Command timing of a bag (``/bridge/command_latency``; see ``mujoco_bridge.timing``):
     ``deadline_miss_pct`` (% of closed ticks whose command missed its deadline; lockstep has none),
-    ``command_latency_p50_us`` / ``_p99_us`` / ``_max_us`` over the answered ticks, ``ticks_timed``.
+    ``command_latency_p50_us`` / ``_p99_us`` / ``_max_us`` over the answered ticks, ``ticks_timed``
+    (the simulated ticks closed) and ``ticks_dropped`` (control periods the bridge dropped from its
+    schedule in stalls, each a miss: they count in ``deadline_miss_pct``'s numerator and denominator).
     None where the bag has no latency topic (bridges before it existed)."""
     lat = run.command_latency_us
     keys = ("deadline_miss_pct", "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us")
     if lat is None or lat.size == 0:
-        return {**{k: None for k in keys}, "ticks_timed": 0}
+        return {**{k: None for k in keys}, "ticks_timed": 0, "ticks_dropped": 0}
+    ticks = run.command_latency_ticks
+    dropped = int(np.count_nonzero(ticks < 0)) if ticks is not None else 0
     ok = lat[np.isfinite(lat)]
     return {"deadline_miss_pct": 100.0 * float(np.count_nonzero(~np.isfinite(lat))) / lat.size,
             "command_latency_p50_us": float(np.percentile(ok, 50)) if ok.size else None,
             "command_latency_p99_us": float(np.percentile(ok, 99)) if ok.size else None,
             "command_latency_max_us": float(ok.max()) if ok.size else None,
-            "ticks_timed": int(lat.size)}
+            "ticks_timed": int(lat.size) - dropped, "ticks_dropped": dropped}
 
 
 def bag_size(path: Path, sim_time_s: float | None) -> dict:
