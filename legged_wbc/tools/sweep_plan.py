@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push", "terrain")   # index = the category's seed stream
-# what --randomize means when not given: every category but terrain (the controller still assumes
-# level ground, so a terrain sweep is asked for by name: --randomize terrain,...)
+# index = the category's seed stream (new categories go at the end: the others' draws stay as they were)
+RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push", "terrain", "actuators", "delay")
+# what --randomize means when not given: the world and the disturbance, not the ground's shape (asked for
+# by name: --randomize terrain,...) nor the drives and the latencies (--randomize actuators,delay)
 DEFAULT_RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push")
 METRICS = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm",
            "distance_m", "qp_p99_us")
@@ -118,6 +119,12 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
         elif cat == "terrain":
             p, terrain_sets = _terrain_draw(d, g)
             sets += terrain_sets
+        elif cat == "actuators":           # the drives' model (legged_wbc.scenario: ideal | realistic)
+            p = {"model": str(d["model"])}
+            sets.append(f"actuators={p['model']}")
+        elif cat == "delay":               # sensor / command latency in control ticks
+            p = {a: int(d.get(a, 0)) for a in ("sensor_delay_ticks", "command_delay_ticks")}
+            sets += [f"{a}={b}" for a, b in p.items()]
         else:  # push
             sign = 1 if int(g.integers(2)) else -1
             dur = float(d.get("duration", 0.2))
