@@ -125,10 +125,13 @@ class BridgePhysics:
         self.log = log
         self.disturbance_fn = disturbance_fn
         self.dist_applied = np.zeros(n)
+        self._tau_set = None            # the torque array last handed to the simulation (never mutated)
 
     def step(self, tau: np.ndarray, step: int) -> None:
         sim = self.sim
-        sim.set_torque(tau)
+        if tau is not self._tau_set:    # a command's torque drives several steps: checked and set once
+            sim.set_torque(tau)
+            self._tau_set = tau
         dist = None
         if self.disturbance_fn is not None:
             dist = self.disturbance_fn(step * 1_000_000 * 1e-9, sim)

@@ -27,7 +27,7 @@ Publishes:
   every ``diagnostics_period`` sim seconds: ``sim_time`` [s], ``tick``, ``commands_applied``,
   ``deadline_misses`` (realtime), ``stale_commands``, ``rejected_commands``, ``watchdog_active``
   (0/1), ``watchdog_events``, ``realtime_factor`` (sim s per wall s since the last sample),
-  ``overruns`` (realtime: times the bridge fell > 0.1 s behind the wall clock and re-anchored), and
+  ``overruns`` (realtime: times the bridge dropped whole control periods from its schedule), and
   the window since the previous sample (:mod:`mujoco_bridge.timing`): ``window_ticks``,
   ``window_deadline_misses``, ``command_latency_p50_us`` / ``_p99_us`` / ``_max_us`` (command
   arrival minus the wall time the answered tick's sample was published);
@@ -119,8 +119,10 @@ to judge a command, though: a step that runs behind its scheduled time (the mach
 container the bridge's own thread computes the command) applies the newest command that is there
 when it runs, so the torques are as fresh as the machine allows, while the deadline accounting
 stays on the schedule (a command that came after its deadline is a miss even if a late step still
-applied it). More than 0.1 s behind the schedule, the bridge re-anchors it at the current wall time
-(``overruns``); the closing log line and ``/bridge/diagnostics`` give the real-time factor (sim
+applied it). A tick step a whole control period or more behind its slot (a stall of the process) drops
+those periods from the schedule (``overruns``) and counts each as a missed deadline: the ticks a robot's
+controller would have lost; the simulated world waits instead of racing to catch up (which cost every
+tick of the catch-up too), and the schedule keeps its phase. The closing log line and ``/bridge/diagnostics`` give the real-time factor (sim
 seconds per wall second). With no valid command for ``watchdog_timeout`` SIM seconds the watchdog
 applies joint damping until a command arrives.
 
@@ -146,7 +148,6 @@ import numpy as np
 from legged_wbc.conventions import PHYSICS_DT_NS, UNTIMED_TICK
 from mujoco_bridge.timing import CommandDelayLine, CommandQueue, CommandTiming
 
-OVERRUN_S = 0.1                  # realtime: this far behind the schedule [wall s] -> re-anchor
 PEER_POLL_S = 0.01               # start-up: period of the subscriber check [wall s]
 
 DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
@@ -235,6 +236,7 @@ class BridgeScheduler:
         self._pending = None                # lockstep: accepted command for self.tick
         self._latest = None                 # realtime: newest accepted command
         self._last_cmd_step = None          # realtime: step_count when the newest command arrived
+        self._answered_step = -(1 << 62)    # realtime: the newest sample (physics steps) a command answers
         self._applied_cmd = None
         self._support: dict[int, np.ndarray] = {}
         self._reject_log: dict[str, tuple[float, int]] = {}
@@ -257,13 +259,16 @@ class BridgeScheduler:
             answers = cmd.tick              # the tick it answers (realtime: for the command delay)
             if cmd.tick != UNTIMED_TICK:
                 self.timing.command_arrived(cmd.tick, now)
+                sample_step = cmd.tick * self.steps_per_tick
             else:                           # untimed: the sample it answers, if its stamp is one we published
                 answered = self._stamp_steps.get(cmd.stamp_ns)
                 if answered is not None:
-                    answers = answered[0] // self.steps_per_tick
+                    sample_step = answered[0]
+                    answers = sample_step // self.steps_per_tick
                     self.timing.answer_arrived(answers, answered[1], now)
                 else:                       # at most the tick of the newest sample
-                    answers = self.step_count // self.steps_per_tick
+                    sample_step = self.step_count
+                    answers = sample_step // self.steps_per_tick
             if self.lockstep:
                 if cmd.tick < self.tick:
                     self.counters["stale_commands"] += 1
@@ -279,6 +284,7 @@ class BridgeScheduler:
                     self.counters["stale_commands"] += 1
                     return False
                 self._latest = cmd
+                self._answered_step = max(self._answered_step, sample_step)
                 self.cmd_queue.push(answers, cmd)
                 self._last_cmd_step = self.step_count
             self.cond.notify_all()
@@ -503,6 +509,7 @@ class BridgeScheduler:
         physics_step, publish_sample, physics_dt = self.ports.physics_step, self.ports.publish_sample, 1e-3
         timing, queue, counters, cond = self.timing, self.cmd_queue, self.counters, self.cond
         spt, lag = self.steps_per_tick, self.command_delay_ticks
+        period = spt * physics_dt            # control period [sim s]
         wall0 = monotonic()
         step0 = self.step_count
         self._run_wall0 = (wall0, step0)
@@ -518,13 +525,16 @@ class BridgeScheduler:
                 rtf = float(cfg.realtime_factor)
             target = wall0 + (step - step0) * physics_dt / rtf   # scheduled wall time of this step
             delay = target - monotonic()
-            if delay > 0 and not (early and (step + 1) % spt and self._command_there(step // spt - lag)):
+            if delay > 0 and not (early and (step + 1) % spt and self._command_there(step, lag)):
                 sleep(delay)
                 poll()
-            elif delay < -OVERRUN_S:  # far behind (debugger, overload): re-anchor instead of racing
+            elif delay < -period / rtf and (step + 1) % spt == 0:   # whole periods behind at a tick:
+                lost = int(-delay * rtf / period)   # drop their slots from the schedule, count them missed
                 counters["overruns"] += 1
-                wall0, step0 = monotonic(), step
-                target = wall0
+                counters["deadline_misses"] += lost
+                timing.stalled(lost)
+                wall0 += lost * period / rtf
+                target += lost * period / rtf
             tick = step // spt
             with cond:
                 self.got_first_command = self._latest is not None
@@ -555,12 +565,23 @@ class BridgeScheduler:
                 timing.sample_published((step + 1) // spt, monotonic())
             publish_sample(step + 1)
 
-    def _command_there(self, tick: int) -> bool:
-        """Realtime, ``early_intermediate_steps``: a step between ticks may run before its slot once the
-        command it applies (answering ``tick``) has arrived; it only publishes an intermediate sample, so
-        the tick samples keep their slots and the deadlines their schedule."""
+    def _command_there(self, step: int, lag: int) -> bool:
+        """Realtime, ``early_intermediate_steps``: the step after ``step`` physics steps, which publishes
+        a sample between ticks, may run before its slot once the command it applies has arrived: one
+        that answers a sample published after the previous tick's sample (``N = lag`` ticks earlier
+        with a command delay). It only publishes an intermediate sample, so the tick samples keep their
+        slots and the deadlines their schedule.
+
+        For commands that answer ticks this is "the command answering this period's tick is there".
+        A controller that answers the samples *between* ticks (``input_timing: sample`` on hardware
+        stamps may lock onto either phase of a 1 kHz source) answered the previous intermediate sample,
+        and waits for the one this step publishes: nothing newer can come before the slot, so the step
+        runs at once and that controller gets the same 2 ms to the deadline as one on the tick phase
+        (waiting for the slot left it 1 ms: 3-15 % misses in the sample-mode realtime test)."""
+        spt = self.steps_per_tick
+        first_after_previous_tick = (step // spt - lag) * spt - spt + 1
         with self.cond:
-            return self._latest is not None and self.cmd_queue.answered(tick)
+            return self._latest is not None and self._answered_step >= first_after_previous_tick
 
     # ------------------------------------------------------------ diagnostics
     def diagnostics(self) -> tuple[dict, list[int], list[float], str | None]:

@@ -75,6 +75,18 @@ class CommandTiming:
                     del d[old]
         return missed
 
+    def stalled(self, ticks: int) -> None:
+        """``ticks`` control ticks lost to a stall: the bridge fell more than a control period behind
+        its schedule and re-anchored it (the simulated world waits, a robot's would not: its
+        controller would have missed those ticks). Each counts as a missed deadline, listed as tick
+        -1 with no latency."""
+        for _ in range(int(ticks)):
+            self._window_ticks.append(-1)
+            self._window_lat.append(math.nan)
+        self._window_missed += int(ticks)
+        self.ticks_closed += int(ticks)
+        self.deadline_misses += int(ticks)
+
     def take_window(self) -> tuple[dict, list[int], list[float]]:
         """``(stats, ticks, latencies_us)`` of the ticks closed since the last call; stats keys
         ``window_ticks``, ``window_deadline_misses``, ``command_latency_p50_us``,
@@ -101,10 +113,6 @@ class CommandQueue:
         self._q: deque = deque(maxlen=maxlen)
         self.current = None
         self.current_tick = -(1 << 62)
-
-    def answered(self, tick: int) -> bool:
-        """Whether a command answering ``tick`` (or a later tick) has arrived."""
-        return (bool(self._q) and self._q[-1][0] >= tick) or self.current_tick >= tick
 
     def push(self, tick: int, cmd) -> None:
         """A command that answers ``tick`` (commands come in non-decreasing ticks: older ones are

@@ -111,7 +111,9 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         self.tf_timer = tf_publisher.attach(self, cfg.tf_rate)   # /tf, /tf_static, /robot_description
 
     def destroy_node(self):
-        self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")
+        ticks = getattr(self, "ticks", None)    # None: stopped (Ctrl-C, a dead peer) while starting up
+        if ticks is not None:
+            self.get_logger().info(f"{ticks.close()}, {self.rejected} inputs rejected")
         super().destroy_node()
 
     def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:

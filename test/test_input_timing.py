@@ -432,7 +432,7 @@ def test_realtime_wall_stamps_untimed_sample_mode_walks(tmp_path):
     commands and sample-mode estimator / controller: 7 s of the nominal walk, recorded. It walks on
     any machine of our kind (the wall stamps stay on the physics' clock when the simulation runs
     behind, ``mujoco_bridge.timing.WallStamps``); the deadlines are checked where it keeps real time."""
-    from legged_wbc.tools import bag_metrics as bm
+    from legged_wbc.tools import bag_metrics as bm, bag_series
 
     bag = tmp_path / "bag"
     env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
@@ -461,7 +461,7 @@ def test_realtime_wall_stamps_untimed_sample_mode_walks(tmp_path):
         assert b["commands_applied"] >= 0.5 * ticks and q["command_latency_p50_us"] > 0
     # sensor stamps are wall time, ground truth sim time (bag metrics align it by tick)
     msgs, _ = bm.read_bag_messages(bag, topics=("/joint_torque_cmd", "/estimator/odom"))
-    cmd_ns = [bm._stamp_ns(m.header) for _, m in msgs["/joint_torque_cmd"]]
+    cmd_ns = [bag_series._stamp_ns(m.header) for _, m in msgs["/joint_torque_cmd"]]
     assert min(cmd_ns) > 1_600_000_000 * 10**9 and sum(ns % (2 * MS) == 0 for ns in cmd_ns) < 5
     gaps = np.diff(cmd_ns)
     assert gaps.min() >= 500_000 and abs(np.median(gaps) - 2 * MS) < 100_000           # 500 Hz ticks from 1 kHz

@@ -170,7 +170,8 @@ def test_terrain_is_randomized_by_name_only_and_each_trial_is_one_kind():
     assert "terrain" not in sw.DEFAULT_RANDOMIZE
     base = sw.sample_trial(3, 11, sw.DEFAULT_RANDOMIZE, rng, sc, sc.duration)
     with_t = sw.sample_trial(3, 11, sw.RANDOMIZE, rng, sc, sc.duration)
-    assert {k: v for k, v in with_t["params"].items() if k != "terrain"} == base["params"]   # other streams unchanged
+    others = {k: v for k, v in with_t["params"].items() if k not in ("terrain", "actuators", "delay")}
+    assert others == base["params"]                                 # other streams unchanged
     kinds = {}
     for k in range(40):
         tr = sw.sample_trial(k, 5, ("terrain",), rng, sc, sc.duration)
@@ -185,6 +186,34 @@ def test_terrain_is_randomized_by_name_only_and_each_trial_is_one_kind():
         elif t["kind"] == "rough":
             assert 0.01 <= ter.amplitude_m <= 0.05 and ter.seed == t["seed"]
     assert set(kinds) == {"flat", "slope", "steps", "rough"}
+
+
+def test_actuators_and_delay_are_randomized_by_name_and_reach_the_scenario():
+    """--randomize actuators,delay: the drives' model and the latencies, drawn per trial from streams of
+    their own (adding them leaves every other category's draws as they were); every draw is a valid
+    scenario that carries them; the actuator ranges reach paper_full's 80 N m and no further."""
+    from legged_wbc.scenario import load_scenario
+
+    sc = load_scenario("paper")
+    rng = sw.load_ranges("default")
+    assert not {"actuators", "delay"} & set(sw.DEFAULT_RANDOMIZE)
+    base = sw.sample_trial(4, 11, sw.DEFAULT_RANDOMIZE + ("terrain",), rng, sc, sc.duration)
+    full = sw.sample_trial(4, 11, sw.RANDOMIZE, rng, sc, sc.duration)
+    assert {k: v for k, v in full["params"].items() if k not in ("actuators", "delay")} == base["params"]
+    seen = {"model": set(), "sensor": set(), "command": set()}
+    for k in range(40):
+        tr = sw.sample_trial(k, 5, ("actuators", "delay"), rng, sc, sc.duration)
+        a, d = tr["params"]["actuators"], tr["params"]["delay"]
+        got = load_scenario("paper", tr["sets"])
+        assert got.actuators == a["model"] and got.sensor_delay_ticks == d["sensor_delay_ticks"]
+        assert got.command_delay_ticks == d["command_delay_ticks"]
+        seen["model"].add(a["model"]); seen["sensor"].add(d["sensor_delay_ticks"]); seen["command"].add(d["command_delay_ticks"])
+    assert seen == {"model": {"ideal", "realistic"}, "sensor": {0, 1, 2, 3, 4}, "command": {0, 1}}
+    full80 = load_scenario("paper_full")
+    act = sw.load_ranges("actuators")
+    mags = [sw.sample_trial(k, 7, ("disturbance",), act, full80, full80.duration)["params"]["disturbance"]["torque_nm"]
+            for k in range(60)]
+    assert 3.0 - 1e-6 <= min(mags) and max(mags) <= 80.0 and max(mags) > 60.0
 
 
 def test_bootstrap_ci_of_a_known_distribution():

@@ -125,7 +125,9 @@ class WbcNode(ros_io.TickOutputs, Node):
                                f"scenario {P.scenario}")
 
     def destroy_node(self):
-        self.get_logger().info(f"{self.ticks.close()}, {self.rejected} inputs rejected")
+        ticks = getattr(self, "ticks", None)    # None: stopped (Ctrl-C, a dead peer) while starting up
+        if ticks is not None:
+            self.get_logger().info(f"{ticks.close()}, {self.rejected} inputs rejected")
         super().destroy_node()
 
     # -------------------------------------------------------------- parameters

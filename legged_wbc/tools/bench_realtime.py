@@ -504,6 +504,7 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
                   **({"walk_metrics_unavailable": stack["walk_metrics_unavailable"]}
                      if "walk_metrics_unavailable" in stack else {}),
                   "command_latency_max_us": m.get("command_latency_max_us"), "ticks_timed": m.get("ticks_timed"),
+                  "ticks_dropped": m.get("ticks_dropped"),
                   "deadline_misses": m.get("deadline_misses"), "watchdog_events": m.get("watchdog_events"),
                   "sim_time_s": m.get("sim_time_s"), "distance_m": m.get("distance_m"),
                   "violation_rate_pct": m.get("violation_rate_pct"), "fall_reason": m.get("fall_reason"),

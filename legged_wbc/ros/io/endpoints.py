@@ -1,0 +1,56 @@
+"""Publishers and subscriptions of the stack's nodes (in-process when composed), and the start-up wait."""
+
+from __future__ import annotations
+
+
+# ----------------------------------------------------------------------------- publishers / subscriptions
+def create_publisher(node, msg_type, topic: str, qos, adapter=None, **kw):
+    """``node.create_publisher``, or, when the node is being composed into a container, an
+    :class:`legged_wbc.ros.intra_process.IntraPublisher` that hands messages to co-located
+    subscriptions directly. Every node of the stack creates its publishers through this. With an
+    ``adapter`` (:mod:`legged_wbc.ros.adapters`) the publisher also has ``publish_value``."""
+    from legged_wbc.ros.intra_process import active_bus
+
+    bus = getattr(node, "_intra_bus", None) or active_bus()
+    if bus is None:
+        pub = node.create_publisher(msg_type, topic, qos, **kw)
+        if adapter is None:
+            return pub
+        from legged_wbc.ros.adapters import AdaptedPublisher
+
+        return AdaptedPublisher(pub, adapter)
+    node._intra_bus = bus
+    return bus.create_publisher(node, msg_type, topic, qos, adapter=adapter, **kw)
+
+
+def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, adapter=None,
+                        **kw):
+    """``node.create_subscription``, or the in-process subscription of a composed node (see
+    :func:`create_publisher`; ``tap``: :meth:`IntraProcessBus.create_subscription`, ignored outside a
+    container). With an ``adapter`` class (:mod:`legged_wbc.ros.adapters`) ``callback`` takes values:
+    an adapted publisher's in the process as they are, any other message through ``adapter.to_value``."""
+    from legged_wbc.ros.intra_process import active_bus
+
+    bus = getattr(node, "_intra_bus", None) or active_bus()
+    on_msg = callback if adapter is None else (lambda msg: callback(adapter.to_value(msg)))
+    if bus is None:
+        return node.create_subscription(msg_type, topic, on_msg, qos, raw=raw, **kw)
+    node._intra_bus = bus
+    return bus.create_subscription(node, msg_type, topic, on_msg, qos, raw=raw, tap=tap,
+                                   value_callback=callback if adapter is not None else None, **kw)
+
+
+# ----------------------------------------------------------------------------- start-up helper
+def wait_for_matched_subscribers(node, publishers, timeout: float = 2.0, min_count: int = 0) -> bool:
+    """Wait until each publisher is matched with every subscription the ROS graph shows for its topic
+    (and at least ``min_count``). True if so within ``timeout`` wall seconds, else False (e.g. a
+    QoS-incompatible subscriber that will never match)."""
+    import time
+
+    t_end = time.monotonic() + timeout
+    while True:
+        ok = all(p.get_subscription_count() >= max(min_count, node.count_subscribers(p.topic_name))
+                 for p in publishers)
+        if ok or time.monotonic() >= t_end:
+            return ok
+        time.sleep(0.01)
