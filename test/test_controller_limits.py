@@ -120,7 +120,7 @@ def test_joint_limit_bounds_known_answer():
 
 def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
     """A swing leg's knee 0.01 rad below its upper limit moving up at 5 rad/s: the barrier row asks
-    for q_ddot <= min(400 * 0.01 - 40 * 5, 20 (12 - 5)) = -196 rad/s^2; the accepted solution meets
+    for q_ddot <= min(400 * 0.01 - 40 * 5, 200 (12 - 5)) = -196 rad/s^2; the accepted solution meets
     it (fast cycle: found violated by the solve without the last rows, solved again with them), the
     oracle agrees; without the option the QP accelerates the knee on towards the limit."""
     loop, inp = walking_state

@@ -70,7 +70,8 @@ class WbcConfig:
                                       live=False)
     joint_limit_kp: float = param(400.0, 0.0, 1e6, "joint position barrier gain k_p", unit="1/s^2")
     joint_limit_kd: float = param(40.0, 0.0, 1e4, "joint position barrier gain k_d", unit="1/s")
-    joint_velocity_gain: float = param(20.0, 0.0, 1e4, "joint velocity barrier gain k_v", unit="1/s")
+    joint_velocity_gain: float = param(200.0, 1.0, 1e4, "joint velocity barrier gain k_v (small: conservative, "
+                                       "the barrier then forbids accelerating well below the limit)", unit="1/s")
     # --- solver and failure handling
     solver: str = param("daqp", desc="QP backend (read-only: swapping it rebuilds the solver workspace inside a tick)",
                        choices=("daqp", "proxqp", "osqp"), live=False)
