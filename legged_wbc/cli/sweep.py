@@ -27,8 +27,8 @@ def register(sub) -> None:
                    help="comma-separated: none, damping, cbf, or variants of the ranges YAML (default damping,cbf)")
     s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the trials' draws")
     s.add_argument("--randomize", metavar="LIST",
-                   help="comma-separated subset of disturbance,friction,noise,mass,push,terrain,actuators,delay "
-                   "(default all but terrain, actuators and delay; 'none': nothing)")
+                   help="comma-separated subset of disturbance,friction,noise,mass,push,terrain (default all but "
+                   "terrain; 'none': nothing)")
     s.add_argument("--duration", type=positive_float, help="simulated seconds per run (default: the scenario's)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--workers", type=positive_int, help="LocalCluster worker processes (default: one per core)")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push", "terrain", "actuators", "delay")   # index = the category's seed stream
+RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push", "terrain")   # index = the category's seed stream
 # what --randomize means when not given: every category but terrain (the controller still assumes
 # level ground, so a terrain sweep is asked for by name: --randomize terrain,...)
 DEFAULT_RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push")
@@ -140,12 +140,6 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
         elif cat == "terrain":
             p, terrain_sets = _terrain_draw(d, g)
             sets += terrain_sets
-        elif cat == "actuators":                # the drives' model (scenario key actuators)
-            p = {"model": str(d.get("model", "realistic"))}
-            sets.append(f"actuators={p['model']}")
-        elif cat == "delay":                    # sensor latency in control ticks
-            p = {"sensor_delay_ticks": int(d.get("sensor_delay_ticks", 0))}
-            sets.append(f"sensor_delay_ticks={p['sensor_delay_ticks']}")
         else:  # push
             sign = 1 if int(g.integers(2)) else -1
             dur = float(d.get("duration", 0.2))
