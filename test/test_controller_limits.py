@@ -145,3 +145,52 @@ def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
     assert fast.last_x[6 + j] == pytest.approx(-196.0, rel=1e-6)       # binding
     np.testing.assert_allclose(of.tau, orf.tau, rtol=0, atol=1e-9 * np.abs(orf.tau).max())
     assert fast._tau_rows_hold > 0                   # the next cycles keep the last rows in the solve
+
+
+# ---------------------------------------------------------------------------- the settings preset
+def test_preset_robust_is_every_scenario_s_default_and_paper_is_the_parameter_files():
+    """``preset``: robust (default) puts cbf_margin 0.01 and sigma_dq_meas 0.15 under the scenario's
+    own blocks; paper leaves the parameter files' values (the paper's method); explicit keys win;
+    a bad preset is one clear error."""
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.scenario import PRESETS, load_scenario
+    from state_estimator.config import load_estimator_config
+    from wbc_controller.config import load_wbc_config
+
+    files_ctl, files_est = load_wbc_config(), load_estimator_config()
+    assert files_ctl.cbf_margin == 0.0 and files_est.touchdown.sigma_dq_meas == 0.05    # the paper's
+    for name in ("paper", "nominal", "paper_full"):
+        sc = load_scenario(name)
+        assert sc.preset == "robust"
+        assert load_wbc_config(overrides=sc.controller_overrides("cbf")).cbf_margin == 0.01
+        assert load_estimator_config(overrides=sc.estimator).touchdown.sigma_dq_meas == 0.15
+        sp = load_scenario(name, ["preset=paper"])
+        assert load_wbc_config(overrides=sp.controller_overrides("cbf")).cbf_margin == files_ctl.cbf_margin
+        assert load_estimator_config(overrides=sp.estimator).touchdown.sigma_dq_meas == 0.05
+    mine = load_scenario("paper", ["controller.cbf_margin=0.02", "estimator.touchdown.sigma_dq_meas=0.1"])
+    assert mine.controller["cbf_margin"] == 0.02 and mine.estimator["touchdown"]["sigma_dq_meas"] == 0.1
+    assert PRESETS["robust"]["controller"] == {"cbf_margin": 0.01}           # what the docs say
+    with pytest.raises(ConfigError, match="scenario.preset: must be one of robust, paper"):
+        load_scenario("paper", ["preset=fast"])
+
+
+def test_run_cbf_paper_and_the_experiment_use_the_paper_preset(tmp_path):
+    """``legged-wbc run --controller cbf_paper`` = cbf with preset paper (a short run's metrics say
+    cbf and the saved scenario has the preset); the paper experiment's runs carry preset=paper."""
+    import json
+    import subprocess
+    import sys
+
+    from legged_wbc.tools.experiment import plan
+
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "legged_wbc.cli", "run", "--controller", "cbf_paper", "--duration", "0.1",
+                        "--quiet", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads(str(np.load(out / "log.npz")["meta"]))
+    assert meta["controller"] == "cbf" and meta["scenario"]["preset"] == "paper"
+    import yaml
+
+    assert plan(tmp_path / "exp", None, None, headless=True)
+    written = sorted((tmp_path / "exp" / "scenarios").glob("*.yaml"))
+    assert written and all(yaml.safe_load(p.read_text())["scenario"]["preset"] == "paper" for p in written)
