@@ -194,3 +194,65 @@ def test_run_cbf_paper_and_the_experiment_use_the_paper_preset(tmp_path):
     assert plan(tmp_path / "exp", None, None, headless=True)
     written = sorted((tmp_path / "exp" / "scenarios").glob("*.yaml"))
     assert written and all(yaml.safe_load(p.read_text())["scenario"]["preset"] == "paper" for p in written)
+
+
+# ---------------------------------------------------------------------------- torque-aware boundary
+def test_disturbance_shift_known_answer():
+    """``cbf_margin_mode: tau_ext``: a leg whose J_p is the first three joints has n = e_4 (J_theta n
+    = 1 > 0); null-space inertia 0.5; tau_ext (opposing the motor) -10 N m on joint 4 is an external
+    +10 N m: d = 20 rad/s^2 up, the upper bound moves in by 20 / k_p,b = 0.02 rad (capped at
+    cbf_margin_max), the opposite torque moves the lower bound; swing legs and k_p,b = 0: nothing."""
+    from wbc_controller.blocks.cbf import disturbance_shift, disturbance_shift_reference
+
+    N = 3
+    J = np.zeros((N, 4, 4))
+    J[:, :3, :3] = np.eye(3)
+    J[:, 3, 3] = 1.0
+    leg_j = np.arange(12, dtype=np.int64).reshape(N, 4)
+    leg_v = leg_j + 6
+    M = np.eye(18) * 2.0
+    for i in range(N):
+        M[leg_v[i, 3], leg_v[i, 3]] = 0.5
+    tau_ext = np.zeros(12)
+    tau_ext[leg_j[:, 3]] = [-10.0, 10.0, -10.0]
+    support = np.array([True, True, False])
+    par = envelope_params([1.0], [1.0], [1.0])._replace(kp_b=1000.0, cbf_margin_max=0.1)
+    shift, nvec = np.full((N, 2), 7.0), np.zeros(4)
+    disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par, shift, nvec)
+    np.testing.assert_allclose(shift, [[0.0, 0.02], [0.02, 0.0], [0.0, 0.0]], rtol=1e-14, atol=0)
+    np.testing.assert_allclose(disturbance_shift_reference(support, J, M, leg_v, leg_j, tau_ext, 1000.0, 0.1), shift,
+                               rtol=1e-14, atol=0)
+    disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par._replace(cbf_margin_max=0.005), shift, nvec)
+    np.testing.assert_array_equal(shift, [[0.0, 0.005], [0.005, 0.0], [0.0, 0.0]])
+    disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par._replace(kp_b=0.0), shift, nvec)
+    np.testing.assert_array_equal(shift, 0.0)
+
+
+@pytest.mark.slow
+def test_tau_ext_boundary_holds_paper_full():
+    """The paper's 80 N m push on realistic drives (``paper_full``): the fixed barrier settles
+    ~0.07 rad beyond its bound (d / k_p,b), the torque-aware boundary holds it (<= 0.005 rad), no fall,
+    no QP failure."""
+    from legged_wbc.scenario import load_scenario
+
+    res = ClosedLoop(load_scenario("paper_full", ["controller.cbf_margin_mode=tau_ext"]), "cbf").run()
+    m = res.metrics
+    assert not res.fell and m["qp_failures"] == 0 and m["max_violation_rad"] <= 0.005, m
+
+
+def test_tau_ext_boundary_short_closed_loop():
+    """Short closed loop (CI): paper_full's 80 N m push from 3.5 s for 3 s on realistic drives. The
+    fixed boundary (robust preset, 0.01 rad back-off) lets the pushed support leg settle ~0.07 rad
+    beyond the bound; the torque-aware one keeps it within 0.005 rad; no fall, no QP failure."""
+    from legged_wbc.metrics import violation
+    from legged_wbc.scenario import load_scenario
+
+    worst = {}
+    for mode in ("fixed", "tau_ext"):
+        sc = load_scenario("paper_full", ["disturbance.start_offset=-2.5", f"controller.cbf_margin_mode={mode}"])
+        res = ClosedLoop(sc, "cbf").run(7.0)
+        S = res.series
+        assert not res.fell and S["qp_accepted"].all()
+        worst[mode] = float((violation(S["theta"], -0.3, 0.3) * S["support"]).max())
+    assert worst["fixed"] > 0.03, worst
+    assert worst["tau_ext"] <= 0.005, worst

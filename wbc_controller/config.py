@@ -35,6 +35,11 @@ class WbcConfig:
     theta_min: float = param(-0.3, -1.5, 0.0, "relative-pitch lower bound", unit="rad")
     theta_max: float = param(0.3, 0.0, 1.5, "relative-pitch upper bound", unit="rad")
     cbf_margin: float = param(0.0, 0.0, 0.2, "back-off of the CBF bounds inside [theta_min, theta_max] (paper: 0)", unit="rad")
+    cbf_margin_mode: str = param("fixed", desc="fixed = the bounds backed off by cbf_margin; tau_ext = also, per "
+                                 "support leg, by the barrier's steady offset d / k_p,b under the estimated external "
+                                 "torque (a torque-aware boundary, capped at cbf_margin_max); paper: fixed",
+                                 choices=("fixed", "tau_ext"))
+    cbf_margin_max: float = param(0.1, 0.0, 0.5, "cap of the tau_ext boundary move", unit="rad")
     cbf_slack: bool = param(False, desc="keep the QP feasible when the CBF rows cannot be met (torque limits): "
                             "a cycle whose hard-barrier QP has no accepted solution is solved again with a "
                             "heavily weighted slack in each CBF row; paper: off (read-only: changes the QP size, "
@@ -115,6 +120,9 @@ class WbcConfig:
             object.__setattr__(self, f"_{name}", np.asarray(getattr(self, name), dtype=float))
         if self.theta_min + self.cbf_margin >= self.theta_max - self.cbf_margin:
             raise ConfigError("cbf_margin: leaves an empty relative-pitch range")
+        if (self.cbf_margin_mode == "tau_ext"
+                and self.theta_min + self.cbf_margin + self.cbf_margin_max >= self.theta_max - self.cbf_margin):
+            raise ConfigError("cbf_margin_max: the tau_ext boundary move can leave an empty relative-pitch range")
 
 
 @dataclass(frozen=True)
