@@ -120,7 +120,7 @@ def test_joint_limit_bounds_known_answer():
 
 def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
     """A swing leg's knee 0.01 rad below its upper limit moving up at 5 rad/s: the barrier row asks
-    for q_ddot <= min(400 * 0.01 - 40 * 5, 20 (12 - 5)) = -196 rad/s^2; the accepted solution meets
+    for q_ddot <= min(400 * 0.01 - 40 * 5, 200 (12 - 5)) = -196 rad/s^2; the accepted solution meets
     it (fast cycle: found violated by the solve without the last rows, solved again with them), the
     oracle agrees; without the option the QP accelerates the knee on towards the limit."""
     loop, inp = walking_state
@@ -145,3 +145,114 @@ def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
     assert fast.last_x[6 + j] == pytest.approx(-196.0, rel=1e-6)       # binding
     np.testing.assert_allclose(of.tau, orf.tau, rtol=0, atol=1e-9 * np.abs(orf.tau).max())
     assert fast._tau_rows_hold > 0                   # the next cycles keep the last rows in the solve
+
+
+# ---------------------------------------------------------------------------- the settings preset
+def test_preset_robust_is_every_scenario_s_default_and_paper_is_the_parameter_files():
+    """``preset``: robust (default) puts cbf_margin 0.01 and sigma_dq_meas 0.15 under the scenario's
+    own blocks; paper leaves the parameter files' values (the paper's method); explicit keys win;
+    a bad preset is one clear error."""
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.scenario import PRESETS, load_scenario
+    from state_estimator.config import load_estimator_config
+    from wbc_controller.config import load_wbc_config
+
+    files_ctl, files_est = load_wbc_config(), load_estimator_config()
+    assert files_ctl.cbf_margin == 0.0 and files_est.touchdown.sigma_dq_meas == 0.05    # the paper's
+    for name in ("paper", "nominal", "paper_full"):
+        sc = load_scenario(name)
+        assert sc.preset == "robust"
+        assert load_wbc_config(overrides=sc.controller_overrides("cbf")).cbf_margin == 0.01
+        assert load_estimator_config(overrides=sc.estimator).touchdown.sigma_dq_meas == 0.15
+        sp = load_scenario(name, ["preset=paper"])
+        assert load_wbc_config(overrides=sp.controller_overrides("cbf")).cbf_margin == files_ctl.cbf_margin
+        assert load_estimator_config(overrides=sp.estimator).touchdown.sigma_dq_meas == 0.05
+    mine = load_scenario("paper", ["controller.cbf_margin=0.02", "estimator.touchdown.sigma_dq_meas=0.1"])
+    assert mine.controller["cbf_margin"] == 0.02 and mine.estimator["touchdown"]["sigma_dq_meas"] == 0.1
+    assert PRESETS["robust"]["controller"] == {"cbf_margin": 0.01}           # what the docs say
+    with pytest.raises(ConfigError, match="scenario.preset: must be one of robust, paper"):
+        load_scenario("paper", ["preset=fast"])
+
+
+def test_run_cbf_paper_and_the_experiment_use_the_paper_preset(tmp_path):
+    """``legged-wbc run --controller cbf_paper`` = cbf with preset paper (a short run's metrics say
+    cbf and the saved scenario has the preset); the paper experiment's runs carry preset=paper."""
+    import json
+    import subprocess
+    import sys
+
+    from legged_wbc.tools.experiment import plan
+
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "legged_wbc.cli", "run", "--controller", "cbf_paper", "--duration", "0.1",
+                        "--quiet", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads(str(np.load(out / "log.npz")["meta"]))
+    assert meta["controller"] == "cbf" and meta["scenario"]["preset"] == "paper"
+    import yaml
+
+    assert plan(tmp_path / "exp", None, None, headless=True)
+    written = sorted((tmp_path / "exp" / "scenarios").glob("*.yaml"))
+    assert written and all(yaml.safe_load(p.read_text())["scenario"]["preset"] == "paper" for p in written)
+
+
+# ---------------------------------------------------------------------------- torque-aware boundary
+def test_disturbance_shift_known_answer():
+    """``cbf_margin_mode: tau_ext``: a leg whose J_p is the first three joints has n = e_4 (J_theta n
+    = 1 > 0); null-space inertia 0.5; tau_ext (opposing the motor) -10 N m on joint 4 is an external
+    +10 N m: d = 20 rad/s^2 up, the upper bound moves in by 20 / k_p,b = 0.02 rad (capped at
+    cbf_margin_max), the opposite torque moves the lower bound; swing legs and k_p,b = 0: nothing."""
+    from wbc_controller.blocks.cbf import disturbance_shift, disturbance_shift_reference
+
+    N = 3
+    J = np.zeros((N, 4, 4))
+    J[:, :3, :3] = np.eye(3)
+    J[:, 3, 3] = 1.0
+    leg_j = np.arange(12, dtype=np.int64).reshape(N, 4)
+    leg_v = leg_j + 6
+    M = np.eye(18) * 2.0
+    for i in range(N):
+        M[leg_v[i, 3], leg_v[i, 3]] = 0.5
+    tau_ext = np.zeros(12)
+    tau_ext[leg_j[:, 3]] = [-10.0, 10.0, -10.0]
+    support = np.array([True, True, False])
+    par = envelope_params([1.0], [1.0], [1.0])._replace(kp_b=1000.0, cbf_margin_max=0.1)
+    shift, nvec = np.full((N, 2), 7.0), np.zeros(4)
+    disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par, shift, nvec)
+    np.testing.assert_allclose(shift, [[0.0, 0.02], [0.02, 0.0], [0.0, 0.0]], rtol=1e-14, atol=0)
+    np.testing.assert_allclose(disturbance_shift_reference(support, J, M, leg_v, leg_j, tau_ext, 1000.0, 0.1), shift,
+                               rtol=1e-14, atol=0)
+    disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par._replace(cbf_margin_max=0.005), shift, nvec)
+    np.testing.assert_array_equal(shift, [[0.0, 0.005], [0.005, 0.0], [0.0, 0.0]])
+    disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par._replace(kp_b=0.0), shift, nvec)
+    np.testing.assert_array_equal(shift, 0.0)
+
+
+@pytest.mark.slow
+def test_tau_ext_boundary_holds_paper_full():
+    """The paper's 80 N m push on realistic drives (``paper_full``): the fixed barrier settles
+    ~0.07 rad beyond its bound (d / k_p,b), the torque-aware boundary holds it (<= 0.005 rad), no fall,
+    no QP failure."""
+    from legged_wbc.scenario import load_scenario
+
+    res = ClosedLoop(load_scenario("paper_full", ["controller.cbf_margin_mode=tau_ext"]), "cbf").run()
+    m = res.metrics
+    assert not res.fell and m["qp_failures"] == 0 and m["max_violation_rad"] <= 0.005, m
+
+
+def test_tau_ext_boundary_short_closed_loop():
+    """Short closed loop (CI): paper_full's 80 N m push from 3.5 s for 3 s on realistic drives. The
+    fixed boundary (robust preset, 0.01 rad back-off) lets the pushed support leg settle ~0.07 rad
+    beyond the bound; the torque-aware one keeps it within 0.005 rad; no fall, no QP failure."""
+    from legged_wbc.metrics import violation
+    from legged_wbc.scenario import load_scenario
+
+    worst = {}
+    for mode in ("fixed", "tau_ext"):
+        sc = load_scenario("paper_full", ["disturbance.start_offset=-2.5", f"controller.cbf_margin_mode={mode}"])
+        res = ClosedLoop(sc, "cbf").run(7.0)
+        S = res.series
+        assert not res.fell and S["qp_accepted"].all()
+        worst[mode] = float((violation(S["theta"], -0.3, 0.3) * S["support"]).max())
+    assert worst["fixed"] > 0.03, worst
+    assert worst["tau_ext"] <= 0.005, worst

@@ -88,6 +88,7 @@ VARIANTS = [
     {"null_space_compensation": True, "support_foot_acceleration": "consistent"},
     {"cbf_slack": True, "torque_limit_mode": "realistic"},
     {"jdot_mode": "fd", "swing_pitch_projection": False, "swing_pitch_recenter": False},
+    {"cbf_margin_mode": "tau_ext", "cbf_margin": 0.01},
     {"joint_limit_barrier": True, "joint_limit_kp": 1e4, "joint_limit_kd": 200.0, "torque_limit_mode": "realistic"},
 ]
 
@@ -562,13 +563,18 @@ def test_cbf_rows_known_entries():
     C, lo, up = np.zeros((N, 18)), np.zeros(N), np.zeros(N)
     sup = np.array([True, False, True])
     legs = leg_batch(J=J, theta=th, theta_dot=thd, dJ_theta_dq=dJt)
-    on = params(leg_v=leg_v, row_cbf=0, cbf_on=True, kp_b=100.0, kd_b=10.0, th_lo=-0.3, th_hi=0.3)
+    on = params(leg_v=leg_v, row_cbf=0, cbf_on=True, kp_b=100.0, kd_b=10.0, th_lo=-0.3, th_hi=0.3,
+                cbf_shift=np.zeros((N, 2)))
     cbf.cbf_rows(sup, legs, on, C, lo, up)
     for i in range(N):
         np.testing.assert_array_equal(C[i, leg_v[i]], J[i, 3])
     # lower: -(k_p (theta - theta_lo) + k_d theta_dot + Jdot qdot) = -(40 + 2 + 0.3)
     assert lo[0] == pytest.approx(-42.3) and up[0] == pytest.approx(20.0 - 2.0 - 0.3)
     assert lo[1] == -INF and up[1] == INF          # swing leg: loose
+    shifted = on._replace(cbf_shift=np.array([[0.0, 0.0], [0.0, 0.0], [0.02, 0.05]]))   # tau_ext boundary moves
+    cbf.cbf_rows(sup, legs, shifted, C, lo, up)
+    assert lo[2] == pytest.approx(-(100.0 * 0.38 + 2.0 + 0.3)) and up[2] == pytest.approx(100.0 * 0.15 - 2.3)
+    assert lo[0] == pytest.approx(-42.3)
     cbf.cbf_rows(sup, legs, on._replace(cbf_on=False), C, lo, up)
     assert np.all(lo == -INF) and np.all(up == INF)  # damping / none: loose everywhere
     act = np.zeros(N, dtype=bool)

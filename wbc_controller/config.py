@@ -35,6 +35,11 @@ class WbcConfig:
     theta_min: float = param(-0.3, -1.5, 0.0, "relative-pitch lower bound", unit="rad")
     theta_max: float = param(0.3, 0.0, 1.5, "relative-pitch upper bound", unit="rad")
     cbf_margin: float = param(0.0, 0.0, 0.2, "back-off of the CBF bounds inside [theta_min, theta_max] (paper: 0)", unit="rad")
+    cbf_margin_mode: str = param("fixed", desc="fixed = the bounds backed off by cbf_margin; tau_ext = also, per "
+                                 "support leg, by the barrier's steady offset d / k_p,b under the estimated external "
+                                 "torque (a torque-aware boundary, capped at cbf_margin_max); paper: fixed",
+                                 choices=("fixed", "tau_ext"))
+    cbf_margin_max: float = param(0.1, 0.0, 0.5, "cap of the tau_ext boundary move", unit="rad")
     cbf_slack: bool = param(False, desc="keep the QP feasible when the CBF rows cannot be met (torque limits): "
                             "a cycle whose hard-barrier QP has no accepted solution is solved again with a "
                             "heavily weighted slack in each CBF row; paper: off (read-only: changes the QP size, "
@@ -70,7 +75,8 @@ class WbcConfig:
                                       live=False)
     joint_limit_kp: float = param(400.0, 0.0, 1e6, "joint position barrier gain k_p", unit="1/s^2")
     joint_limit_kd: float = param(40.0, 0.0, 1e4, "joint position barrier gain k_d", unit="1/s")
-    joint_velocity_gain: float = param(20.0, 0.0, 1e4, "joint velocity barrier gain k_v", unit="1/s")
+    joint_velocity_gain: float = param(200.0, 1.0, 1e4, "joint velocity barrier gain k_v (small: conservative, "
+                                       "the barrier then forbids accelerating well below the limit)", unit="1/s")
     # --- solver and failure handling
     solver: str = param("daqp", desc="QP backend (read-only: swapping it rebuilds the solver workspace inside a tick)",
                        choices=("daqp", "proxqp", "osqp"), live=False)
@@ -114,6 +120,9 @@ class WbcConfig:
             object.__setattr__(self, f"_{name}", np.asarray(getattr(self, name), dtype=float))
         if self.theta_min + self.cbf_margin >= self.theta_max - self.cbf_margin:
             raise ConfigError("cbf_margin: leaves an empty relative-pitch range")
+        if (self.cbf_margin_mode == "tau_ext"
+                and self.theta_min + self.cbf_margin + self.cbf_margin_max >= self.theta_max - self.cbf_margin):
+            raise ConfigError("cbf_margin_max: the tau_ext boundary move can leave an empty relative-pitch range")
 
 
 @dataclass(frozen=True)

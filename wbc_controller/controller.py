@@ -429,7 +429,7 @@ class WholeBodyController(ControllerCore):
         returns False)."""
         compensate = self.cfg.null_space_compensation and tau_ext is not None
         np.copyto(self._support, support)
-        if self._K.build_stage(t, q, v, support, tau_ext if compensate else self._no_tau_ext, compensate,
+        if self._K.build_stage(t, q, v, support, self._no_tau_ext if tau_ext is None else tau_ext, compensate,
                                self.ldp_backend is not None, self._ws):
             self._qp_pending = True
             return True

@@ -35,7 +35,7 @@ from legged_wbc.gait import gait_state
 from legged_wbc.jit import announce_compiles
 from legged_wbc.kinematics import LEG_CHAIN_WORK, LegBatch, chain_legs, legs_dtype, legs_from_frames
 
-from .blocks.cbf import cbf_active, cbf_rows
+from .blocks.cbf import cbf_active, cbf_rows, disturbance_shift
 from .blocks.compensation import null_space_compensation
 from .blocks.contact import normal_force_bounds
 from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmetrize_mass
@@ -69,6 +69,8 @@ PARAM_SCALARS = (
     ("tau_envelope", B1),
     # joint-limit barrier rows (blocks.joint_limits): gains, count (0 or n), first row
     ("jl_kp", F8), ("jl_kd", F8), ("jl_kv", F8), ("n_jl", I8), ("row_jl", I8),
+    # torque-aware barrier boundary (blocks.cbf.disturbance_shift)
+    ("margin_tau_ext", B1), ("cbf_margin_max", F8),
     # the problem's layout: first force column, first friction / torque / CBF row
     ("lam0", I8), ("row_fric", I8), ("row_tau", I8), ("row_cbf", I8),
 )
@@ -78,7 +80,7 @@ PARAM_ARRAYS = (      # name, dtype, shape from (N, n)
     ("lam_diag_f", F8, lambda N, n: (4 * N,)), ("tmin_f", F8, lambda N, n: (n,)), ("tmax_f", F8, lambda N, n: (n,)),
     ("tau_tol_f", F8, lambda N, n: (n,)), ("tau_stall", F8, lambda N, n: (n,)), ("tau_slope", F8, lambda N, n: (n,)),
     ("tau_peak", F8, lambda N, n: (n,)), ("q_lower", F8, lambda N, n: (n,)), ("q_upper", F8, lambda N, n: (n,)),
-    ("v_limit", F8, lambda N, n: (n,)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
+    ("v_limit", F8, lambda N, n: (n,)), ("cbf_shift", F8, lambda N, n: (N, 2)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
     ("stance_p", F8, lambda N, n: (N, 3)), ("theta_nom", F8, lambda N, n: (N,)), ("gait_offset", F8, lambda N, n: (N,)),
     ("gait_group", I8, lambda N, n: (N,)),
 )
@@ -124,7 +126,8 @@ def make_params(ctl) -> Params:
         tau_stall=np.asarray(ctl.rm.stall_torque, dtype=float),
         tau_slope=np.asarray(ctl.rm.stall_torque / ctl.rm.no_load_speed, dtype=float),
         tau_peak=np.asarray(ctl.rm.effort, dtype=float),
-        jl_kp=c.joint_limit_kp, jl_kd=c.joint_limit_kd, jl_kv=c.joint_velocity_gain, n_jl=int(ctl.n_jl),
+        margin_tau_ext=c.cbf_margin_mode == "tau_ext", cbf_margin_max=c.cbf_margin_max,
+        cbf_shift=np.zeros((N, 2)), jl_kp=c.joint_limit_kp, jl_kd=c.joint_limit_kd, jl_kv=c.joint_velocity_gain, n_jl=int(ctl.n_jl),
         row_jl=int(ctl.row_jl), q_lower=np.asarray(ctl.rm.lower, dtype=float),
         q_upper=np.asarray(ctl.rm.upper, dtype=float), v_limit=np.asarray(ctl.rm.velocity_limit, dtype=float),
         **{k: np.asarray(getattr(c, k), dtype=float) for k in ("kp_pos", "kd_pos", "kp_rot", "kd_rot", "kp_swing",
@@ -213,6 +216,8 @@ def cycle_targets(t, q, v, support, tau_ext, compensate, w):
     start_swings(w.phases, w.cycles, legs, w.R, w.ref_v, w, plan)
     swing_torques(support, w.phases, w.progress, plan, legs, w.M, w, w.b, w.tau_sw, w.swing_work)
     tau_comp, tau_sw_total = w.tau_comp, w.tau_sw_total
+    if w.margin_tau_ext:
+        disturbance_shift(support, legs.J, w.M, w.leg_v, w.leg_j, tau_ext, w, w.cbf_shift, w.nvec_work)
     if compensate:
         null_space_compensation(support, legs.J, w.leg_j, tau_ext, w.compensation_limit, tau_comp, w.nvec_work)
     else:

@@ -19,7 +19,7 @@ import numpy as np
 
 from legged_wbc.conventions import rotation_from_quat_xyzw
 
-from .blocks.cbf import cbf_active_reference, cbf_index, cbf_rows_reference
+from .blocks.cbf import cbf_active_reference, cbf_index, cbf_rows_reference, disturbance_shift_reference
 from .blocks.compensation import null_space_compensation_reference
 from .blocks.contact import contact_rows_reference, normal_force_bounds_reference
 from .blocks.floating_base import floating_base_index, floating_base_rows_reference
@@ -111,6 +111,11 @@ class ReferenceController(ControllerCore):
         tau_sw_total = tau_sw + tau_comp
         task_cost_reference(lb.J, W, b, acc_body, cfg, self._lam_diag, self.ns, self._cost_index, self.problem.H,
                             self.problem.g)
+        self._cbf_shift = None
+        if cfg.cbf_margin_mode == "tau_ext":            # the torque-aware boundary
+            te = np.zeros(self.n) if inp.tau_ext is None else inp.tau_ext
+            self._cbf_shift = disturbance_shift_reference(support, lb.J, M, self.leg_v, self.leg_j, te, cfg.kp_b,
+                                                          cfg.cbf_margin_max)
         self._fill_rows(lb, M, h, support, tau_sw_total)
         if self.n_jl:
             joint_limit_rows_reference(qj, dqj, cfg, rm, self.row_jl, self.problem.C, self.problem.l, self.problem.u)
@@ -150,7 +155,7 @@ class ReferenceController(ControllerCore):
         normal_force_bounds_reference(support, cfg.fz_max, self._fz_rows, p.u)
         tmin, tmax = self.tau_bounds()
         torque_rows_reference(M, h, lb.J, tau_sw_total, self._torque_index, self.row_tau, tmin, tmax, p.C, p.l, p.u)
-        cbf_rows_reference(support, lb, cfg, self._cbf_index, self.row_cbf, p.C, p.l, p.u)
+        cbf_rows_reference(support, lb, cfg, self._cbf_index, self.row_cbf, p.C, p.l, p.u, self._cbf_shift)
 
     def _solve_and_check(self, M, h, lb, tau_sw_total):
         """Solve; the solution's residuals and its command torque. Returns ``(result, solve time

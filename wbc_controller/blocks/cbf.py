@@ -5,7 +5,16 @@
 
 loose (``+-INF``) otherwise, so every mode and contact state has the same problem size.
 ``par`` fields: ``cbf_on``, ``kp_b``, ``kd_b``, ``th_lo``, ``th_hi`` (the bounds with the margin),
-``leg_v`` (N, 4) columns of each leg in ``nu_dot``, ``row_cbf`` (first CBF row)."""
+``cbf_shift`` (N, 2): per leg, how far the lower / upper bound moves inwards this cycle
+(``cbf_margin_mode: tau_ext``, :func:`disturbance_shift`; else 0), ``leg_v`` (N, 4) columns of each
+leg in ``nu_dot``, ``row_cbf`` (first CBF row).
+
+``cbf_margin_mode: tau_ext`` (a torque-aware barrier boundary): against an external null-space
+torque the exponential barrier settles ``d / k_p,b`` beyond its bound, ``d`` the pitch acceleration
+the torque gives; with the estimated external torque ``tau_ext`` (the touchdown filter's, "opposing
+the motor") of a support leg, ``d = -(J_theta n)(n . tau_ext) / (n^T M_ll n)`` (``n``: the unit
+null-space vector of ``J_p``, ``J_theta n >= 0``; ``M_ll``: the leg's block of the mass matrix), and the
+bound on the side ``d`` pushes towards is moved inwards by ``min(|d| / k_p,b, cbf_margin_max)``."""
 
 from __future__ import annotations
 
@@ -14,18 +23,68 @@ from numba import njit
 
 from legged_wbc.jit import announce_compiles
 
+from legged_wbc.model import null_vectors
+
 from ..qp import INF
+from .compensation import leg_null_vector
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 
 @njit(cache=True)
-def cbf_bounds(par, theta, theta_dot, dJ_theta):
-    """``(lower, upper)`` bound of one support leg's row ``J_theta q_ddot`` (the one formula of the
+def cbf_bounds(par, i, theta, theta_dot, dJ_theta):
+    """``(lower, upper)`` bound of support leg ``i``'s row ``J_theta q_ddot`` (the one formula of the
     stacked rows, :func:`cbf_rows`, and of the least-distance form, ``kernels.ldp_direct``)."""
-    lo = -(par.kp_b * (theta - par.th_lo) + par.kd_b * theta_dot + dJ_theta)
-    hi = par.kp_b * (par.th_hi - theta) - par.kd_b * theta_dot - dJ_theta
+    lo = -(par.kp_b * (theta - (par.th_lo + par.cbf_shift[i, 0])) + par.kd_b * theta_dot + dJ_theta)
+    hi = par.kp_b * ((par.th_hi - par.cbf_shift[i, 1]) - theta) - par.kd_b * theta_dot - dJ_theta
     return lo, hi
+
+
+@njit(cache=True)
+def disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par, shift, nvec):
+    """``shift`` (N, 2) of ``cbf_margin_mode: tau_ext`` (module docstring): per support leg, the lower
+    (``[i, 0]``) or upper (``[i, 1]``) bound's inward move [rad]; 0 for swing legs, or with ``k_p,b``
+    = 0. ``par``: ``kp_b``, ``cbf_margin_max``; ``nvec`` a scratch of 4."""
+    N = J.shape[0]
+    for i in range(N):
+        shift[i, 0] = 0.0
+        shift[i, 1] = 0.0
+        if not support[i] or not par.kp_b > 0.0:
+            continue
+        leg_null_vector(J, i, nvec)
+        jn, nt, mn = 0.0, 0.0, 0.0
+        for k in range(4):
+            jn += J[i, 3, k] * nvec[k]
+            nt += nvec[k] * tau_ext[leg_j[i, k]]
+            for c in range(4):
+                mn += nvec[k] * M[leg_v[i, k], leg_v[i, c]] * nvec[c]
+        if not mn > 0.0:
+            continue
+        d = -jn * nt / mn
+        s = min(abs(d) / par.kp_b, par.cbf_margin_max)
+        if d > 0.0:
+            shift[i, 1] = s
+        else:
+            shift[i, 0] = s
+
+
+def disturbance_shift_reference(support, J, M, leg_v, leg_j, tau_ext, kp_b, margin_max) -> np.ndarray:
+    """:func:`disturbance_shift` in numpy: ``shift`` (N, 2)."""
+    N = J.shape[0]
+    shift = np.zeros((N, 2))
+    sup = np.flatnonzero(support)
+    if not sup.size or not kp_b > 0.0:
+        return shift
+    n_vec = null_vectors(J[sup, :3], J[sup, 3])
+    for m, i in enumerate(sup):
+        n = n_vec[m]
+        lv = np.asarray(leg_v[i])
+        mn = float(n @ M[np.ix_(lv, lv)] @ n)
+        if not mn > 0.0:
+            continue
+        d = -float(J[i, 3] @ n) * float(n @ tau_ext[np.asarray(leg_j[i])]) / mn
+        shift[i, 1 if d > 0.0 else 0] = min(abs(d) / kp_b, margin_max)
+    return shift
 
 
 @njit(cache=True)
@@ -38,7 +97,7 @@ def cbf_rows(support, legs, par, C, l, u):
         for k in range(4):
             C[row, leg_v[i, k]] = J[i, 3, k]
         if on and support[i]:
-            l[row], u[row] = cbf_bounds(par, legs.theta[i], legs.theta_dot[i], legs.dJ_theta_dq[i])
+            l[row], u[row] = cbf_bounds(par, i, legs.theta[i], legs.theta_dot[i], legs.dJ_theta_dq[i])
         else:
             l[row] = -INF
             u[row] = INF
@@ -63,14 +122,16 @@ def cbf_index(leg_v, row_cbf):
     return np.repeat(row_cbf + np.arange(leg_v.shape[0]), 4), leg_v.reshape(-1)
 
 
-def cbf_rows_reference(support, legs, cfg, index, row_cbf, C, l, u) -> None:
+def cbf_rows_reference(support, legs, cfg, index, row_cbf, C, l, u, shift=None) -> None:
     """:func:`cbf_rows` in numpy, from the configuration ``cfg`` (:class:`WbcConfig`); ``index``:
-    :func:`cbf_index`."""
+    :func:`cbf_index`; ``shift`` (N, 2): :func:`disturbance_shift_reference` (None: 0)."""
     N = legs.J.shape[0]
     C[index] = legs.J[:, 3].reshape(-1)
     rc = slice(row_cbf, row_cbf + N)
     if cfg.relative_pitch_mode == "cbf":
         th_lo, th_hi = cfg.theta_min + cfg.cbf_margin, cfg.theta_max - cfg.cbf_margin
+        if shift is not None:
+            th_lo, th_hi = th_lo + shift[:, 0], th_hi - shift[:, 1]
         lo = -(cfg.kp_b * (legs.theta - th_lo) + cfg.kd_b * legs.theta_dot + legs.dJ_theta_dq)
         hi = cfg.kp_b * (th_hi - legs.theta) - cfg.kd_b * legs.theta_dot - legs.dJ_theta_dq
         l[rc] = np.where(support, lo, -INF)

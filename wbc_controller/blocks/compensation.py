@@ -17,6 +17,30 @@ announce_compiles(__name__)          # one line on stderr if this process has to
 
 
 @njit(cache=True)
+def leg_null_vector(J, i, nvec):
+    """``nvec`` (4): leg ``i``'s unit null-space vector of ``J_p`` with ``J_theta n >= 0`` (as in
+    :func:`null_space_compensation`)."""
+    for k in range(4):
+        a0 = 1 if k == 0 else 0
+        a1 = a0 + 1 + (1 if k == a0 + 1 else 0)
+        a2 = a1 + 1 + (1 if k == a1 + 1 else 0)
+        ax_, ay_, az_ = J[i, 0, a0], J[i, 1, a0], J[i, 2, a0]
+        bx_, by_, bz_ = J[i, 0, a1], J[i, 1, a1], J[i, 2, a1]
+        cx_, cy_, cz_ = J[i, 0, a2], J[i, 1, a2], J[i, 2, a2]
+        det = (ax_ * (by_ * cz_ - bz_ * cy_) - bx_ * (ay_ * cz_ - az_ * cy_)
+               + cx_ * (ay_ * bz_ - az_ * by_))
+        nvec[k] = det if k % 2 == 0 else -det
+    nrm = max(math.sqrt(nvec[0] ** 2 + nvec[1] ** 2 + nvec[2] ** 2 + nvec[3] ** 2), 1e-300)
+    s = 0.0
+    for k in range(4):
+        nvec[k] /= nrm
+        s += J[i, 3, k] * nvec[k]
+    if s < 0.0:
+        for k in range(4):
+            nvec[k] = -nvec[k]
+
+
+@njit(cache=True)
 def null_space_compensation(support, J, leg_j, tau_ext, limit, tau_comp, nvec):
     """``tau_comp`` (n): minus nothing, plus ``n_i (n_i . tau_ext,i)`` clipped to ``+-limit`` [N m] per
     support leg, ``n_i`` the unit null-space vector of ``J_p,i`` with ``J_theta,i n_i >= 0``
