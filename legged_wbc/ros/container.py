@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from legged_wbc.params import param, validate
 from legged_wbc.ros.composition import run_control, run_sim, teardown
+from legged_wbc.ros.io.executors import ignore_stop_signals
 
 CONTAINER_NODE = "walking_container"
 CONTAINER_NODES = {"all": CONTAINER_NODE, "sim": "sim_container", "control": "control_container"}
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         teardown(nodes, link, recorder, executor, spin)
         if rclpy.ok():
             rclpy.shutdown()
+        ignore_stop_signals()   # everything is closed: a late stop signal must not make this an exit -2
     return rc
 
 

@@ -98,5 +98,5 @@ from legged_wbc.ros.io.endpoints import (  # noqa: F401
     create_publisher, create_subscription, wait_for_matched_subscribers,
 )
 from legged_wbc.ros.io.executors import (  # noqa: F401
-    EXECUTOR_ENV, EXECUTORS, SPIN_PERIOD, executor_kind, make_executor, spin_until, spin_node,
+    EXECUTOR_ENV, EXECUTORS, SPIN_PERIOD, executor_kind, ignore_stop_signals, make_executor, spin_until, spin_node,
 )
