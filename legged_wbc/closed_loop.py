@@ -167,44 +167,20 @@ class ClosedLoop:
             on_tick=None) -> RunResult:
         """Run for ``duration`` sim seconds (default: the scenario's). ``on_tick(loop, t, sensors, est)``,
         if given, is called every control tick before the physics steps (evaluation hooks)."""
-        sc, sim, N, n = self.sc, self.sim, self.rm.n_legs, self.rm.n
+        sc, sim, n = self.sc, self.sim, self.rm.n
         duration = sc.duration if duration is None else duration
         steps = int(round(duration / CONTROL_DT))
-        S = {
-            "t": np.zeros(steps), "theta": np.zeros((steps, N)), "theta_dot": np.zeros((steps, N)),
-            "support": np.zeros((steps, N), bool), "contact_gt": np.zeros((steps, N), bool),
-            "touchdown": np.zeros((steps, N), bool), "cbf_active": np.zeros((steps, N), bool),
-            "phase": np.zeros((steps, N), np.int8),
-            "rp_err": np.zeros((steps, 2)), "tau": np.zeros((steps, n)), "disturbance": np.zeros((steps, n)),
-            "qp_time_us": np.zeros(steps), "cycle_time_us": np.zeros(steps), "qp_accepted": np.zeros(steps, bool),
-            "base_pos": np.zeros((steps, 3)), "base_quat": np.zeros((steps, 4)), "base_vel_world": np.zeros((steps, 3)),
-            "est_pos": np.zeros((steps, 3)), "est_vel_world": np.zeros((steps, 3)),
-            "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
-            "tau_saturated": np.zeros((steps, n), bool), "cbf_slack": np.zeros((steps, N)),
-        }
+        S = _series_buffers(steps, self.rm.n_legs, n)
+        record, fall_check = _tick_recorder(S, sim), _fall_check(sc, sim)
+        report = _ProgressLine(self.mode, duration) if progress else None
         fell, reason = False, ""
-        # the loop writes the rows of S through local names (no dict look-ups per tick)
-        s_t, s_theta, s_theta_dot, s_support = S["t"], S["theta"], S["theta_dot"], S["support"]
-        s_touchdown, s_phase, s_contact, s_cbf = S["touchdown"], S["phase"], S["contact_gt"], S["cbf_active"]
-        s_tau, s_dist, s_qp_us, s_cycle_us = S["tau"], S["disturbance"], S["qp_time_us"], S["cycle_time_us"]
-        s_accepted, s_safe_stop, s_base_pos, s_base_quat = S["qp_accepted"], S["safe_stop"], S["base_pos"], S["base_quat"]
-        s_base_vel, s_est_pos, s_est_vel, s_joint_pos = (S["base_vel_world"], S["est_pos"], S["est_vel_world"],
-                                                         S["joint_pos"])
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
-        min_height, max_tilt = sc.fall_min_height, sc.fall_max_tilt_deg
-        ground = None if sc.terrain.kind == "flat" else sc.terrain.height   # flat: the height is 0
-        t_standing = sc.stand_up_start + sc.stand_up_duration
         gc_state = _GcPause.start()
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
-        last_print = -1e9
-        # a terminal gets one line rewritten in place (every sim second); a file or pipe gets plain
-        # lines, every 5 sim seconds
-        tty = progress and sys.stdout.isatty()
-        lead, end, progress_every = ("\r", "", 1.0) if tty else ("", "\n", 5.0)
         k = 0
         try:
             for k in range(steps):
@@ -225,29 +201,7 @@ class ClosedLoop:
                 if on_tick is not None:
                     on_tick(self, t, f, est)
                 q_gt = q_from_mj(qpos)          # ground truth (evaluation only): q of sim.ground_truth()
-                d = out.diag
-                s_t[k] = t
-                s_theta[k] = d.theta
-                s_theta_dot[k] = d.theta_dot
-                s_support[k] = est.support
-                s_touchdown[k] = est.touchdown
-                s_phase[k] = est.phase
-                s_contact[k] = sim.foot_contacts()
-                s_cbf[k] = d.cbf_active
-                s_tau[k] = out.tau
-                s_dist[k] = tau_dist
-                s_qp_us[k] = d.qp_time_us
-                s_cycle_us[k] = d.cycle_time_us
-                s_accepted[k] = d.qp_accepted
-                s_safe_stop[k] = d.safe_stop
-                if d.cbf_slack.size:
-                    S["cbf_slack"][k] = d.cbf_slack
-                s_base_pos[k] = q_gt[:3]
-                s_base_quat[k] = q_gt[3:7]
-                s_base_vel[k] = sim.base_velocity_world()
-                s_est_pos[k] = est.q[:3]
-                s_est_vel[k] = est.v_world
-                s_joint_pos[k] = f.joint_pos
+                record(k, t, f, est, out, tau_dist, q_gt)
                 if tau_applied is not None:
                     sim.step(PHYSICS_PER_CONTROL)
                 else:                               # no (delayed) command yet: damping, every physics step
@@ -255,35 +209,25 @@ class ClosedLoop:
                         sim.set_torque(damping_torque(sim.joint_velocities(), self.no_command_damping, effort))
                         sim.step(1)
                 s_saturated[k] = take_saturation()      # clipped by the actuator at a step of this tick
-                # fall detection on ground truth (evaluation only)
-                qx, qy = float(q_gt[3]), float(q_gt[4])
-                z = float(q_gt[2])                  # above the terrain under the base
-                if ground is not None:
-                    z -= float(ground(q_gt[0], q_gt[1]))
-                tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (qx ** 2 + qy ** 2)))))
-                if z < min_height and t > t_standing:
-                    fell, reason = True, f"base height {z:.3f} m < {min_height} m at t={t:.3f} s"
-                elif tilt > max_tilt:
-                    fell, reason = True, f"base tilt {tilt:.1f} deg > {max_tilt} deg at t={t:.3f} s"
-                elif sim.base_contact():
-                    fell, reason = True, f"base touched the floor at t={t:.3f} s"
-                if progress and (t - last_print >= progress_every or fell):
-                    last_print = t
-                    print(f"{lead}[{self.mode}] t={t:6.2f}/{duration:.1f} s  x={q_gt[0]:6.3f} m  z={z:.3f} m  "
-                          f"theta[{', '.join(f'{x:+.2f}' for x in d.theta)}]  qp={d.qp_time_us:5.0f} us  "
-                          f"fail={d.total_failures}", end=end, flush=True)
+                why, z = fall_check(q_gt, t)        # fall detection on ground truth (evaluation only)
+                if why is not None:
+                    fell, reason = True, why
+                if report is not None:
+                    report(t, q_gt, z, out.diag, fell)
                 if fell and stop_on_fall:
                     break
                 gc_state.between_ticks(k)
         finally:
             gc_state.stop()
-        if progress and tty:
-            print()
-        used = k + 1
+        if report is not None:
+            report.close()
+        return self._result(S, k + 1, time.perf_counter() - wall0, time.process_time() - cpu0, fell, reason)
+
+    def _result(self, S: dict, used: int, wall: float, cpu: float, fell: bool, reason: str) -> RunResult:
+        """The run's result: its series cut to the ``used`` ticks, its metrics and timings."""
+        sc, sim = self.sc, self.sim
         for key in S:
             S[key] = S[key][:used]
-        wall = time.perf_counter() - wall0
-        cpu = time.process_time() - cpu0
         S["rp_err"] = roll_pitch_from_quat_xyzw(S["base_quat"])  # desired attitude is level
         t0, t1 = sc.eval_window
         m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
@@ -295,6 +239,110 @@ class ClosedLoop:
         # keys are those of the bag metrics)
         extra = {"cpu_time_s": float(cpu), "realtime_factor_cpu": float(sim.time / cpu) if cpu > 0 else None}
         return RunResult(sc, self.mode, S, m, fell, reason, float(sim.time), wall, extra)
+
+
+def _series_buffers(steps: int, N: int, n: int) -> dict:
+    """The headless log's series, one row per control tick (``N`` legs, ``n`` joints)."""
+    return {
+        "t": np.zeros(steps), "theta": np.zeros((steps, N)), "theta_dot": np.zeros((steps, N)),
+        "support": np.zeros((steps, N), bool), "contact_gt": np.zeros((steps, N), bool),
+        "touchdown": np.zeros((steps, N), bool), "cbf_active": np.zeros((steps, N), bool),
+        "phase": np.zeros((steps, N), np.int8),
+        "rp_err": np.zeros((steps, 2)), "tau": np.zeros((steps, n)), "disturbance": np.zeros((steps, n)),
+        "qp_time_us": np.zeros(steps), "cycle_time_us": np.zeros(steps), "qp_accepted": np.zeros(steps, bool),
+        "base_pos": np.zeros((steps, 3)), "base_quat": np.zeros((steps, 4)), "base_vel_world": np.zeros((steps, 3)),
+        "est_pos": np.zeros((steps, 3)), "est_vel_world": np.zeros((steps, 3)),
+        "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
+        "tau_saturated": np.zeros((steps, n), bool), "cbf_slack": np.zeros((steps, N)),
+    }
+
+
+def _tick_recorder(S: dict, sim):
+    """``record(k, t, sensors, est, out, tau_dist, q_gt)``: row ``k`` of the series (but ``tau_saturated``
+    and ``rp_err``); the rows are written through closure names (no dict look-ups per tick)."""
+    s_t, s_theta, s_theta_dot, s_support = S["t"], S["theta"], S["theta_dot"], S["support"]
+    s_touchdown, s_phase, s_contact, s_cbf = S["touchdown"], S["phase"], S["contact_gt"], S["cbf_active"]
+    s_tau, s_dist, s_qp_us, s_cycle_us = S["tau"], S["disturbance"], S["qp_time_us"], S["cycle_time_us"]
+    s_accepted, s_safe_stop, s_base_pos, s_base_quat = S["qp_accepted"], S["safe_stop"], S["base_pos"], S["base_quat"]
+    s_base_vel, s_est_pos, s_est_vel, s_joint_pos = (S["base_vel_world"], S["est_pos"], S["est_vel_world"],
+                                                     S["joint_pos"])
+    s_slack = S["cbf_slack"]
+    foot_contacts, base_velocity_world = sim.foot_contacts, sim.base_velocity_world
+
+    def record(k, t, f, est, out, tau_dist, q_gt) -> None:
+        d = out.diag
+        s_t[k] = t
+        s_theta[k] = d.theta
+        s_theta_dot[k] = d.theta_dot
+        s_support[k] = est.support
+        s_touchdown[k] = est.touchdown
+        s_phase[k] = est.phase
+        s_contact[k] = foot_contacts()
+        s_cbf[k] = d.cbf_active
+        s_tau[k] = out.tau
+        s_dist[k] = tau_dist
+        s_qp_us[k] = d.qp_time_us
+        s_cycle_us[k] = d.cycle_time_us
+        s_accepted[k] = d.qp_accepted
+        s_safe_stop[k] = d.safe_stop
+        if d.cbf_slack.size:
+            s_slack[k] = d.cbf_slack
+        s_base_pos[k] = q_gt[:3]
+        s_base_quat[k] = q_gt[3:7]
+        s_base_vel[k] = base_velocity_world()
+        s_est_pos[k] = est.q[:3]
+        s_est_vel[k] = est.v_world
+        s_joint_pos[k] = f.joint_pos
+
+    return record
+
+
+def _fall_check(sc: Scenario, sim):
+    """``check(q_gt, t) -> (reason or None, z)``: the headless loop's fall criteria on the ground truth
+    ``q_gt`` at tick time ``t`` (base height above the terrain after the stand-up, tilt, base-floor
+    contact); ``z`` [m] is the base height above the terrain under it."""
+    min_height, max_tilt = sc.fall_min_height, sc.fall_max_tilt_deg
+    ground = None if sc.terrain.kind == "flat" else sc.terrain.height   # flat: the height is 0
+    t_standing = sc.stand_up_start + sc.stand_up_duration
+    base_contact = sim.base_contact
+
+    def check(q_gt, t):
+        qx, qy = float(q_gt[3]), float(q_gt[4])
+        z = float(q_gt[2])                  # above the terrain under the base
+        if ground is not None:
+            z -= float(ground(q_gt[0], q_gt[1]))
+        tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1 - 2 * (qx ** 2 + qy ** 2)))))
+        if z < min_height and t > t_standing:
+            return f"base height {z:.3f} m < {min_height} m at t={t:.3f} s", z
+        if tilt > max_tilt:
+            return f"base tilt {tilt:.1f} deg > {max_tilt} deg at t={t:.3f} s", z
+        if base_contact():
+            return f"base touched the floor at t={t:.3f} s", z
+        return None, z
+
+    return check
+
+
+class _ProgressLine:
+    """The run's progress: a terminal gets one line rewritten in place (every sim second); a file or
+    pipe gets plain lines, every 5 sim seconds (and at a fall)."""
+
+    def __init__(self, mode: str, duration: float):
+        self.mode, self.duration = mode, duration
+        self.tty = sys.stdout.isatty()
+        self.lead, self.end, self.every = ("\r", "", 1.0) if self.tty else ("", "\n", 5.0)
+        self.last = -1e9
+
+    def __call__(self, t: float, q_gt, z: float, d, fell: bool) -> None:
+        if t - self.last >= self.every or fell:
+            self.last = t
+            print(f"{self.lead}[{self.mode}] t={t:6.2f}/{self.duration:.1f} s  x={q_gt[0]:6.3f} m  z={z:.3f} m  "
+                  f"theta[{', '.join(f'{x:+.2f}' for x in d.theta)}]  qp={d.qp_time_us:5.0f} us  "
+                  f"fail={d.total_failures}", end=self.end, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print()
 
 
 def save_run(res: RunResult, out: str | Path) -> Path:

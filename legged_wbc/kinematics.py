@@ -309,10 +309,11 @@ def tree_foot_kinematics(qj, dqj, tree):
     ``foot_p[i]`` of joint ``foot_joint[i]``'s frame. ``o_rot`` ``(nj, 3, 3)``, ``o_pos`` ``(nj, 3)``:
     scratch (joint placements in the base frame). Writes ``p_foot`` [m] and ``v_rel = J_p dq``
     [m/s], ``(L, 3)``, base frame. All of these are fields of the tree record ``tree[0]``
-    (:func:`kinematic_tree`)."""
+    (:func:`kinematic_tree`); the steps (:func:`_joint_motion`, :func:`_place_joint`,
+    :func:`_foot_velocity`) are inlined into this kernel."""
     tr = tree[0]
-    parent, j_rot, j_pos, j_type, j_axis, j_idx = tr.parent, tr.j_rot, tr.j_pos, tr.j_type, tr.j_axis, tr.j_idx
-    foot_joint, foot_p, o_rot, o_pos, p_foot, v_rel = tr.foot_joint, tr.foot_p, tr.o_rot, tr.o_pos, tr.p_foot, tr.v_rel
+    parent, j_idx, o_rot, o_pos = tr.parent, tr.j_idx, tr.o_rot, tr.o_pos
+    foot_joint, foot_p, p_foot, v_rel = tr.foot_joint, tr.foot_p, tr.p_foot, tr.v_rel
 
     nj = parent.shape[0]
     for a in range(3):
@@ -320,44 +321,8 @@ def tree_foot_kinematics(qj, dqj, tree):
         for b in range(3):
             o_rot[0, a, b] = 1.0 if a == b else 0.0
     for j in range(1, nj):
-        pa = parent[j]
-        q = qj[j_idx[j]]
-        t = j_type[j]
-        # joint motion (R_q, p_q) in the joint frame
-        rq00, rq01, rq02, rq10, rq11, rq12, rq20, rq21, rq22 = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0
-        tq0, tq1, tq2 = 0.0, 0.0, 0.0
-        if t == PRI_AXIS:
-            tq0, tq1, tq2 = j_axis[j, 0] * q, j_axis[j, 1] * q, j_axis[j, 2] * q
-        else:
-            c, s = math.cos(q), math.sin(q)
-            if t == REV_X:
-                rq11, rq12, rq21, rq22 = c, -s, s, c
-            elif t == REV_Y:
-                rq00, rq02, rq20, rq22 = c, s, -s, c
-            elif t == REV_Z:
-                rq00, rq01, rq10, rq11 = c, -s, s, c
-            else:                                   # R = c I + s [a]x + (1 - c) a a^T
-                ux, uy, uz = j_axis[j, 0], j_axis[j, 1], j_axis[j, 2]
-                cc = 1.0 - c
-                rq00, rq01, rq02 = c + cc * ux * ux, cc * ux * uy - s * uz, cc * ux * uz + s * uy
-                rq10, rq11, rq12 = cc * ux * uy + s * uz, c + cc * uy * uy, cc * uy * uz - s * ux
-                rq20, rq21, rq22 = cc * ux * uz - s * uy, cc * uy * uz + s * ux, c + cc * uz * uz
-        # placement in the parent: (j_rot R_q, j_pos + j_rot p_q); then in the base frame
-        for a in range(3):
-            l0 = j_rot[j, a, 0] * rq00 + j_rot[j, a, 1] * rq10 + j_rot[j, a, 2] * rq20
-            l1 = j_rot[j, a, 0] * rq01 + j_rot[j, a, 1] * rq11 + j_rot[j, a, 2] * rq21
-            l2 = j_rot[j, a, 0] * rq02 + j_rot[j, a, 1] * rq12 + j_rot[j, a, 2] * rq22
-            o_pos[j, a] = j_pos[j, a] + j_rot[j, a, 0] * tq0 + j_rot[j, a, 1] * tq1 + j_rot[j, a, 2] * tq2
-            o_rot[j, a, 0], o_rot[j, a, 1], o_rot[j, a, 2] = l0, l1, l2     # liMi for now
-        # base frame: p = o_pos[pa] + o_rot[pa] p_l, R = o_rot[pa] R_l
-        p0 = o_pos[pa, 0] + o_rot[pa, 0, 0] * o_pos[j, 0] + o_rot[pa, 0, 1] * o_pos[j, 1] + o_rot[pa, 0, 2] * o_pos[j, 2]
-        p1 = o_pos[pa, 1] + o_rot[pa, 1, 0] * o_pos[j, 0] + o_rot[pa, 1, 1] * o_pos[j, 1] + o_rot[pa, 1, 2] * o_pos[j, 2]
-        p2 = o_pos[pa, 2] + o_rot[pa, 2, 0] * o_pos[j, 0] + o_rot[pa, 2, 1] * o_pos[j, 1] + o_rot[pa, 2, 2] * o_pos[j, 2]
-        o_pos[j, 0], o_pos[j, 1], o_pos[j, 2] = p0, p1, p2
-        for b in range(3):
-            l0, l1, l2 = o_rot[j, 0, b], o_rot[j, 1, b], o_rot[j, 2, b]
-            for a in range(3):
-                o_rot[j, a, b] = o_rot[pa, a, 0] * l0 + o_rot[pa, a, 1] * l1 + o_rot[pa, a, 2] * l2
+        rq, tq = _joint_motion(tr.j_type[j], qj[j_idx[j]], tr.j_axis, j)
+        _place_joint(j, parent[j], rq, tq, tr.j_rot, tr.j_pos, o_rot, o_pos)
     for i in range(foot_joint.shape[0]):
         j = foot_joint[i]
         fx, fy, fz = foot_p[i, 0], foot_p[i, 1], foot_p[i, 2]
@@ -365,24 +330,81 @@ def tree_foot_kinematics(qj, dqj, tree):
         py = o_pos[j, 1] + o_rot[j, 1, 0] * fx + o_rot[j, 1, 1] * fy + o_rot[j, 1, 2] * fz
         pz = o_pos[j, 2] + o_rot[j, 2, 0] * fx + o_rot[j, 2, 1] * fy + o_rot[j, 2, 2] * fz
         p_foot[i, 0], p_foot[i, 1], p_foot[i, 2] = px, py, pz
-        vx = vy = vz = 0.0
-        while j > 0:                                # the joints between the foot and the base
+        v_rel[i, 0], v_rel[i, 1], v_rel[i, 2] = _foot_velocity(j, px, py, pz, tr, dqj)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _joint_motion(t, q, j_axis, j):
+    """The motion of joint ``j`` of type ``t`` at coordinate ``q`` in its own frame: ``(R_q, p_q)`` as a
+    row-major 9-tuple and a 3-tuple."""
+    rq00, rq01, rq02, rq10, rq11, rq12, rq20, rq21, rq22 = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0
+    tq0, tq1, tq2 = 0.0, 0.0, 0.0
+    if t == PRI_AXIS:
+        tq0, tq1, tq2 = j_axis[j, 0] * q, j_axis[j, 1] * q, j_axis[j, 2] * q
+    else:
+        c, s = math.cos(q), math.sin(q)
+        if t == REV_X:
+            rq11, rq12, rq21, rq22 = c, -s, s, c
+        elif t == REV_Y:
+            rq00, rq02, rq20, rq22 = c, s, -s, c
+        elif t == REV_Z:
+            rq00, rq01, rq10, rq11 = c, -s, s, c
+        else:                                   # R = c I + s [a]x + (1 - c) a a^T
             ux, uy, uz = j_axis[j, 0], j_axis[j, 1], j_axis[j, 2]
-            ax = o_rot[j, 0, 0] * ux + o_rot[j, 0, 1] * uy + o_rot[j, 0, 2] * uz
-            ay = o_rot[j, 1, 0] * ux + o_rot[j, 1, 1] * uy + o_rot[j, 1, 2] * uz
-            az = o_rot[j, 2, 0] * ux + o_rot[j, 2, 1] * uy + o_rot[j, 2, 2] * uz
-            dq = dqj[j_idx[j]]
-            if j_type[j] == PRI_AXIS:
-                vx += ax * dq
-                vy += ay * dq
-                vz += az * dq
-            else:                                   # (axis x (p_foot - p_joint)) dq
-                rx, ry, rz = px - o_pos[j, 0], py - o_pos[j, 1], pz - o_pos[j, 2]
-                vx += (ay * rz - az * ry) * dq
-                vy += (az * rx - ax * rz) * dq
-                vz += (ax * ry - ay * rx) * dq
-            j = parent[j]
-        v_rel[i, 0], v_rel[i, 1], v_rel[i, 2] = vx, vy, vz
+            cc = 1.0 - c
+            rq00, rq01, rq02 = c + cc * ux * ux, cc * ux * uy - s * uz, cc * ux * uz + s * uy
+            rq10, rq11, rq12 = cc * ux * uy + s * uz, c + cc * uy * uy, cc * uy * uz - s * ux
+            rq20, rq21, rq22 = cc * ux * uz - s * uy, cc * uy * uz + s * ux, c + cc * uz * uz
+    return (rq00, rq01, rq02, rq10, rq11, rq12, rq20, rq21, rq22), (tq0, tq1, tq2)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _place_joint(j, pa, rq, tq, j_rot, j_pos, o_rot, o_pos):
+    """Joint ``j``'s placement in the base frame ``(o_rot[j], o_pos[j])`` from its parent ``pa``'s, its
+    placement in the parent ``(j_rot[j], j_pos[j])`` and its motion ``(rq, tq)``."""
+    rq00, rq01, rq02, rq10, rq11, rq12, rq20, rq21, rq22 = rq
+    tq0, tq1, tq2 = tq
+    # placement in the parent: (j_rot R_q, j_pos + j_rot p_q); then in the base frame
+    for a in range(3):
+        l0 = j_rot[j, a, 0] * rq00 + j_rot[j, a, 1] * rq10 + j_rot[j, a, 2] * rq20
+        l1 = j_rot[j, a, 0] * rq01 + j_rot[j, a, 1] * rq11 + j_rot[j, a, 2] * rq21
+        l2 = j_rot[j, a, 0] * rq02 + j_rot[j, a, 1] * rq12 + j_rot[j, a, 2] * rq22
+        o_pos[j, a] = j_pos[j, a] + j_rot[j, a, 0] * tq0 + j_rot[j, a, 1] * tq1 + j_rot[j, a, 2] * tq2
+        o_rot[j, a, 0], o_rot[j, a, 1], o_rot[j, a, 2] = l0, l1, l2     # liMi for now
+    # base frame: p = o_pos[pa] + o_rot[pa] p_l, R = o_rot[pa] R_l
+    p0 = o_pos[pa, 0] + o_rot[pa, 0, 0] * o_pos[j, 0] + o_rot[pa, 0, 1] * o_pos[j, 1] + o_rot[pa, 0, 2] * o_pos[j, 2]
+    p1 = o_pos[pa, 1] + o_rot[pa, 1, 0] * o_pos[j, 0] + o_rot[pa, 1, 1] * o_pos[j, 1] + o_rot[pa, 1, 2] * o_pos[j, 2]
+    p2 = o_pos[pa, 2] + o_rot[pa, 2, 0] * o_pos[j, 0] + o_rot[pa, 2, 1] * o_pos[j, 1] + o_rot[pa, 2, 2] * o_pos[j, 2]
+    o_pos[j, 0], o_pos[j, 1], o_pos[j, 2] = p0, p1, p2
+    for b in range(3):
+        l0, l1, l2 = o_rot[j, 0, b], o_rot[j, 1, b], o_rot[j, 2, b]
+        for a in range(3):
+            o_rot[j, a, b] = o_rot[pa, a, 0] * l0 + o_rot[pa, a, 1] * l1 + o_rot[pa, a, 2] * l2
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _foot_velocity(j, px, py, pz, tr, dqj):
+    """``J_p dq`` of the foot point ``(px, py, pz)`` (base frame) carried by joint ``j``: the sum over the
+    joints between the foot and the base."""
+    parent, j_type, j_axis, j_idx, o_rot, o_pos = tr.parent, tr.j_type, tr.j_axis, tr.j_idx, tr.o_rot, tr.o_pos
+    vx = vy = vz = 0.0
+    while j > 0:
+        ux, uy, uz = j_axis[j, 0], j_axis[j, 1], j_axis[j, 2]
+        ax = o_rot[j, 0, 0] * ux + o_rot[j, 0, 1] * uy + o_rot[j, 0, 2] * uz
+        ay = o_rot[j, 1, 0] * ux + o_rot[j, 1, 1] * uy + o_rot[j, 1, 2] * uz
+        az = o_rot[j, 2, 0] * ux + o_rot[j, 2, 1] * uy + o_rot[j, 2, 2] * uz
+        dq = dqj[j_idx[j]]
+        if j_type[j] == PRI_AXIS:
+            vx += ax * dq
+            vy += ay * dq
+            vz += az * dq
+        else:                                   # (axis x (p_foot - p_joint)) dq
+            rx, ry, rz = px - o_pos[j, 0], py - o_pos[j, 1], pz - o_pos[j, 2]
+            vx += (ay * rz - az * ry) * dq
+            vy += (az * rx - ax * rz) * dq
+            vz += (ax * ry - ay * rx) * dq
+        j = parent[j]
+    return vx, vy, vz
 
 
 def kinematic_tree(model, foot_frames) -> np.ndarray | None:

@@ -51,42 +51,14 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     t = np.asarray(series["t"]) if "t" not in missing else np.zeros(0)
     win = (t >= t_start) & (t <= t_end)
     ok = win & (np.asarray(series["qp_accepted"], dtype=bool) if "qp_accepted" not in missing else True)
-    if "theta" not in missing and "support" not in missing:
-        theta = np.asarray(series["theta"])
-        sup = np.asarray(series["support"], dtype=bool)
-        vs = violation(theta[ok], theta_min, theta_max)[sup[ok]]
-        if np.any(ok):
-            out["max_violation_rad"] = float(vs.max()) if vs.size else 0.0
-            out["violation_rate_pct"] = float(100.0 * np.count_nonzero(vs > 0) / vs.size) if vs.size else 0.0
-        else:                             # nothing evaluated: None, not a reassuring 0
-            out.update(max_violation_rad=None, violation_rate_pct=None)
-        out["first_violation_time_s"] = first_violation_time(t, theta, sup, theta_min, theta_max)
-    else:
-        out.update(max_violation_rad=None, violation_rate_pct=None, first_violation_time_s=None)
+    out.update(_violation_metrics(series, missing, t, ok, theta_min, theta_max))
     if "rp_err" not in missing:
         e = np.asarray(series["rp_err"])[ok]
         out["rp_rmse_deg"] = float(np.degrees(math.sqrt(np.mean(np.sum(e**2, axis=1))))) if len(e) else None
     else:
         out["rp_rmse_deg"] = None
-    if "tau" not in missing:
-        tau = np.asarray(series["tau"])[ok]
-        out["torque_rms_nm"] = float(np.sqrt(np.mean(tau**2))) if tau.size else None
-        out["torque_max_nm"] = float(np.abs(tau).max()) if tau.size else None
-    else:
-        out["torque_rms_nm"] = out["torque_max_nm"] = None
-    sat = series.get("tau_saturated")        # optional: (T, n) bool, the actuator clipped the torque
-    if sat is not None and len(sat) and np.any(ok):
-        s = np.asarray(sat, dtype=bool)[ok]
-        out["torque_saturation_pct"] = float(100.0 * np.count_nonzero(s) / s.size) if s.size else None
-    else:
-        out["torque_saturation_pct"] = None
-    slack = series.get("cbf_slack")         # optional: (T, N), the CBF rows' slacks
-    if slack is not None and len(slack) and np.any(ok):
-        s = np.abs(np.asarray(slack, dtype=float)[ok])
-        out["cbf_slack_max"] = float(s.max()) if s.size else 0.0
-        out["cbf_slack_ticks"] = int(np.count_nonzero(s.max(axis=1) > 0)) if s.size else 0
-    else:
-        out["cbf_slack_max"] = out["cbf_slack_ticks"] = None
+    out.update(_torque_metrics(series, missing, ok))
+    out.update(_slack_metrics(series, ok))
     if "qp_time_us" not in missing:
         qt = np.asarray(series["qp_time_us"])[ok]
         out["qp_p99_us"] = float(np.percentile(qt, 99)) if qt.size else None
@@ -113,6 +85,53 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     if missing:
         out["missing"] = missing
     return out
+
+
+def _violation_metrics(series: dict, missing: list, t: np.ndarray, ok, theta_min: float, theta_max: float) -> dict:
+    """Relative-pitch bound violation of the support legs over the accepted cycles ``ok``."""
+    out: dict = {}
+    if "theta" not in missing and "support" not in missing:
+        theta = np.asarray(series["theta"])
+        sup = np.asarray(series["support"], dtype=bool)
+        vs = violation(theta[ok], theta_min, theta_max)[sup[ok]]
+        if np.any(ok):
+            out["max_violation_rad"] = float(vs.max()) if vs.size else 0.0
+            out["violation_rate_pct"] = float(100.0 * np.count_nonzero(vs > 0) / vs.size) if vs.size else 0.0
+        else:                             # nothing evaluated: None, not a reassuring 0
+            out.update(max_violation_rad=None, violation_rate_pct=None)
+        out["first_violation_time_s"] = first_violation_time(t, theta, sup, theta_min, theta_max)
+    else:
+        out.update(max_violation_rad=None, violation_rate_pct=None, first_violation_time_s=None)
+    return out
+
+
+def _torque_metrics(series: dict, missing: list, ok) -> dict:
+    """Torque RMS and peak over the accepted cycles ``ok``, and the share of actuator-clipped torques."""
+    out: dict = {}
+    if "tau" not in missing:
+        tau = np.asarray(series["tau"])[ok]
+        out["torque_rms_nm"] = float(np.sqrt(np.mean(tau**2))) if tau.size else None
+        out["torque_max_nm"] = float(np.abs(tau).max()) if tau.size else None
+    else:
+        out["torque_rms_nm"] = out["torque_max_nm"] = None
+    sat = series.get("tau_saturated")        # optional: (T, n) bool, the actuator clipped the torque
+    if sat is not None and len(sat) and np.any(ok):
+        s = np.asarray(sat, dtype=bool)[ok]
+        out["torque_saturation_pct"] = float(100.0 * np.count_nonzero(s) / s.size) if s.size else None
+    else:
+        out["torque_saturation_pct"] = None
+    return out
+
+
+def _slack_metrics(series: dict, ok) -> dict:
+    """The relative-pitch barrier's slack over the accepted cycles ``ok``: its largest value and the
+    ticks it was used on (None without the series)."""
+    slack = series.get("cbf_slack")         # optional: (T, N), the CBF rows' slacks
+    if slack is not None and len(slack) and np.any(ok):
+        s = np.abs(np.asarray(slack, dtype=float)[ok])
+        return {"cbf_slack_max": float(s.max()) if s.size else 0.0,
+                "cbf_slack_ticks": int(np.count_nonzero(s.max(axis=1) > 0)) if s.size else 0}
+    return {"cbf_slack_max": None, "cbf_slack_ticks": None}
 
 
 def roll_pitch_from_quat_xyzw(quat: np.ndarray) -> np.ndarray:

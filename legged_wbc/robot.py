@@ -339,7 +339,6 @@ def _inertial(m: float, com: Sequence[float], inertia: Sequence[float]) -> str:
 
 def generate_urdf(cfg: RobotConfig) -> str:
     """URDF text of the robot (deterministic: the same config gives the same bytes)."""
-    lt = cfg.leg_type
     sx, sy, sz = cfg.base_size
     mb = cfg.base_mass
     out = [
@@ -353,51 +352,59 @@ def generate_urdf(cfg: RobotConfig) -> str:
         f'    <collision><geometry><box size="{_xyz(cfg.base_size)}"/></geometry></collision>\n',
         "  </link>\n",
     ]
+    for leg in cfg.legs:
+        out += _leg_urdf(cfg, leg)
+    out.append("</robot>\n")
+    return "".join(out)
+
+
+def _leg_urdf(cfg: RobotConfig, leg) -> list[str]:
+    """The joints and links of one leg, base to foot, as URDF text pieces."""
+    lt = cfg.leg_type
+    out: list[str] = []
     r = lt.link_radius
     lengths = (lt.coxa_length, lt.femur_length, lt.tibia_length)
     link_names = ("coxa", "femur", "tibia")
-    for leg in cfg.legs:
-        jn = leg.joint_names(lt)
-        parent = cfg.base_link
-        origins = [
-            (leg.mount_xyz, (math.radians(leg.mount_roll_deg), 0.0, math.radians(leg.mount_yaw_deg))),
-            ((lt.coxa_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
-            ((lt.femur_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
-            ((lt.tibia_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
-        ]
-        axes = ((0, 0, 1), (0, 1, 0), (0, 1, 0), (0, 1, 0))
-        for k in range(4):
-            if k < 3:
-                child = f"{leg.name}_{link_names[k]}"
-                L = lengths[k]
-                com, inertia = (L / 2, 0, 0), _cyl_inertia(lt.link_masses[k], r, L, 0)
-                geom = (
-                    f'    <visual><origin xyz="{_xyz((L / 2, 0, 0))}" rpy="0 1.5707963267948966 0"/>'
-                    f'<geometry><cylinder radius="{_fmt(r)}" length="{_fmt(L)}"/></geometry></visual>\n'
-                )
-            else:
-                child = leg.foot_link(lt)
-                L = lt.foot_length
-                com, inertia = (0, 0, -L / 2), _cyl_inertia(lt.link_masses[k], r * 0.8, L, 2)
-                geom = (
-                    f'    <visual><origin xyz="{_xyz((0, 0, -L / 2))}" rpy="0 0 0"/>'
-                    f'<geometry><cylinder radius="{_fmt(r * 0.8)}" length="{_fmt(L)}"/></geometry></visual>\n'
-                    f'    <collision><origin xyz="{_xyz((0, 0, -L))}" rpy="0 0 0"/>'
-                    f'<geometry><sphere radius="{_fmt(lt.foot_radius)}"/></geometry></collision>\n'
-                )
-            xyz, rpy = origins[k]
-            out.append(
-                f'  <joint name="{jn[k]}" type="revolute">\n'
-                f'    <parent link="{parent}"/>\n    <child link="{child}"/>\n'
-                f'    <origin xyz="{_xyz(xyz)}" rpy="{_xyz(rpy)}"/>\n'
-                f'    <axis xyz="{_xyz(axes[k])}"/>\n'
-                f'    <limit lower="{_fmt(lt.lower[k])}" upper="{_fmt(lt.upper[k])}" effort="{_fmt(lt.effort[k])}" velocity="{_fmt(lt.velocity[k])}"/>\n'
-                "  </joint>\n"
+    jn = leg.joint_names(lt)
+    parent = cfg.base_link
+    origins = [
+        (leg.mount_xyz, (math.radians(leg.mount_roll_deg), 0.0, math.radians(leg.mount_yaw_deg))),
+        ((lt.coxa_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
+        ((lt.femur_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
+        ((lt.tibia_length, 0.0, 0.0), (0.0, 0.0, 0.0)),
+    ]
+    axes = ((0, 0, 1), (0, 1, 0), (0, 1, 0), (0, 1, 0))
+    for k in range(4):
+        if k < 3:
+            child = f"{leg.name}_{link_names[k]}"
+            L = lengths[k]
+            com, inertia = (L / 2, 0, 0), _cyl_inertia(lt.link_masses[k], r, L, 0)
+            geom = (
+                f'    <visual><origin xyz="{_xyz((L / 2, 0, 0))}" rpy="0 1.5707963267948966 0"/>'
+                f'<geometry><cylinder radius="{_fmt(r)}" length="{_fmt(L)}"/></geometry></visual>\n'
             )
-            out.append(f'  <link name="{child}">\n' + _inertial(lt.link_masses[k], com, inertia) + geom + "  </link>\n")
-            parent = child
-    out.append("</robot>\n")
-    return "".join(out)
+        else:
+            child = leg.foot_link(lt)
+            L = lt.foot_length
+            com, inertia = (0, 0, -L / 2), _cyl_inertia(lt.link_masses[k], r * 0.8, L, 2)
+            geom = (
+                f'    <visual><origin xyz="{_xyz((0, 0, -L / 2))}" rpy="0 0 0"/>'
+                f'<geometry><cylinder radius="{_fmt(r * 0.8)}" length="{_fmt(L)}"/></geometry></visual>\n'
+                f'    <collision><origin xyz="{_xyz((0, 0, -L))}" rpy="0 0 0"/>'
+                f'<geometry><sphere radius="{_fmt(lt.foot_radius)}"/></geometry></collision>\n'
+            )
+        xyz, rpy = origins[k]
+        out.append(
+            f'  <joint name="{jn[k]}" type="revolute">\n'
+            f'    <parent link="{parent}"/>\n    <child link="{child}"/>\n'
+            f'    <origin xyz="{_xyz(xyz)}" rpy="{_xyz(rpy)}"/>\n'
+            f'    <axis xyz="{_xyz(axes[k])}"/>\n'
+            f'    <limit lower="{_fmt(lt.lower[k])}" upper="{_fmt(lt.upper[k])}" effort="{_fmt(lt.effort[k])}" velocity="{_fmt(lt.velocity[k])}"/>\n'
+            "  </joint>\n"
+        )
+        out.append(f'  <link name="{child}">\n' + _inertial(lt.link_masses[k], com, inertia) + geom + "  </link>\n")
+        parent = child
+    return out
 
 
 def robot_total_mass(cfg: RobotConfig) -> float:

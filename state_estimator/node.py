@@ -138,7 +138,7 @@ class EstimatorNode(ros_io.TickOutputs, Node):
             arrays = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
         except ValueError as exc:
             return self._reject("joint state", str(exc))
-        if not all(np.all(np.isfinite(a)) for a in arrays):
+        if not ros_io.all_finite(*arrays):
             return self._reject("joint state", "NaN/inf or missing fields")
         return arrays
 
@@ -149,7 +149,7 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         if tick is None or self.sync.status(tick) != TickSync.NEW:
             return
         arrays = msg[1:]
-        if not all(np.all(np.isfinite(a)) for a in arrays):
+        if not ros_io.all_finite(*arrays):
             return self._reject("imu", "NaN/inf")
         self._tick_ready(tick, self.sync.add(tick, "imu", arrays))
 
@@ -172,7 +172,7 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         if self._imu is not None and ns < self._imu[0]:
             return                      # out of order: keep the newest
         arrays = msg[1:]
-        if not all(np.all(np.isfinite(a)) for a in arrays):
+        if not ros_io.all_finite(*arrays):
             return self._reject("imu", "NaN/inf")
         self._imu = (ns, arrays)
         held, self._held_js = self._held_js, None

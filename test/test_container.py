@@ -132,16 +132,18 @@ def test_container_realtime_walk_keeps_its_deadlines_and_takes_live_parameters(t
     time.sleep(2.0)
     import subprocess
 
-    get = subprocess.run([str(BIN / "legged-wbc"), "param", "get", "wbc_controller", "k_dtheta"], env=ros_env,
+    # the calls check live parameters, not discovery speed: a loaded machine may take > 5 s to match services
+    param = [str(BIN / "legged-wbc"), "param", "--timeout", "30"]
+    get = subprocess.run(param + ["get", "wbc_controller", "k_dtheta"], env=ros_env,
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert get.returncode == 0 and "10" in get.stdout, get.stdout + get.stderr
-    put = subprocess.run([str(BIN / "legged-wbc"), "param", "set", "wbc_controller", "k_dtheta", "12.5"],
+    put = subprocess.run(param + ["set", "wbc_controller", "k_dtheta", "12.5"],
                          env=ros_env, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert put.returncode == 0, put.stdout + put.stderr
-    bad = subprocess.run([str(BIN / "legged-wbc"), "param", "set", "wbc_controller", "k_dtheta", "-1"],
+    bad = subprocess.run(param + ["set", "wbc_controller", "k_dtheta", "-1"],
                          env=ros_env, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode != 0 and "k_dtheta" in bad.stderr and "out of range" in bad.stderr, bad.stdout + bad.stderr
-    cut = subprocess.run([str(BIN / "legged-wbc"), "param", "set", "mujoco_bridge", "duration", "10.0"],
+    cut = subprocess.run(param + ["set", "mujoco_bridge", "duration", "10.0"],
                          env=ros_env, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert cut.returncode == 0, cut.stdout + cut.stderr        # ends now if 10 s have already been simulated
     assert lp.wait(120) == 0, lp.text()[-4000:]

@@ -518,6 +518,28 @@ def test_joint_order_rejects_duplicates_and_implausible_states():
     assert legs.arrays(ros_io.joint_state_msg(0, ["b", "a"], [1e6, 2.0], [0, 0], [0, 0]))[0].tolist() == [2.0, 1e6]
 
 
+def test_all_finite_known_answers_and_nan_positions_are_not_plausibility_errors():
+    """The nodes' input check: every value finite, across several arrays; a NaN, +inf, -inf or
+    +inf in one array and -inf in another is caught, and so is a sum beyond the float range."""
+    f = ros_io.all_finite
+    assert f(np.zeros(24), np.ones(3)) and f() and f(np.zeros(0))
+    for bad in (np.nan, np.inf, -np.inf):
+        a = np.zeros(24)
+        a[5] = bad
+        assert not f(np.zeros(3), a)
+    assert not f(np.array([np.inf]), np.array([-np.inf]))
+    assert not f(np.array([1.7e308, 1.7e308]))              # documented: a corrupt sample either way
+    # a NaN position is left to the finiteness check (not reported as out of range)
+    from legged_wbc.model import RobotModel
+
+    rm = RobotModel("hexapod")
+    order = ros_io.JointOrder(rm.joint_names, bounds=ros_io.joint_bounds(rm))
+    q = rm.stance_configuration(0.3)[7:].copy()
+    q[3] = np.nan
+    pos, vel, eff = order.arrays(ros_io.joint_state_msg(0, rm.joint_names, q, np.zeros(24), np.zeros(24)))
+    assert np.isnan(pos[3]) and not f(pos, vel, eff)
+
+
 @dataclass(frozen=True)
 class _ArraysConfig:
     topics: tuple = param((), desc="t", type="str_array")

@@ -383,7 +383,7 @@ def test_launcher_watchdog_on_dead_controller_and_sqlite_bag(tmp_path, ros_env, 
                      r"wall; applying joint damping 5 N m s/rad", out), out
     assert "[mujoco_bridge] " in out and "duration reached: t = 0.400 s, 50 commands applied, 1 watchdog events" in out
     assert "mujoco_bridge exited and is marked on_exit=shutdown" in out
-    assert "[bag_recorder] " in out and "bag closed" in out and "process bag_recorder finished (exit code 0)" in out
+    assert "[bag_recorder] " in out and "bag closed" in out and "process bag_recorder finished (exit code 0)" in out, out
     assert (bag / "metadata.yaml").exists() and list(bag.glob("*.db3"))
     assert "test: watchdog" in (bag / "metadata.yaml").read_text()
 

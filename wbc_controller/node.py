@@ -159,13 +159,13 @@ class WbcNode(ros_io.TickOutputs, Node):
             pos, vel, _ = self.order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)
         except ValueError as exc:
             return self._reject("joint state", str(exc))
-        if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(vel))):
+        if not ros_io.all_finite(pos, vel):
             return self._reject("joint state", "NaN/inf or missing position/velocity")
         self._slot(tick, "js", (pos, vel))
 
     def _on_odom(self, msg: adapters.OdomSample) -> None:
         qb, vb = msg.q, msg.v
-        if not (np.all(np.isfinite(qb)) and np.all(np.isfinite(vb))):
+        if not ros_io.all_finite(qb, vb):
             return self._reject("odometry", "NaN/inf")
         self._slot(self._tick_key(msg), "odom", (qb, vb))
 
@@ -176,7 +176,7 @@ class WbcNode(ros_io.TickOutputs, Node):
             a = order.arrays_of(msg.names, msg.position, msg.velocity, msg.effort)[k]
         except ValueError as exc:
             return self._reject(what, str(exc))
-        return a if np.all(np.isfinite(a)) else self._reject(what, "NaN")
+        return a if ros_io.all_finite(a) else self._reject(what, "NaN")
 
     def _on_support(self, msg: adapters.JointSample) -> None:
         sup = self._finite_field(self.legs_order, msg, "support", 0)

@@ -382,81 +382,109 @@ def _splice_batches(records: list, topics: dict) -> dict:
     return out
 
 
+_PREFIX = "[bag_writer] "
+
+
+def _say(text: str) -> None:
+    print(f"{_PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+class _BagSide:
+    """The recorder process's bag: the topics described so far (by ring id and by name), the topics
+    that failed (said once each) and the rosbag2 writer."""
+
+    def __init__(self, path: str, storage: str, custom_data: str, compression: str):
+        from legged_wbc.ros.bag_writer import BagWriter
+
+        self.topics: dict[int, dict] = {}
+        self.by_name: dict[str, dict] = {}
+        self.errors: set[str] = set()
+        self.writer = BagWriter(Path(path), storage, custom_data, compression=compression,
+                                describe=lambda topic: (self.by_name[topic]["qos"], self.by_name[topic]["digest"]))
+
+    def describe(self, tid: int, payload) -> None:
+        """A topic record: the topic's type, QoS, hash and layout."""
+        info = pickle.loads(payload)
+        self.topics[tid] = info
+        if info["topic"] not in self.by_name:
+            try:
+                self.writer.add_topic(info["topic"], info["msgtype"])
+            except Exception as exc:
+                _say(f"{info['topic']}: not recorded ({exc})")
+                self.errors.add(info["topic"])
+        self.by_name[info["topic"]] = info
+
+    def write_records(self, records: list) -> None:
+        """One read of the ring: batches expanded, fixed-layout payloads spliced into CDR, written."""
+        records = _expand_batches(records)
+        built = _splice_batches(records, self.topics)
+        for i, (kind, tid, t_ns, payload) in enumerate(records):
+            if kind == KIND_TOPIC:
+                self.describe(tid, payload)
+                continue
+            info = self.topics.get(tid)
+            if info is None or info["topic"] in self.errors:   # no description (dropped: ring full) / failed
+                continue
+            topic = info["topic"]
+            try:
+                data = built.get(i)
+                if data is None:
+                    data = info["splicer"].build(payload) if kind == KIND_DATA else bytes(payload)
+                self.writer.write(topic, t_ns, data)
+            except Exception as exc:   # keep writing the other topics; say it once per topic
+                self.errors.add(topic)
+                _say(f"{topic}: could not write a message ({exc})")
+
+    def close(self, path: str, dropped: int, orphaned: bool) -> None:
+        from legged_wbc.ros.bag_writer import size_note
+
+        w = self.writer
+        if dropped:
+            w.set_custom_data("dropped_messages", str(dropped))
+        w.close()
+        per = ", ".join(f"{k} {v}" for k, v in sorted(w.counts.items()) if v)
+        why = " (the container exited without closing the ring)" if orphaned else ""
+        print(f"{_PREFIX}bag closed: {path} ({sum(w.counts.values())} messages: {per}; {dropped} dropped; "
+              f"{size_note(Path(path))}){why}", flush=True)
+
+
+def _drain(ring, bag: _BagSide, parent_pid: int) -> bool:
+    """Write what the producer puts into the ring until it closes the ring (False) or dies (True:
+    orphaned; checked every 0.1 s while the ring is empty)."""
+    last_check = time.monotonic()
+    while True:
+        records = ring.read()
+        if not records:
+            if ring.closed and ring.pending_bytes() == 0:
+                return False
+            now = time.monotonic()
+            if now - last_check > 0.1:
+                last_check = now
+                if not _parent_alive(parent_pid):
+                    return True
+            time.sleep(POLL_S)
+            continue
+        bag.write_records(records)
+        del records
+        ring.consumed()
+
+
 def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_pid: int,
         compression: str = "zstd") -> int:
     """The recorder process: ring -> rosbag2 until the producer closes the ring (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # container stops us by closing the ring
-    prefix = "[bag_writer] "
     ring = RecordRing.attach(ring_name, lock)
     try:
-        from legged_wbc.ros.bag_writer import BagWriter, size_note
-
-        topics: dict[int, dict] = {}
-        writer = BagWriter(Path(path), storage, custom_data, compression=compression,
-                           describe=lambda topic: (topics_by_name[topic]["qos"], topics_by_name[topic]["digest"]))
+        bag = _BagSide(path, storage, custom_data, compression)
     except Exception as exc:
-        print(f"{prefix}cannot open the bag {path}: {exc}", file=sys.stderr, flush=True)
+        _say(f"cannot open the bag {path}: {exc}")
         ring.set_consumer_state(FAILED)
         ring.release()
         return 2
-    topics_by_name: dict[str, dict] = {}
-    errors: set[str] = set()
     ring.set_consumer_state(READY)
-    last_check = time.monotonic()
-    orphaned = False
-    while True:
-        records = ring.read()
-        if not records:
-            if ring.closed and ring.pending_bytes() == 0:
-                break
-            now = time.monotonic()
-            if now - last_check > 0.1:
-                last_check = now
-                if not _parent_alive(parent_pid):
-                    orphaned = True
-                    break
-            time.sleep(POLL_S)
-            continue
-        records = _expand_batches(records)
-        built = _splice_batches(records, topics)
-        for i, (kind, tid, t_ns, payload) in enumerate(records):
-            if kind == KIND_TOPIC:
-                info = pickle.loads(payload)
-                topics[tid] = info
-                if info["topic"] not in topics_by_name:
-                    try:
-                        writer.add_topic(info["topic"], info["msgtype"])
-                    except Exception as exc:
-                        print(f"{prefix}{info['topic']}: not recorded ({exc})", file=sys.stderr, flush=True)
-                        errors.add(info["topic"])
-                topics_by_name[info["topic"]] = info
-                continue
-            info = topics.get(tid)
-            if info is None:             # its description was dropped (ring full): so is the message
-                continue
-            topic = info["topic"]
-            if topic in errors:
-                continue
-            try:
-                data = built.get(i)
-                if data is None:
-                    data = info["splicer"].build(payload) if kind == KIND_DATA else bytes(payload)
-                writer.write(topic, t_ns, data)
-            except Exception as exc:   # keep writing the other topics; say it once per topic
-                errors.add(topic)
-                print(f"{prefix}{topic}: could not write a message ({exc})", file=sys.stderr, flush=True)
-        del records, payload
-        ring.consumed()
-    dropped = ring.dropped
-    if dropped:
-        writer.set_custom_data("dropped_messages", str(dropped))
-    writer.close()
-    total = sum(writer.counts.values())
-    per = ", ".join(f"{k} {v}" for k, v in sorted(writer.counts.items()) if v)
-    why = " (the container exited without closing the ring)" if orphaned else ""
-    print(f"{prefix}bag closed: {path} ({total} messages: {per}; {dropped} dropped; {size_note(Path(path))}){why}",
-          flush=True)
+    orphaned = _drain(ring, bag, parent_pid)
+    bag.close(path, ring.dropped, orphaned)
     ring.set_consumer_state(DONE)
     ring.release()
     return 0

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from legged_wbc.params import param, validate
 from legged_wbc.ros.composition import run_control, run_sim, teardown
+from legged_wbc.ros.io.executors import ignore_stop_signals
 
 CONTAINER_NODE = "walking_container"
 CONTAINER_NODES = {"all": CONTAINER_NODE, "sim": "sim_container", "control": "control_container"}
@@ -189,12 +190,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         # the control thread never waits long for it
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         rc = run_control(bus, P, log, stop_event) if bridge is None else run_sim(bridge, link, P, log)
-        bus.flush()
-        stats = bus.stats()
-        log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
-                 f"callback errors {stats['callback_errors']}" + (f"; {link.stats()}" if link is not None else ""))
-        if stats["callback_errors"]:
-            rc = rc or 1
+        rc = _closing_stats(bus, link, log, rc)
     except (ParameterSchemaError, ConfigError, LinkError) as exc:
         print(f"{CONTAINER_NODES[part]}: {exc}", file=sys.stderr)
         rc = 2
@@ -202,6 +198,18 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         teardown(nodes, link, recorder, executor, spin)
         if rclpy.ok():
             rclpy.shutdown()
+        ignore_stop_signals()   # everything is closed: a late stop signal must not make this an exit -2
+    return rc
+
+
+def _closing_stats(bus, link, log, rc: int) -> int:
+    """Flush the bus, log its counters (and the host link's); a callback error makes the exit code 1."""
+    bus.flush()
+    stats = bus.stats()
+    log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
+             f"callback errors {stats['callback_errors']}" + (f"; {link.stats()}" if link is not None else ""))
+    if stats["callback_errors"]:
+        rc = rc or 1
     return rc
 
 

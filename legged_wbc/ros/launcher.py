@@ -303,58 +303,78 @@ def load_launch(path: str | Path, args: dict[str, str] | None = None, *, strict:
     if root.tag != "launch":
         raise LaunchError(f"{path}: root element must be <launch>, got <{root.tag}>")
     given = dict(args or {})
-    configs: dict[str, str] = dict(given)
-    declared: dict[str, tuple[str | None, str]] = {}
-    nodes: list[NodeAction] = []
-    sub = Substitutor(configs, path.parent)
+    r = _LaunchReader(path, dict(given))
+    r.walk(root)
+    unknown = sorted(set(given) - set(r.declared))
+    if strict and unknown:
+        known = ", ".join(f"{k} (default {v[0]!r})" for k, v in r.declared.items())
+        raise LaunchError(f"{path.name}: unknown launch argument(s) {unknown}; declared: {known}")
+    return LaunchPlan(path=path, arguments=r.declared, configs=r.configs, nodes=r.nodes)
 
-    def where(el) -> str:
-        return f"{path.name}: <{el.tag}{(' name=' + repr(el.get('name'))) if el.get('name') else ''}>"
 
-    def enabled(el) -> bool:
+class _LaunchReader:
+    """Evaluates a launch file's elements in order: arguments and ``let`` into ``configs``, the declared
+    arguments into ``declared`` (name -> (default, description)), the enabled nodes into ``nodes``."""
+
+    def __init__(self, path: Path, configs: dict[str, str]):
+        self.path = path
+        self.configs = configs
+        self.declared: dict[str, tuple[str | None, str]] = {}
+        self.nodes: list[NodeAction] = []
+        self.sub = Substitutor(configs, path.parent)
+
+    def where(self, el) -> str:
+        return f"{self.path.name}: <{el.tag}{(' name=' + repr(el.get('name'))) if el.get('name') else ''}>"
+
+    def enabled(self, el) -> bool:
         c_if, c_unless = el.get("if"), el.get("unless")
         if c_if is not None and c_unless is not None:
-            raise LaunchError(f"{where(el)}: both if and unless given")
+            raise LaunchError(f"{self.where(el)}: both if and unless given")
         if c_if is not None:
-            return to_bool(sub(c_if), where(el))
+            return to_bool(self.sub(c_if), self.where(el))
         if c_unless is not None:
-            return not to_bool(sub(c_unless), where(el))
+            return not to_bool(self.sub(c_unless), self.where(el))
         return True
 
-    def walk(parent) -> None:
+    def walk(self, parent) -> None:
         for el in parent:
             if not isinstance(el.tag, str):  # comments
                 continue
             if el.tag == "arg":
-                name = el.get("name")
-                if not name:
-                    raise LaunchError(f"{where(el)}: <arg> needs a name")
-                default = el.get("default")
-                desc = el.get("description", "")
-                if el.get("value") is not None:  # <arg name value/>: a fixed value
-                    configs[name] = sub(el.get("value"))
-                elif name not in configs:
-                    if default is None:
-                        raise LaunchError(f"{path.name}: required launch argument {name!r} not given "
-                                          f"({desc})" if desc else f"{path.name}: required launch argument {name!r}")
-                    configs[name] = sub(default)
-                choices = [c.get("value") for c in el if isinstance(c.tag, str) and c.tag == "choice"]
-                if choices and configs[name] not in choices:
-                    raise LaunchError(f"launch argument {name}:={configs[name]!r} is not one of "
-                                      f"{', '.join(choices)}")
-                declared[name] = (default, desc)
-            elif not enabled(el):
+                self.arg(el)
+            elif not self.enabled(el):
                 continue
             elif el.tag == "let":
-                configs[el.get("name")] = sub(el.get("value", ""))
+                self.configs[el.get("name")] = self.sub(el.get("value", ""))
             elif el.tag == "group":
-                walk(el)
+                self.walk(el)
             elif el.tag == "node":
-                nodes.append(node_action(el))
+                self.nodes.append(self.node_action(el))
             else:
-                raise LaunchError(f"{where(el)}: element <{el.tag}> is not supported by this launcher")
+                raise LaunchError(f"{self.where(el)}: element <{el.tag}> is not supported by this launcher")
 
-    def node_action(el) -> NodeAction:
+    def arg(self, el) -> None:
+        configs, sub = self.configs, self.sub
+        name = el.get("name")
+        if not name:
+            raise LaunchError(f"{self.where(el)}: <arg> needs a name")
+        default = el.get("default")
+        desc = el.get("description", "")
+        if el.get("value") is not None:  # <arg name value/>: a fixed value
+            configs[name] = sub(el.get("value"))
+        elif name not in configs:
+            if default is None:
+                raise LaunchError(f"{self.path.name}: required launch argument {name!r} not given "
+                                  f"({desc})" if desc else f"{self.path.name}: required launch argument {name!r}")
+            configs[name] = sub(default)
+        choices = [c.get("value") for c in el if isinstance(c.tag, str) and c.tag == "choice"]
+        if choices and configs[name] not in choices:
+            raise LaunchError(f"launch argument {name}:={configs[name]!r} is not one of "
+                              f"{', '.join(choices)}")
+        self.declared[name] = (default, desc)
+
+    def node_action(self, el) -> NodeAction:
+        sub, where = self.sub, self.where
         pkg, exe = sub(el.get("pkg")), sub(el.get("exec"))
         if not pkg or not exe:
             raise LaunchError(f"{where(el)}: <node> needs pkg and exec")
@@ -372,31 +392,28 @@ def load_launch(path: str | Path, args: dict[str, str] | None = None, *, strict:
             if el.get(attr) is not None:
                 setattr(a, attr, float(sub(el.get(attr))))
         for ch in el:
-            if not isinstance(ch.tag, str):
-                continue
-            if ch.tag == "param":
-                if ch.get("from") is not None:
-                    f = Path(sub(ch.get("from")))
-                    if not f.is_file():
-                        raise LaunchError(f"{where(el)}: parameter file {f} not found")
-                    a.params_files.append(str(f))
-                else:
-                    pname, value = ch.get("name"), ch.get("value")
-                    if pname is None or value is None:
-                        raise LaunchError(f"{where(el)}: <param> needs from=, or name= and value=")
-                    a.params.append((sub(pname), sub(value)))
-            elif ch.tag == "remap":
-                a.remaps.append((sub(ch.get("from")), sub(ch.get("to"))))
-            else:
-                raise LaunchError(f"{where(el)}: <{ch.tag}> inside <node> is not supported by this launcher")
+            if isinstance(ch.tag, str):
+                self.node_child(el, ch, a)
         return a
 
-    walk(root)
-    unknown = sorted(set(given) - set(declared))
-    if strict and unknown:
-        known = ", ".join(f"{k} (default {v[0]!r})" for k, v in declared.items())
-        raise LaunchError(f"{path.name}: unknown launch argument(s) {unknown}; declared: {known}")
-    return LaunchPlan(path=path, arguments=declared, configs=configs, nodes=nodes)
+    def node_child(self, el, ch, a: NodeAction) -> None:
+        """A ``<param>`` or ``<remap>`` of the node ``el`` into its action ``a``."""
+        sub, where = self.sub, self.where
+        if ch.tag == "param":
+            if ch.get("from") is not None:
+                f = Path(sub(ch.get("from")))
+                if not f.is_file():
+                    raise LaunchError(f"{where(el)}: parameter file {f} not found")
+                a.params_files.append(str(f))
+            else:
+                pname, value = ch.get("name"), ch.get("value")
+                if pname is None or value is None:
+                    raise LaunchError(f"{where(el)}: <param> needs from=, or name= and value=")
+                a.params.append((sub(pname), sub(value)))
+        elif ch.tag == "remap":
+            a.remaps.append((sub(ch.get("from")), sub(ch.get("to"))))
+        else:
+            raise LaunchError(f"{where(el)}: <{ch.tag}> inside <node> is not supported by this launcher")
 
 
 def describe_arguments(plan: LaunchPlan) -> str:

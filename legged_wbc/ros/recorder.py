@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
+        ros_io.ignore_stop_signals()   # the bag is closed: a late stop signal must not make this an exit -2
     return rc
 
 

@@ -182,7 +182,6 @@ def attach(node, rate_hz: float):
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
 
-    from legged_wbc.ros import background
     from legged_wbc.ros import io as ros_io
 
     latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -205,6 +204,18 @@ def attach(node, rate_hz: float):
     node.pub_tf_static.publish(TFMessage(transforms=static))
     if rate_hz <= 0:
         return None
+    return _tf_job(node, links, rate_hz, TransformStamped, TFMessage)
+
+
+def _tf_job(node, links: "LinkTransforms", rate_hz: float, TransformStamped, TFMessage):
+    """The ``/tf`` job of :func:`attach`: at ``rate_hz``, the newest estimated base pose and the leg links
+    moved by its joint positions, serialized into reused CDR buffers and published off the tick."""
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    from legged_wbc.ros import background
+    from legged_wbc.ros import io as ros_io
+
+    stamp0 = ros_io.time_msg(0)
     qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.VOLATILE)
     node.pub_tf = pub = ros_io.create_publisher(node, TFMessage, TOPIC_TF, qos)   # container: recorder in-process

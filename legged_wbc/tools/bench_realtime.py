@@ -262,7 +262,6 @@ def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stre
 def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag: Path, layout=None) -> dict:
     from legged_wbc.ros.launcher import Launcher, load_launch, resolve_launch_file
     from legged_wbc.ros.stack_monitor import StackMonitor
-    from legged_wbc.tools import bag_metrics
 
     args = {"controller": "cbf", "scenario": scenario, "mode": "realtime", "duration": f"{duration:g}"}
     if layout:
@@ -309,6 +308,16 @@ def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag:
            "wall_s": wall_total, "monitor": {"topics": list(topics) or [TIMING_TOPICS[0]],
                                              "errors": monitor.callback_errors}}
     out.update(_window_cpu(diag_samples, tree, sampler))
+    _add_walk_metrics(out, msgs, topics, record, observe_walk, bag, rc, scenario, stream)
+    return out
+
+
+def _add_walk_metrics(out: dict, msgs, topics, record: bool, observe_walk: bool, bag: Path, rc: int, scenario,
+                      stream) -> None:
+    """The walk's metrics into ``out``: from the recorded bag (``record``) or from the messages the
+    monitor took (``msgs``; the tick topics only with ``observe_walk``), with what the monitor missed."""
+    from legged_wbc.tools import bag_metrics
+
     if msgs is not None:
         # every 500 Hz topic should hold every tick of the walk (and tick 0, re-sent while starting)
         counts = {t: len(v) for t, v in msgs.items()}
@@ -336,7 +345,6 @@ def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag:
             ", which the container publishes outside only for a subscriber there; taking them from the "
             "bench costs the control process about a quarter more CPU per tick and ~100 us more command "
             "latency at the median, ~350 us at p99 (docs/realtime.md), so the bench does not")
-    return out
 
 
 def _window_cpu(diag_samples, tree: ProcessTree, sampler: CpuSampler) -> dict:

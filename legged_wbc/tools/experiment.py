@@ -50,6 +50,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 PROTOCOL = (("wbc0", "none", "nominal"), ("wbcd", "damping", "paper"), ("cbf", "cbf", "paper"))
@@ -233,32 +234,12 @@ def experiment(out: str | Path, *, duration: float | None = None, sets: list[str
     for j in jobs:
         extra = f"  [{', '.join(f'{k.split(chr(46))[-1]}={v}' for k, v in j.randomized.items())}]" if j.randomized else ""
         print(f"  {j.name:10s} {j.controller:8s} {j.base_scenario:8s} {j.duration:g} s{extra}", file=stream)
-    meta_path = out / "experiment.json"
-    failed = []
     t_all = time.monotonic()
-    for i, job in enumerate(jobs, 1):
-        marker = "log.npz" if headless else "metadata.yaml"
-        if not _prepare_output(job, force, marker):
-            job.skipped, job.returncode = True, 0
-            print(f"[{i}/{total}] {job.name}: {job.output} already recorded, reused (--force re-records)",
-                  file=stream, flush=True)
-            continue
-        print(f"[{i}/{total}] {job.name}: {job.controller} on {job.base_scenario}"
-              f"{' (overridden)' if job.overrides else ''}, {job.duration:g} s", file=stream, flush=True)
-        try:
-            job.returncode = (run_headless(job, progress) if headless
-                              else run_ros(job, out, storage, progress, stream, mode=mode, layout=layout))
-        except KeyboardInterrupt:
-            job.returncode = 130
-            _write_meta(meta_path, jobs, headless, sets, repeat, seed)
-            print("interrupted", file=stream, flush=True)
-            return 130
-        status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}; see logs/{job.name}.log)"
-        print(f"[{i}/{total}] {job.name}: {status} in {job.wall_time_s:.0f} s wall", file=stream, flush=True)
-        if job.returncode != 0:
-            failed.append(job.name)
-        _write_meta(meta_path, jobs, headless, sets, repeat, seed)
-    _write_meta(meta_path, jobs, headless, sets, repeat, seed)
+    write_meta = partial(_write_meta, out / "experiment.json", jobs, headless, sets, repeat, seed)
+    failed = _run_jobs(jobs, out, headless, force, progress, storage, stream, mode, layout, write_meta)
+    if failed is None:
+        return 130
+    write_meta()
     done = [j for j in jobs if j.returncode == 0]
     if not done:
         print("no run completed: no report", file=stream, flush=True)
@@ -278,6 +259,37 @@ def experiment(out: str | Path, *, duration: float | None = None, sets: list[str
         print(f"failed runs: {', '.join(failed)}", file=stream, flush=True)
         return 1
     return 0
+
+
+def _run_jobs(jobs: list, out: Path, headless: bool, force: bool, progress: bool, storage: str, stream,
+              mode: str, layout: str | None, write_meta) -> list[str] | None:
+    """Run (or reuse) every job, the experiment's metadata rewritten after each; the names of the
+    failed ones, or None when interrupted (Ctrl-C)."""
+    total = len(jobs)
+    failed = []
+    for i, job in enumerate(jobs, 1):
+        marker = "log.npz" if headless else "metadata.yaml"
+        if not _prepare_output(job, force, marker):
+            job.skipped, job.returncode = True, 0
+            print(f"[{i}/{total}] {job.name}: {job.output} already recorded, reused (--force re-records)",
+                  file=stream, flush=True)
+            continue
+        print(f"[{i}/{total}] {job.name}: {job.controller} on {job.base_scenario}"
+              f"{' (overridden)' if job.overrides else ''}, {job.duration:g} s", file=stream, flush=True)
+        try:
+            job.returncode = (run_headless(job, progress) if headless
+                              else run_ros(job, out, storage, progress, stream, mode=mode, layout=layout))
+        except KeyboardInterrupt:
+            job.returncode = 130
+            write_meta()
+            print("interrupted", file=stream, flush=True)
+            return None
+        status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}; see logs/{job.name}.log)"
+        print(f"[{i}/{total}] {job.name}: {status} in {job.wall_time_s:.0f} s wall", file=stream, flush=True)
+        if job.returncode != 0:
+            failed.append(job.name)
+        write_meta()
+    return failed
 
 
 def _print_table(res: dict, stream) -> None:

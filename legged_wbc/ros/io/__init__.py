@@ -86,7 +86,7 @@ from legged_wbc.ros.io.messages import (  # noqa: F401
     contacts_msg, diagnostics_msg, diagnostics_dict, torque_command_msg, fill_torque_command,
 )
 from legged_wbc.ros.io.joint_order import (  # noqa: F401
-    POSITION_MARGIN_RAD, VELOCITY_FACTOR, JointOrder, joint_bounds,
+    POSITION_MARGIN_RAD, VELOCITY_FACTOR, JointOrder, all_finite, joint_bounds,
 )
 from legged_wbc.ros.io.command import (  # noqa: F401
     CommandError, TorqueCommand, TorqueCommandDecoder,
@@ -98,5 +98,5 @@ from legged_wbc.ros.io.endpoints import (  # noqa: F401
     create_publisher, create_subscription, wait_for_matched_subscribers,
 )
 from legged_wbc.ros.io.executors import (  # noqa: F401
-    EXECUTOR_ENV, EXECUTORS, SPIN_PERIOD, executor_kind, make_executor, spin_until, spin_node,
+    EXECUTOR_ENV, EXECUTORS, SPIN_PERIOD, executor_kind, ignore_stop_signals, make_executor, spin_until, spin_node,
 )

@@ -55,6 +55,18 @@ def spin_until(executor, done, period: float = SPIN_PERIOD) -> None:
         executor.spin_once(timeout_sec=period)
 
 
+def ignore_stop_signals() -> None:
+    """For a process's last steps, once its work is saved (the bag closed): SIGINT and SIGTERM are
+    ignored. A launcher that shuts the stack down while this process is exiting on its own (its peer
+    left) would otherwise kill it as Python finalizes (Python gives the signals their default action
+    back then, for handlers it set itself, but leaves an ignored signal ignored): a clean exit reported
+    as "exit code -2"."""
+    import signal
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+
+
 def spin_node(make_node, argv=None) -> int:
     """``main()`` of a node: init, spin ``make_node()`` until Ctrl-C / SIGTERM / shutdown, clean up.
     The node is in a process of its own: if it has a :class:`NewestTickRunner` ``ticks``, its

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
+
+_sum, _max, _abs = np.add.reduce, np.maximum.reduce, np.abs
+
+
+def all_finite(*arrays) -> bool:
+    """Whether every value of the float arrays is finite: one sum per array (a NaN or an inf makes the
+    total non-finite; so would a total beyond 1.8e308, which no valid sample reaches). The inputs'
+    check on every sample: ~3x cheaper than ``np.all(np.isfinite(a))`` per array."""
+    total = 0.0
+    for a in arrays:
+        total += _sum(a)
+    return math.isfinite(total)
 
 
 # Corrupt-sample bounds. The simulation does not enforce joint limits (the controller's business), and
@@ -75,8 +88,8 @@ class JointOrder:
 
     def _check_plausible(self, pos: np.ndarray, vel: np.ndarray) -> None:
         lo, hi, vmax = self._bounds
-        if (np.abs(pos - self._mid) <= self._half).all() and (np.abs(vel) <= vmax).all():
-            return                          # the usual path, one pass per array
+        if _max(_abs(pos - self._mid) - self._half) <= 0.0 and _max(_abs(vel) - vmax) <= 0.0:
+            return                          # the usual path (a NaN compares False: the slow path)
         pos, vel = np.nan_to_num(pos, nan=self._mid), np.nan_to_num(vel, nan=0.0)  # NaN: checked later
         bad_p = np.flatnonzero((pos < lo) | (pos > hi))
         bad_v = np.flatnonzero(np.abs(vel) > vmax)
