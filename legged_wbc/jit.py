@@ -30,7 +30,7 @@ KERNEL_MODULES = {
     "legged_wbc.kinematics": None,
     "wbc_controller.ldp": None,
     **{f"wbc_controller.blocks.{m}": None for m in ("cbf", "compensation", "contact", "floating_base", "friction",
-                                                       "swing", "tasks", "torque")},
+                                                       "joint_limits", "swing", "tasks", "torque")},
 }
 
 NOTICE = ("legged_wbc: compiling the estimator/controller kernels for this CPU "

@@ -320,9 +320,12 @@ def test_experiment_plan_randomized_repeats(tmp_path):
     again = plan(tmp_path / "again", SHORT, None, repeat=3, seed=7)
     assert [j.randomized for j in again] == [j.randomized for j in jobs]   # reproducible from the seed
     assert by["wbc0"].randomized == {} and load_scenario(by["wbc0"].scenario_arg).disturbance.enabled is False
-    plain = plan(tmp_path / "plain", None, 10.0)
-    assert [(j.name, j.scenario_arg, j.duration) for j in plain] == [("wbc0", "nominal", 10.0),
-                                                                      ("wbcd", "paper", 10.0), ("cbf", "paper", 10.0)]
+    plain = plan(tmp_path / "plain", None, 10.0)            # Table 3: the scenarios with the paper's preset
+    assert [(j.name, j.duration) for j in plain] == [("wbc0", 10.0), ("wbcd", 10.0), ("cbf", 10.0)]
+    assert [(load_scenario(j.scenario_arg).name, load_scenario(j.scenario_arg).preset) for j in plain] == [
+        ("nominal", "paper"), ("paper", "paper"), ("paper", "paper")]
+    robust = plan(tmp_path / "robust", ["preset=robust"], 10.0)   # another preset when asked for
+    assert {load_scenario(j.scenario_arg).preset for j in robust} == {"robust"}
     with pytest.raises(ExperimentError, match="state_estimator node does not apply"):
         plan(tmp_path / "x", ["estimator.touchdown.threshold=5"], None)
 

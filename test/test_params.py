@@ -191,7 +191,7 @@ WBC_LIVE = {
     "theta_min": (-0.01, ["l", "cbf_active"], {}, T_WALK),
     "theta_max": (0.01, ["u", "cbf_active"], {}, T_WALK),
     "cbf_margin": (0.005, ["l", "u"], {}, T_WALK),
-    "cbf_margin_mode": ("tau_ext", ["l", "u"], {}, T_WALK),
+    "cbf_margin_mode": ("tau_ext", ["u"], {}, T_WALK),       # this tick's tau_ext pushes every support leg up
     "jdot_mode": ("fd", ["l", "u"], {}, T_WALK),
     "null_space_compensation": (True, ["tau"], {}, T_WALK),
     "compensation_limit": (1.0, ["tau"], {"null_space_compensation": True}, T_WALK),
@@ -231,7 +231,7 @@ WBC_LIVE = {
 }
 # live only with a read-only setting other than the default: (start-up overrides, new value, probes)
 WBC_LIVE_WITH = {"cbf_slack_weight": ({"cbf_slack": True}, 10.0, ["H"]),
-                 "cbf_margin_max": ({"cbf_margin_mode": "tau_ext"}, 0.001, ["l", "u"]),
+                 "cbf_margin_max": ({"cbf_margin_mode": "tau_ext"}, 0.001, ["u"]),
                  "joint_limit_kp": ({"joint_limit_barrier": True}, 100.0, ["l", "u"]),
                  "joint_limit_kd": ({"joint_limit_barrier": True, "joint_limit_kp": 1.0}, 10.0, ["l", "u"]),
                  "joint_velocity_gain": ({"joint_limit_barrier": True}, 2.0, ["l", "u"])}
