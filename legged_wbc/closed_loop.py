@@ -181,6 +181,7 @@ class ClosedLoop:
             "est_pos": np.zeros((steps, 3)), "est_vel_world": np.zeros((steps, 3)),
             "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
             "tau_saturated": np.zeros((steps, n), bool),
+            "normal_est": np.zeros((steps, 3)), "foot_pos_gt": np.zeros((steps, N, 3)),
         }
         fell, reason = False, ""
         # the loop writes the rows of S through local names (no dict look-ups per tick)
@@ -191,6 +192,8 @@ class ClosedLoop:
         s_base_vel, s_est_pos, s_est_vel, s_joint_pos = (S["base_vel_world"], S["est_pos"], S["est_vel_world"],
                                                          S["joint_pos"])
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
+        s_normal, s_foot_gt, foot_xpos = S["normal_est"], S["foot_pos_gt"], sim.d.geom_xpos
+        foot_geoms = np.array(sim.foot_geoms)
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
@@ -215,7 +218,8 @@ class ClosedLoop:
                 est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
                 tau_ext = np.empty(n)
                 tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
-                out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext))
+                out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext,
+                                                 normal=est.support_normal))
                 tau_applied = delay_push(out.tau)      # command_delay_ticks = 0: out.tau itself
                 if tau_applied is not None:
                     sim.set_torque(tau_applied)
@@ -246,6 +250,8 @@ class ClosedLoop:
                 s_est_pos[k] = est.q[:3]
                 s_est_vel[k] = est.v_world
                 s_joint_pos[k] = f.joint_pos
+                s_normal[k] = est.support_normal
+                s_foot_gt[k] = foot_xpos[foot_geoms]          # foot sphere centres, world (evaluation only)
                 if tau_applied is not None:
                     sim.step(PHYSICS_PER_CONTROL)
                 else:                               # no (delayed) command yet: damping, every physics step

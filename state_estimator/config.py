@@ -2,7 +2,7 @@
 
 The fields, declared with :func:`legged_wbc.params.param`, are the single source of names, types,
 defaults, ranges, units, descriptions and live / read-only. :class:`EstimatorConfig` (groups
-``touchdown``, ``velocity``, ``height``) is what :class:`state_estimator.estimator.StateEstimator`
+``touchdown``, ``velocity``, ``height``, ``plane``) is what :class:`state_estimator.estimator.StateEstimator`
 takes; :class:`EstimatorNodeConfig` adds the node's own read-only parameters (``robot``,
 ``scenario``, ``qos_depth``) and is what the ``state_estimator`` node declares as ROS parameters.
 Errors raise :class:`legged_wbc.robot.ConfigError` naming the (dotted) parameter.
@@ -98,12 +98,27 @@ class HeightConfig:
 
 
 @dataclass(frozen=True)
+class PlaneConfig:
+    """Support plane (terrain normal) from the support feet (see ``support_plane.py``)."""
+
+    _prefix = "plane"
+    cutoff_hz: float = param(2.0, 0.01, 100.0, "cut-off of the first-order low-pass on the fitted support-plane "
+                             "normal and offset", unit="Hz")
+    deadband_deg: float = param(1.0, 0.0, 10.0, "soft dead band on the normal's tilt from world z (a tilt "
+                                "below it gives world z exactly; above, the tilt is reduced by it)", unit="deg")
+
+    def __post_init__(self):
+        validate(self)
+
+
+@dataclass(frozen=True)
 class EstimatorConfig:
     """All estimator parameters (what ``StateEstimator`` takes)."""
 
     touchdown: TouchdownConfig = group(TouchdownConfig)
     velocity: VelocityConfig = group(VelocityConfig)
     height: HeightConfig = group(HeightConfig)
+    plane: PlaneConfig = group(PlaneConfig)
 
     def __post_init__(self):
         validate(self)

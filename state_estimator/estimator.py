@@ -55,7 +55,7 @@ from legged_wbc.gait import GaitScheduler, gait_state
 from legged_wbc.kinematics import kinematic_tree, tree_foot_kinematics
 from legged_wbc.model import RobotModel
 
-from . import kernels
+from . import kernels, support_plane
 from .config import EstimatorConfig
 from .touchdown import TouchdownDetector
 from .velocity import GRAVITY_WORLD, BaseVelocityFilter
@@ -93,6 +93,9 @@ class EstimatedState:
     height_raw: float              # unfiltered support-foot base height [m] (NaN: no support foot)
     foot_pos_base: np.ndarray      # (L, 3) foot points (sphere centres) in the base frame [m]
     dt: float                      # time since the previous sample [s] (0 on the first)
+    # support plane (:mod:`.support_plane`)
+    support_normal: np.ndarray = None  # (3,) estimated terrain normal, world frame (unit, z up)
+    support_offset: float = math.nan   # plane of the foot centres {r: n . r = d}, r world-aligned at the base [m]
 
 
 class EstimatorCore:
@@ -127,6 +130,9 @@ class EstimatorCore:
         self.touchdown = TouchdownDetector(self.cfg.touchdown, self.L, self.k, self.dt)
         self.velocity = BaseVelocityFilter(self.cfg.velocity, self.L, self.dt)
         self._alpha_nom = self._alpha(self.dt)
+        self._plane = np.zeros(support_plane.STATE_SIZE)     # support-plane filter state
+        support_plane.reset_state(self._plane)
+        self._plane_r = np.zeros((self.L, 3))                 # scratch
         self._p_foot = np.zeros((self.L, 3))                  # foot points, base frame
         self._v_rel = np.zeros((self.L, 3))                   # J_p dq, base frame
         self._M_inv = np.zeros((self.L, self.k, self.k))      # leg blocks at the last estimate
@@ -145,6 +151,11 @@ class EstimatorCore:
     # ------------------------------------------------------------------ setup
     def _alpha(self, dt: float) -> float:
         return 1.0 - math.exp(-2.0 * math.pi * self.cfg.height.cutoff_hz * dt)
+
+    def _plane_params(self, step: float) -> tuple[float, float]:
+        """The support-plane low-pass factor over ``step`` [s] and the dead band [rad]."""
+        pc = self.cfg.plane
+        return 1.0 - math.exp(-2.0 * math.pi * pc.cutoff_hz * step), math.radians(pc.deadband_deg)
 
     def set_config(self, cfg: EstimatorConfig) -> None:
         """Apply new (validated) parameters from the next update on; filter states are kept."""
@@ -168,6 +179,7 @@ class EstimatorCore:
         self._t = None if t0 is None else float(t0)
         self.velocity.reset(np.zeros(3))
         self.touchdown.initialized = False
+        support_plane.reset_state(self._plane)
         self._reset_history()
         self._started = False
         self._is_reset = True
@@ -248,6 +260,7 @@ class StateEstimator(EstimatorCore):
         self._params_of = None                                # configs the derived constants are for
         self._refresh_fast_params()
         kernels.warm_up()
+        support_plane.warm_up(L)
 
     def _refresh_fast_params(self) -> None:
         """Constants of the compiled path derived from the filters' current configs (re-derived when
@@ -317,6 +330,9 @@ class StateEstimator(EstimatorCore):
         if status != kernels.OK:
             raise np.linalg.LinAlgError("singular matrix in the estimator filters")
         self._dynamics_fast(q, v)                             # for the next cycle's prediction
+        plane = np.empty(5)
+        alpha, band = self._plane_params(step)
+        support_plane.support_plane_step(foot_pos, support, q, alpha, band, self._plane, self._plane_r, plane)
         self._t = t
         self._started = True
         return EstimatedState(
@@ -324,7 +340,8 @@ class StateEstimator(EstimatorCore):
             nominal_support=nominal, phase=phase, cycle=cycle,
             td_score=score, td_count=count, tau_ext=tau_ext,
             vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
-            vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt)
+            vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt,
+            support_normal=plane[:3], support_offset=float(plane[3]))
 
     def _gait_phases(self, t: float):
         """Nominal phase and gait-cycle index per leg at ``t`` (``GaitScheduler.state``, compiled)."""

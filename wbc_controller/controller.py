@@ -50,6 +50,7 @@ class ControllerInput:
     v: np.ndarray            # estimated velocity (nv), base part in the base frame
     support: np.ndarray      # estimated support set S_c (bool, per leg)
     tau_ext: np.ndarray | None = None  # estimated external joint torque (n), "opposes the motor"
+    normal: np.ndarray | None = None   # estimated support-plane normal (3,), world frame (None: world z)
 
 
 @dataclass
@@ -206,6 +207,22 @@ class ControllerCore:
             self.last_tau = out_tau.copy()
         return out_tau, status
 
+    @staticmethod
+    def _normal_of(inp: ControllerInput) -> tuple[float, float, float]:
+        """The input's support-plane normal (world z without one), checked: 3 finite numbers, unit
+        within 1e-3, pointing up (``n_z >= 0.2``); :class:`InputError` otherwise."""
+        n = inp.normal
+        if n is None:
+            return 0.0, 0.0, 1.0
+        if getattr(n, "shape", None) != (3,):
+            raise InputError(f"controller input normal: expected 3 values, got shape {np.shape(n)}")
+        x, y, z = (float(c) for c in n)
+        if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
+            raise InputError("controller input normal: contains NaN/inf")
+        if abs(x * x + y * y + z * z - 1.0) > 1e-3 or z < 0.2:
+            raise InputError(f"controller input normal: not a unit vector pointing up ({x:.4g}, {y:.4g}, {z:.4g})")
+        return x, y, z
+
     def _fd_jdot(self, legs, qj, dqj) -> None:
         """The paper's J_theta_dot: directional central difference (step 1e-5), 0 if |q_dot_i| <= 1e-6."""
         eps = 1e-5
@@ -279,6 +296,7 @@ class WholeBodyController(ControllerCore):
             setattr(sw, name, view)
         self._p0[:] = self.refs.p0
         self.refs.p0 = self._p0
+        self._normal_w[:] = (0.0, 0.0, 1.0)                  # world z until an input brings one
         self._qp = K.QpArrays(*(getattr(self._problem, k) for k in K.QpArrays._fields))
         self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
         self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
@@ -433,6 +451,7 @@ class WholeBodyController(ControllerCore):
         clock = time.perf_counter
         t_in = clock()
         q, v, support, tau_ext = self._check_input_fast(inp)
+        self._normal_w[0], self._normal_w[1], self._normal_w[2] = self._normal_of(inp)
         K, cfg, N = self._K, self.cfg, self.N
         t_cycle = clock()
         lb = self._model_fast(q, v)

@@ -39,9 +39,9 @@ from .blocks.cbf import cbf_active, cbf_rows
 from .blocks.compensation import null_space_compensation
 from .blocks.contact import normal_force_bounds
 from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmetrize_mass
-from .blocks.friction import friction_rows
+from .blocks.friction import contact_normals, friction_rows, pyramid_coefficients, pyramid_rows
 from .blocks.swing import SWING_WORK, SwingPlan, start_swings, swing_torques
-from .blocks.tasks import body_reference, body_task, task_cost, task_targets
+from .blocks.tasks import attitude_task, body_reference, body_task, plane_attitude, task_cost, task_targets
 from .blocks.torque import command_torque, torque_rows
 from .ldp import all_finite, check_direct, ldp_direct, qp_from_ldp
 from .qp import INF
@@ -64,6 +64,8 @@ PARAM_SCALARS = (
     # compensation, contact, friction, cost, CBF
     ("compensation_limit", F8), ("fz_max", F8), ("mu", F8), ("w_body", F8), ("n_slack", I8), ("slack_weight", F8),
     ("hessian_reg", F8), ("cbf_on", B1), ("kp_b", F8), ("kd_b", F8), ("th_lo", F8), ("th_hi", F8),
+    # terrain: contact normal, attitude on the support plane, late touchdowns (docs/terrain.md)
+    ("normal_estimated", B1), ("attitude_plane", B1), ("late_descent", F8),
     # the problem's layout: first force column, first friction / torque / CBF row
     ("lam0", I8), ("row_fric", I8), ("row_tau", I8), ("row_cbf", I8),
 )
@@ -112,7 +114,8 @@ def make_params(ctl) -> Params:
         kd_swing_pitch=c.kd_swing_pitch, compensation_limit=c.compensation_limit, fz_max=c.fz_max, mu=c.mu,
         w_body=c.w_body, n_slack=int(ctl.ns), slack_weight=c.cbf_slack_weight, hessian_reg=c.hessian_reg,
         cbf_on=mode == "cbf", kp_b=c.kp_b, kd_b=c.kd_b, th_lo=c.theta_min + c.cbf_margin,
-        th_hi=c.theta_max - c.cbf_margin, lam0=int(ctl.lam0), row_fric=int(ctl.row_fric), row_tau=int(ctl.row_tau),
+        th_hi=c.theta_max - c.cbf_margin, normal_estimated=c.contact_normal == "estimated",
+        attitude_plane=c.body_attitude == "plane", late_descent=c.late_descent_velocity, lam0=int(ctl.lam0), row_fric=int(ctl.row_fric), row_tau=int(ctl.row_tau),
         row_cbf=int(ctl.row_cbf),
         **{k: np.asarray(getattr(c, k), dtype=float) for k in ("kp_pos", "kd_pos", "kp_rot", "kd_rot", "kp_swing",
                                                                "kd_swing")},
@@ -141,6 +144,7 @@ def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
         ("phases", i, (N,)), ("progress", f, (N,)), ("cycles", i, (N,)), ("W", f, (N, 4)), ("b", f, (N, 4)),
         ("tau_sw", f, (n,)), ("tau_comp", f, (n,)), ("tau_sw_total", f, (n,)), ("swing_work", f, (SWING_WORK,)),
         ("nvec_work", f, (4,)),                                                           # cycle quantities
+        ("normal_w", f, (3,)), ("normals_b", f, (N, 3)), ("fric_coef", f, (N, 4, 3)), ("R_d", f, (3, 3)),
         ("p0", f, (3,)), ("sw_cycle", i, (N,)), ("sw_start", f, (N, 3)), ("sw_target", f, (N, 3)),
         ("sw_v_start", f, (N, 3)), ("sw_v_end", f, (N, 3)), ("sw_duration", f, (N,)),
         ("sw_planned", np.uint8, (N,)),           # bool (numba takes no bool arrays in records)
@@ -186,11 +190,22 @@ def model_stage(M_upper, h_in, q, v, chain, ws):
 @njit(cache=True)
 def cycle_targets(t, q, v, support, tau_ext, compensate, w):
     """What the QP of one cycle is made of, before its blocks (into the workspace record ``w``):
-    body reference and task, gait state, task targets ``W``, ``b``, the swings that begin, swing
+    body reference and task (on the support plane of ``w.normal_w`` with ``attitude_plane``), the
+    feet's contact normals and pyramid coefficients, gait state, task targets ``W``, ``b``, the swings that begin, swing
     and compensation torques (``tau_sw_total = tau_sw + tau_comp``)."""
     legs, plan = workspace_legs(w), workspace_plan(w)
     body_reference(t, w.p0, w, w.ref_p, w.ref_v, w.ref_a)
+    if w.attitude_plane:          # on the support plane: height along its normal, attitude aligned with it
+        nz = plane_attitude(w.normal_w, w.R_d)
+        if nz != 1.0:
+            w.ref_p[2] /= nz
+            w.ref_v[2] /= nz
+            w.ref_a[2] /= nz
     body_task(w.ref_p, w.ref_v, w.ref_a, q, w.R, v, w, w.acc_body, w.e_rpy)
+    if w.attitude_plane and w.R_d[2, 2] != 1.0:
+        attitude_task(w.R_d, w.R, v, w, w.acc_body, w.e_rpy)
+    contact_normals(w.R, w.normal_w, w.normal_estimated, w.normals_b)
+    pyramid_coefficients(w.normals_b, w.mu, w.fric_coef)
     gait_state(t, w.gait_start_time, w.gait_stop_time, w.gait_period, w.swing_duration, w.gait_offset, w.gait_group,
                w.phases, w.progress, w.cycles)
     task_targets(support, legs, w.acc_body, v[3:6], w.theta_nom, w, w.W, w.b)
@@ -231,11 +246,12 @@ def ldp_solution_stage(y, x, support, cbf_act, ws):
 @njit(cache=True)
 def qp_blocks(support, ws, qp):
     """The blocks of the stacked QP (:class:`QpArrays`) that change every cycle, from the
-    quantities the cycle kept in the workspace: cost, floating-base rows, normal-force bounds,
+    quantities the cycle kept in the workspace: cost, friction pyramids, floating-base rows, normal-force bounds,
     torque rows, CBF rows; the stacked lower bounds ``bl`` get the equality right-hand side."""
     w = ws[0]
     legs = workspace_legs(w)
     task_cost(legs.J, w.W, w.b, w.acc_body, w, qp.H, qp.g)
+    pyramid_rows(w.fric_coef, w.lam0, w.row_fric, qp.C)
     floating_base_rows(w.M, w.h, legs.p, w.lam0, qp.A_eq, qp.b_eq)
     normal_force_bounds(support, w.fz_max, w.row_fric, qp.u)
     torque_rows(w.M, w.h, legs.J, w.tau_sw_total, w, qp.C, qp.l, qp.u)
