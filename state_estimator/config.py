@@ -45,6 +45,10 @@ class TouchdownConfig:
                               "s = ||tau_ext_k - tau_ext_k-1|| / dt", unit="N m/s")
     n_land: int = param(2, 1, 100, "consecutive swing-down samples with s > gamma_land that declare a touchdown",
                         unit="samples")
+    late_max_cycles: int = param(50, 0, 1000, "a swing-down that ends without a touchdown is extended: the leg "
+                                 "stays out of the support set until the landing test sees the contact, at most "
+                                 "this many control cycles (then it joins the support set as the gait says); 0 = "
+                                 "no extension", unit="cycles")
     sigma_dq_process: float = param(0.02, 1.0e-6, 100.0, "process noise std of the joint-velocity model, "
                                     "per control step", unit="rad/s")
     sigma_tau_process: float = param(1.0, 1.0e-6, 1.0e4, "process noise std of the external-torque random walk, "

@@ -14,8 +14,10 @@ per control cycle (500 Hz, ``dt = 0.002 s``) from one sensor sample:
    (typically another leg landing) shows up in every swinging leg's ``tau_ext`` and score; in our
    simulations (PD and whole-body-controlled walking, with and without sensor noise) the
    pre-contact score floor of swinging legs is 2.5-4x higher without the coupling.
-2. **Support set** ``S_c = S_nominal | S_touchdown`` (nominal from the gait scheduler at ``t``).
-   This is the support mask the controller uses.
+2. **Support set** ``S_c = (S_nominal & ~S_late) | S_touchdown`` (nominal from the gait scheduler
+   at ``t``; ``S_late``: legs whose swing-down ended without a touchdown, kept out until their contact
+   is seen or ``touchdown.late_max_cycles`` have passed, :mod:`.touchdown`). This is the support mask
+   the controller uses.
 3. **Base velocity** (:mod:`.velocity`): world-frame velocity, IMU-predicted, corrected by the
    leg kinematics of the reliable support feet (soft gating, 20-cycle exclusion after entry).
 4. **Base height**: ``z_raw = mean_{i in S_c}(foot_radius - (R p_i)_z)`` (foot points are the sphere
@@ -96,6 +98,9 @@ class EstimatedState:
     # support plane (:mod:`.support_plane`)
     support_normal: np.ndarray = None  # (3,) estimated terrain normal, world frame (unit, z up)
     support_offset: float = math.nan   # plane of the foot centres {r: n . r = d}, r world-aligned at the base [m]
+    # late touchdowns (:mod:`.touchdown`)
+    late: np.ndarray = None            # (L,) bool, the leg's swing-down is extended (out of the support set)
+    late_event: np.ndarray = None      # (L,) int, this cycle: 0, 1 late contact seen, 2 extension limit reached
 
 
 class EstimatorCore:
@@ -268,7 +273,7 @@ class StateEstimator(EstimatorCore):
         td, vf = self.touchdown, self.velocity
         tc, vc = td.cfg, vf.cfg
         self._tick_consts = (self._leg_j64, self.dt, np.ascontiguousarray(np.diag(td._Q), dtype=float), td._r,
-                             tc.gamma_land, tc.n_land, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
+                             tc.gamma_land, tc.n_land, tc.late_max_cycles, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
                              vc.exclusion_cycles, self._imu_r, self._imu_offset, float(GRAVITY_WORLD[2]),
                              self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius)
         self._params_of = (self.cfg, tc, vc)
@@ -317,7 +322,7 @@ class StateEstimator(EstimatorCore):
         h_init = self._height_init
         status, h_raw = kernels.estimator_tick(
             buf, first, dt, step, phase, cycle, self.base_coupling, math.nan if h_init is None else h_init,
-            td.x, td.P, td.count, td.touchdown, td.latched_cycle, td._prev_phase, td._prev_cycle,
+            td.x, td.P, td.count, td.touchdown, td.latched_cycle, td._prev_phase, td._prev_cycle, td.late, td.event,
             self._M_inv, self._h_leg, self._M_lb, vf.v, vf.P, vf.prev_support, vf.cycles_in_support,
             self._p_foot, self._v_rel, self._st,
             *self._tick_consts, *self._tick_scratch,
@@ -341,7 +346,7 @@ class StateEstimator(EstimatorCore):
             td_score=score, td_count=count, tau_ext=tau_ext,
             vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
             vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt,
-            support_normal=plane[:3], support_offset=float(plane[3]))
+            support_normal=plane[:3], support_offset=float(plane[3]), late=td.late > 0, late_event=td.event.copy())
 
     def _gait_phases(self, t: float):
         """Nominal phase and gait-cycle index per leg at ``t`` (``GaitScheduler.state``, compiled)."""

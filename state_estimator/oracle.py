@@ -91,7 +91,7 @@ class ReferenceEstimator(EstimatorCore):
         cycle = self.gait.cycle_index(t)
         nominal = phase == 0
         touchdown = self._touchdown(first, step, qj, dqj, tau, quat, w, f, R, phase, cycle)
-        support = nominal | touchdown                        # 2. support set
+        support = (nominal & (self.touchdown.late == 0)) | touchdown   # 2. support set
         self._kinematics(qj, dqj)                            # 3. leg kinematics and base velocity
         vw = self._velocity(first, dt, step, w, f, R, support)
         h_raw, pos = self._position(first, step, R, support, vw)
@@ -114,7 +114,7 @@ class ReferenceEstimator(EstimatorCore):
             vel_d2=vf.d2, vel_inflation=vf.inflation, vel_used=vf.used,            # replaced each cycle
             vel_excluded=vf.excluded, vel_cycles_in_support=vf.cycles_in_support,  # (no copy needed)
             vel_cov=vf.P.copy(), height_raw=h_raw, foot_pos_base=self._p_foot.copy(), dt=dt,
-            support_normal=plane[:3], support_offset=float(plane[3]))
+            support_normal=plane[:3], support_offset=float(plane[3]), late=td.late > 0, late_event=td.event.copy())
 
     def _specific_force(self, first, step, w, acc):
         """Base angular acceleration (gyro differenced over the step) and the specific force at

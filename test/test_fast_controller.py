@@ -354,13 +354,15 @@ def rm_n_legs(loop):
 @pytest.mark.parametrize("impl", ["fast", "reference"])
 @pytest.mark.parametrize("name,value", [("mu", 0.3), ("w_lambda_t", 1e-3), ("w_lambda_n", 1e-3)])
 def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
-    """mu, w_lambda_t, w_lambda_n are live parameters: the next QP uses the new values."""
+    """mu, w_lambda_t, w_lambda_n are live parameters: the next QP uses the new values (pyramids
+    about body z: their normal-force entries are then exactly -mu)."""
     loop, inputs = walk
-    ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
+    wcfg = dataclasses.replace(loop.wcfg, contact_normal="body_z")
+    ctl = make_controller(loop.rm, wcfg, loop.gait_cfg, impl)
     ctl.reset(loop.q0)
     ctl.update(inputs[0])
     before = ctl.problem.copy()
-    ctl.set_config(dataclasses.replace(loop.wcfg, **{name: value}))
+    ctl.set_config(dataclasses.replace(wcfg, **{name: value}))
     ctl.update(inputs[0])
     p, N, c0 = ctl.problem, ctl.N, ctl.lam0
     fric = p.C[ctl.row_fric:ctl.row_fric + 5 * N]
@@ -375,7 +377,7 @@ def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
             np.testing.assert_allclose(lam_diag[4 * i + np.array(cols)], value, rtol=1e-9)
         assert not np.array_equal(p.H, before.H)
     # and both paths agree after the change
-    other = make_controller(loop.rm, dataclasses.replace(loop.wcfg, **{name: value}), loop.gait_cfg,
+    other = make_controller(loop.rm, dataclasses.replace(wcfg, **{name: value}), loop.gait_cfg,
                             "reference" if impl == "fast" else "fast")
     other.reset(loop.q0)
     other.update(inputs[0])

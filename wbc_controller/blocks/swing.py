@@ -128,17 +128,21 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
     """Swing-leg PD torques ``tau_sw`` (n) of the legs outside the support set, and their swing
     feed-forward accelerations added to ``b[:, :3]``.
 
-    A leg out of the support set in a nominal swing tracks its planned path (base frame); outside
-    a nominal swing it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
+    A leg out of the support set in a nominal swing tracks its planned path (base frame); after
+    its nominal swing (a late touchdown: the estimator keeps it out of the support set until it sees
+    the contact) it keeps descending at ``late_descent`` [m/s] (velocity reference ``(v_end_x,
+    v_end_y, -late_descent)``, position reference where it is); with ``late_descent`` 0, or before
+    any planned swing, it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
     v_p))``; with ``projection`` the part that would accelerate theta is removed with the leg
     block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``.
     ``work``: scratch of ``SWING_WORK`` floats (no allocation in the kernel). ``plan``:
     :class:`SwingPlan`; ``legs``: :class:`LegBatch`; ``par`` fields: ``lift_height``, ``leg_v``,
-    ``leg_j``, ``kp_swing``, ``kd_swing`` (3 each), ``projection``."""
+    ``leg_j``, ``kp_swing``, ``kd_swing`` (3 each), ``projection``, ``late_descent``."""
     p, v_p, J = legs.p, legs.v_p, legs.J
     planned, sw_start, sw_target, sw_v_start = plan.planned, plan.start, plan.target, plan.v_start
     sw_v_end, sw_duration = plan.v_end, plan.duration
     lift, leg_v, leg_j, kp, kd, projection = par.lift_height, par.leg_v, par.leg_j, par.kp_swing, par.kd_swing, par.projection
+    late_descent = par.late_descent
     N = p.shape[0]
     for k in range(tau_sw.shape[0]):
         tau_sw[k] = 0.0
@@ -152,6 +156,11 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
         if planned[i] and phases[i] != SUPPORT:
             swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
                             lift, Pr, Vr, Ar)
+        elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
+            for c in range(3):
+                Pr[c] = p[i, c]
+                Ar[c] = 0.0
+            Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
         else:
             for c in range(3):
                 Pr[c] = p[i, c]
@@ -262,7 +271,10 @@ def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner,
         return tau_sw
     tracking = planner.planned[sw] & (phases[sw] != SUPPORT)
     p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height)
-    hold = ~tracking  # out of the support set outside a nominal swing: hold the foot where it is
+    late = planner.planned[sw] & ~tracking & (cfg.late_descent_velocity > 0.0)   # late touchdown: descend
+    p_ref[late], a_ref[late] = legs.p[sw][late], 0.0
+    v_ref[late] = np.column_stack([planner.v_end[sw][late][:, :2], np.full(late.sum(), -cfg.late_descent_velocity)])
+    hold = ~tracking & ~late  # out of the support set outside a nominal swing: hold the foot where it is
     p_ref[hold], v_ref[hold], a_ref[hold] = legs.p[sw][hold], 0.0, 0.0
     b[sw, :3] += a_ref
     f_sw = np.asarray(cfg.kp_swing) * (p_ref - legs.p[sw]) + np.asarray(cfg.kd_swing) * (v_ref - legs.v_p[sw])
