@@ -182,6 +182,7 @@ class ClosedLoop:
             "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
             "tau_saturated": np.zeros((steps, n), bool),
             "normal_est": np.zeros((steps, 3)), "foot_pos_gt": np.zeros((steps, N, 3)),
+            "late": np.zeros((steps, N), bool), "late_event": np.zeros((steps, N), np.int8),
         }
         fell, reason = False, ""
         # the loop writes the rows of S through local names (no dict look-ups per tick)
@@ -194,6 +195,7 @@ class ClosedLoop:
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
         s_normal, s_foot_gt, foot_xpos = S["normal_est"], S["foot_pos_gt"], sim.d.geom_xpos
         foot_geoms = np.array(sim.foot_geoms)
+        s_late, s_late_event = S["late"], S["late_event"]
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
@@ -251,6 +253,8 @@ class ClosedLoop:
                 s_est_vel[k] = est.v_world
                 s_joint_pos[k] = f.joint_pos
                 s_normal[k] = est.support_normal
+                s_late[k] = est.late
+                s_late_event[k] = est.late_event
                 s_foot_gt[k] = foot_xpos[foot_geoms]          # foot sphere centres, world (evaluation only)
                 if tau_applied is not None:
                     sim.step(PHYSICS_PER_CONTROL)

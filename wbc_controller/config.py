@@ -51,7 +51,7 @@ class WbcConfig:
     body_attitude: str = param("plane", desc="desired base attitude: plane = aligned with the estimator's support "
                                "plane (level on flat ground; the height reference then holds stand_height along "
                                "its normal), level = always level (the paper's)", choices=("plane", "level"))
-    late_descent_velocity: float = param(0.2, 0.0, 2.0, "a leg whose touchdown is late (out of the support set "
+    late_descent_velocity: float = param(0.4, 0.0, 2.0, "a leg whose touchdown is late (out of the support set "
                                          "after its nominal swing) keeps descending at this speed until the "
                                          "estimator sees contact", unit="m/s")
     fz_max: float = param(5000.0, 1.0, 1e5, "normal-force upper bound of a support foot", unit="N")
