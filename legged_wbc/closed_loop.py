@@ -20,6 +20,12 @@ the scenario's ``actuators`` and ``sensor_delay_ticks`` act inside it, so the es
 delayed samples the bridge would publish, while the disturbance (physics) uses the true joint
 positions, as in the bridge (the logged ``joint_pos`` is the sample, delayed). ``tau_saturated`` logs per tick and joint whether the actuator clipped
 the applied torque at one of the tick's physics steps (``torque_saturation_pct``).
+
+The estimator's support-plane normal goes to the controller with the support set (``normal``); the
+log keeps it (``normal_est``), the true one under the support feet (``normal_true``), the feet's
+ground-truth positions (``foot_pos_gt``), the late legs and their events (``late``,
+``late_event``), from which :func:`legged_wbc.terrain_metrics.terrain_metrics` adds the terrain
+metrics to ``metrics.json`` (normal error, early / late touchdowns, foot slip).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
 from legged_wbc.model import RobotModel
 from legged_wbc.scenario import DisturbanceModel, Scenario
+from legged_wbc.terrain_metrics import terrain_metrics, true_normals
 
 PHYSICS_PER_CONTROL = 2
 
@@ -295,6 +302,8 @@ class ClosedLoop:
         S["rp_err"] = roll_pitch_from_quat_xyzw(S["base_quat"])  # desired attitude is level
         t0, t1 = sc.eval_window
         m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
+        S["normal_true"] = true_normals(sc.terrain, S["foot_pos_gt"], S["support"])   # evaluation only
+        m.update(terrain_metrics(S, t0, t1))
         m.update(sim_time_s=float(sim.time), wall_time_s=float(wall),
                  realtime_factor=float(sim.time / wall) if wall > 0 else None,
                  controller=self.mode, scenario=sc.name, fall_reason=reason or None, terrain=sc.terrain.summary())

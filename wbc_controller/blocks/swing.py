@@ -17,6 +17,7 @@ from legged_wbc.gait import SUPPORT
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 SWING_WORK = 60         # scratch size (floats) of swing_torques
+LATE_GAIN = 20.0        # velocity gain of a late leg's descent (its task acceleration) [1/s]
 
 
 class SwingPlan(NamedTuple):
@@ -131,7 +132,8 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
     A leg out of the support set in a nominal swing tracks its planned path (base frame); after
     its nominal swing (a late touchdown: the estimator keeps it out of the support set until it sees
     the contact) it keeps descending at ``late_descent`` [m/s] (velocity reference ``(v_end_x,
-    v_end_y, -late_descent)``, position reference where it is); with ``late_descent`` 0, or before
+    v_end_y, -late_descent)``, reached through the task acceleration ``LATE_GAIN (v_ref - v_p)``
+    and the PD; position reference where it is); with ``late_descent`` 0, or before
     any planned swing, it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
     v_p))``; with ``projection`` the part that would accelerate theta is removed with the leg
     block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``.
@@ -157,10 +159,10 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
             swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
                             lift, Pr, Vr, Ar)
         elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
+            Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
             for c in range(3):
                 Pr[c] = p[i, c]
-                Ar[c] = 0.0
-            Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
+                Ar[c] = LATE_GAIN * (Vr[c] - v_p[i, c])
         else:
             for c in range(3):
                 Pr[c] = p[i, c]
@@ -272,8 +274,8 @@ def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner,
     tracking = planner.planned[sw] & (phases[sw] != SUPPORT)
     p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height)
     late = planner.planned[sw] & ~tracking & (cfg.late_descent_velocity > 0.0)   # late touchdown: descend
-    p_ref[late], a_ref[late] = legs.p[sw][late], 0.0
     v_ref[late] = np.column_stack([planner.v_end[sw][late][:, :2], np.full(late.sum(), -cfg.late_descent_velocity)])
+    p_ref[late], a_ref[late] = legs.p[sw][late], LATE_GAIN * (v_ref[late] - legs.v_p[sw][late])
     hold = ~tracking & ~late  # out of the support set outside a nominal swing: hold the foot where it is
     p_ref[hold], v_ref[hold], a_ref[hold] = legs.p[sw][hold], 0.0, 0.0
     b[sw, :3] += a_ref
