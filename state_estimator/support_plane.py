@@ -39,6 +39,8 @@ MIN_SPREAD_M4 = 1e-4     # least det(S_xy) of the centred support-foot positions
 
 # state layout: [n_f (3), d_f, initialized]
 STATE_SIZE = 5
+# the normal's entries appended to the legs of ``/estimator/support`` (JointState-shaped, ``position``)
+ROS_NAMES = ("support_plane_normal_x", "support_plane_normal_y", "support_plane_normal_z")
 
 
 @njit(cache=True, error_model="numpy")
