@@ -18,6 +18,7 @@ announce_compiles(__name__)          # one line on stderr if this process has to
 
 SWING_WORK = 60         # scratch size (floats) of swing_torques
 LATE_GAIN = 20.0        # velocity gain of a late leg's descent (its task acceleration) [1/s]
+STEP_TOLERANCE = 0.03   # a swing starting this far above its target or less gets the plain lift height [m]
 
 
 class SwingPlan(NamedTuple):
@@ -59,6 +60,16 @@ def swing_reference(start, target, v_start, v_end, T, u, lift, P, V, A):
     P[2] = start[2] + dz * f + lift * b
     V[2] = (dz * df + lift * db) / T
     A[2] = (dz * ddf + lift * ddb) / T2
+
+
+@njit(cache=True)
+def swing_lift(start, target, lift):
+    """The lift height [m] of a swing from ``start`` to ``target`` (base frame): ``lift``, plus how far
+    the foot starts above its target beyond :data:`STEP_TOLERANCE` (a foot that stands on higher
+    ground than its nominal target, a step's tread or edge, a bump: the apex then clears its start
+    by about ``lift``; on flat ground the start is ``touchdown_depth`` above the target and the lift
+    is ``lift``)."""
+    return lift + max(0.0, start[2] - target[2] - STEP_TOLERANCE)
 
 
 @njit(cache=True)
@@ -157,7 +168,7 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
             continue
         if planned[i] and phases[i] != SUPPORT:
             swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
-                            lift, Pr, Vr, Ar)
+                            swing_lift(sw_start[i], sw_target[i], lift), Pr, Vr, Ar)
         elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
             Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
             for c in range(3):
@@ -217,8 +228,10 @@ class SwingPlanner:
         self.v_start[i, 2] = self.v_end[i, 2] = 0.0
         self.planned[i] = True
 
-    def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3).
+    def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float,
+                 step_up: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3);
+        with ``step_up`` the lift of each swing is :func:`swing_lift`'s.
 
         Plain floats per leg: at most a few swing legs, and numpy's per-call overhead dominates."""
         k = len(legs)
@@ -245,9 +258,10 @@ class SwingPlanner:
             w = 1.0 - u
             b, db, ddb = 16 * u2 * w * w, 32 * u * w * w - 32 * u2 * w, 32 * w * w - 128 * u * w + 32 * u2
             dz = p1[2] - p0[2]
-            P[j, 2] = p0[2] + dz * f + lift * b
-            V[j, 2] = (dz * df + lift * db) / T
-            A[j, 2] = (dz * ddf + lift * ddb) / T**2
+            h = lift + max(0.0, -dz - STEP_TOLERANCE) if step_up else lift
+            P[j, 2] = p0[2] + dz * f + h * b
+            V[j, 2] = (dz * df + h * db) / T
+            A[j, 2] = (dz * ddf + h * ddb) / T**2
         return P, V, A
 
 
@@ -272,7 +286,7 @@ def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner,
     if not sw.size:
         return tau_sw
     tracking = planner.planned[sw] & (phases[sw] != SUPPORT)
-    p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height)
+    p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height, step_up=True)
     late = planner.planned[sw] & ~tracking & (cfg.late_descent_velocity > 0.0)   # late touchdown: descend
     v_ref[late] = np.column_stack([planner.v_end[sw][late][:, :2], np.full(late.sum(), -cfg.late_descent_velocity)])
     p_ref[late], a_ref[late] = legs.p[sw][late], LATE_GAIN * (v_ref[late] - legs.v_p[sw][late])
