@@ -324,7 +324,7 @@ def td_detect(phase, cycle, score, gamma, n_land, touchdown, count, latched, pre
                 if count[i] >= n_land:
                     late[i] = 0
                     event[i] = 1
-                elif late[i] >= late_max:
+                elif late[i] > late_max:
                     late[i] = 0
                     event[i] = 2
                 else:

@@ -172,7 +172,7 @@ class TouchdownDetector:
                     cnt[i] = cnt[i] + 1 if sc[i] > gamma else 0
                     if cnt[i] >= n_land:
                         late[i], event[i] = 0, LATE_LANDED
-                    elif late[i] >= late_max:
+                    elif late[i] > late_max:
                         late[i], event[i] = 0, LATE_FALLBACK
                     else:
                         late[i] += 1
