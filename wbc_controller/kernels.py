@@ -57,7 +57,7 @@ PARAM_SCALARS = (
     ("velocity_ramp_end", F8), ("forward_velocity", F8),
     # gait (legged_wbc.gait.gait_state) and swings (blocks.swing)
     ("gait_start_time", F8), ("gait_stop_time", F8), ("gait_period", F8), ("swing_duration", F8),
-    ("support_duration", F8), ("z_touchdown", F8), ("raibert_gain", F8), ("lift_height", F8), ("projection", B1),
+    ("support_duration", F8), ("z_touchdown", F8), ("touchdown_depth", F8), ("raibert_gain", F8), ("lift_height", F8), ("projection", B1),
     # task targets (blocks.tasks.task_targets)
     ("w_support", F8), ("w_swing", F8), ("w_pitch", F8), ("mode_none", B1), ("consistent", B1), ("k_dtheta", F8),
     ("theta_ddot_max", F8), ("recenter", B1), ("kp_swing_pitch", F8), ("kd_swing_pitch", F8),
@@ -106,7 +106,8 @@ def make_params(ctl) -> Params:
         gait_start=ctl.refs.gait_start, velocity_ramp_end=c.velocity_ramp_end, forward_velocity=c.forward_velocity,
         gait_start_time=g.cfg.start_time, gait_stop_time=g.cfg.stop_time, gait_period=g.cfg.period,
         swing_duration=g.swing_duration, support_duration=g.support_duration,
-        z_touchdown=-c.stand_height + ctl.rm.foot_radius - c.touchdown_depth, raibert_gain=c.raibert_gain,
+        z_touchdown=-c.stand_height + ctl.rm.foot_radius - c.touchdown_depth, touchdown_depth=c.touchdown_depth,
+        raibert_gain=c.raibert_gain,
         lift_height=c.lift_height, projection=c.swing_pitch_projection, w_support=c.w_support, w_swing=c.w_swing,
         w_pitch=c.w_pitch_none if mode == "none" else c.w_pitch, mode_none=mode == "none",
         consistent=c.support_foot_acceleration == "consistent", k_dtheta=c.k_dtheta,
@@ -197,10 +198,10 @@ def cycle_targets(t, q, v, support, tau_ext, compensate, w):
     body_reference(t, w.p0, w, w.ref_p, w.ref_v, w.ref_a)
     if w.attitude_plane:          # on the support plane: height along its normal, attitude aligned with it
         nz = plane_attitude(w.normal_w, w.R_d)
-        if nz != 1.0:
-            w.ref_p[2] /= nz
-            w.ref_v[2] /= nz
-            w.ref_a[2] /= nz
+        if nz != 1.0:             # the estimator's z is the base's height over the feet's centroid, which
+            w.ref_p[2] *= nz      # lies at stand_height along the normal below it: stand_height n_z vertically
+            w.ref_v[2] *= nz
+            w.ref_a[2] *= nz
     body_task(w.ref_p, w.ref_v, w.ref_a, q, w.R, v, w, w.acc_body, w.e_rpy)
     if w.attitude_plane and w.R_d[2, 2] != 1.0:
         attitude_task(w.R_d, w.R, v, w, w.acc_body, w.e_rpy)

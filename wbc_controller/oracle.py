@@ -95,9 +95,9 @@ class ReferenceController(ControllerCore):
         ref = self.refs(inp.t)
         if cfg.body_attitude == "plane":        # on the support plane: height along its normal, aligned with it
             ref.R = plane_attitude_reference(normal)
-            ref.p[2] /= normal[2]
-            ref.v[2] /= normal[2]
-            ref.a[2] /= normal[2]
+            ref.p[2] *= normal[2]
+            ref.v[2] *= normal[2]
+            ref.a[2] *= normal[2]
         acc_body = body_task_reference(cfg, ref, q[:3], R, v[:3], v[3:6])
         self._pyramids(R, normal)
         phases, progress, cycles = self.gait.state(inp.t)

@@ -19,6 +19,7 @@ announce_compiles(__name__)          # one line on stderr if this process has to
 SWING_WORK = 60         # scratch size (floats) of swing_torques
 LATE_GAIN = 20.0        # velocity gain of a late leg's descent (its task acceleration) [1/s]
 STEP_TOLERANCE = 0.03   # a swing starting this far above its target or less gets the plain lift height [m]
+FOOTHOLD_TOLERANCE = 0.02   # a last foothold this far below the nominal target or less is ignored [m]
 
 
 class SwingPlan(NamedTuple):
@@ -63,6 +64,18 @@ def swing_reference(start, target, v_start, v_end, T, u, lift, P, V, A):
 
 
 @njit(cache=True)
+def foothold_height(z_liftoff, z_touchdown, depth):
+    """Target height [m, base frame] of a swing lifting off at height ``z_liftoff``: the nominal
+    ``z_touchdown`` (the support plane's, the base being aligned with it), or, if the foot's own
+    last foothold lies more than :data:`FOOTHOLD_TOLERANCE` below it (a hollow, a step down, the
+    foot of a slope under the plane through the other feet), that foothold's height less ``depth``
+    (the next foothold, one step ahead, is expected near the last one; higher ground is met by the
+    early-touchdown detection)."""
+    low = z_liftoff - depth
+    return low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
+
+
+@njit(cache=True)
 def swing_lift(start, target, lift):
     """The lift height [m] of a swing from ``start`` to ``target`` (base frame): ``lift``, plus how far
     the foot starts above its target beyond :data:`STEP_TOLERANCE` (a foot that stands on higher
@@ -103,13 +116,14 @@ def solve4(M, b, x, a):
 def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     """Plan the swings that begin this cycle (a leg out of nominal support in a gait cycle other
     than the one last planned, ``swing_cycle``): from the foot point ``p`` and velocity ``v_p``
-    (base frame) to the nominal stance point at height ``z_touchdown`` [m], moved by the Raibert
+    (base frame) to the nominal stance point at height ``z_touchdown`` [m] (lower if the foot lifts off
+    from lower ground: :func:`foothold_height`), moved by the Raibert
     offset ``raibert_gain * v_body * support_duration`` (``v_body = R^T v_ref``), reached at ground
     speed ``-v_body`` after ``swing_duration`` [s]; as :meth:`SwingPlanner.begin` (vertical
     end velocities zero). Returns the number of swings started. ``legs``: :class:`LegBatch`;
-    ``plan``: :class:`SwingPlan` (updated); ``par`` fields: ``stance_p`` (N, 3), ``z_touchdown``,
+    ``plan``: :class:`SwingPlan` (updated); ``par`` fields: ``stance_p`` (N, 3), ``z_touchdown``, ``touchdown_depth``,
     ``raibert_gain``, ``support_duration``, ``swing_duration``."""
-    p, v_p, stance_p, z_touchdown = legs.p, legs.v_p, par.stance_p, par.z_touchdown
+    p, v_p, stance_p, z_touchdown, touchdown_depth = legs.p, legs.v_p, par.stance_p, par.z_touchdown, par.touchdown_depth
     raibert_gain, support_duration, swing_duration = par.raibert_gain, par.support_duration, par.swing_duration
     swing_cycle, sw_start, sw_target, sw_v_start = plan.cycle, plan.start, plan.target, plan.v_start
     sw_v_end, sw_duration, planned = plan.v_end, plan.duration, plan.planned
@@ -126,7 +140,7 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
             sw_start[i, r] = p[i, r]
             sw_v_start[i, r] = v_p[i, r]
             sw_v_end[i, r] = -vb
-        sw_target[i, 2] = z_touchdown
+        sw_target[i, 2] = foothold_height(p[i, 2], z_touchdown, touchdown_depth)
         sw_v_start[i, 2] = 0.0
         sw_v_end[i, 2] = 0.0
         sw_duration[i] = swing_duration
@@ -272,7 +286,8 @@ def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, 
     for i in np.flatnonzero((phases != SUPPORT) & (cycles != planner.cycle)):
         planner.cycle[i] = cycles[i]
         target = stance[i].copy()
-        target[2] = z_touchdown
+        low = legs.p[i, 2] - cfg.touchdown_depth
+        target[2] = low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
         v_body = R.T @ ref_v
         target[:2] += cfg.raibert_gain * v_body[:2] * gait.support_duration
         planner.begin(i, legs.p[i], target, gait.swing_duration, v_start=legs.v_p[i], v_end=-v_body)
