@@ -7,7 +7,8 @@ Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with
 
 * equalities: 6 floating-base rows ``S_B [M nu_dot + h - J_c^T lambda] = 0`` with
   ``S_B J_c^T lambda = [sum f_i; sum r_i x f_i]``; N rows ``m_theta,i = 0``;
-* inequalities: per foot 4 friction-pyramid rows (body z as normal) and ``0 <= f_z <= f_z,max``
+* inequalities: per foot 4 friction-pyramid rows (about the foot's contact normal: the estimated
+  support plane's or body z, ``contact_normal``; ``docs/terrain.md``) and ``0 <= f_z <= f_z,max``
   (``f_z,max = 0`` for feet outside the support set); n final-torque rows
   ``tau_min <= S[M nu_dot + h - J_c^T lambda] + tau_sw <= tau_max``; N relative-pitch CBF rows
   ``-(k_p (theta - theta_min) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
@@ -288,7 +289,7 @@ class WholeBodyController(ControllerCore):
             for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
                 ws["chain_" + name] = a
         sw = self.swing
-        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned"):
+        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned", "lift"):
             view = getattr(self, "_sw_" + name)
             if name == "planned":
                 view = view.view(np.bool_)                   # uint8 in the record

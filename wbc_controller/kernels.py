@@ -149,6 +149,7 @@ def workspace_dtype(N: int, n: int, ns: int) -> np.dtype:
         ("p0", f, (3,)), ("sw_cycle", i, (N,)), ("sw_start", f, (N, 3)), ("sw_target", f, (N, 3)),
         ("sw_v_start", f, (N, 3)), ("sw_v_end", f, (N, 3)), ("sw_duration", f, (N,)),
         ("sw_planned", np.uint8, (N,)),           # bool (numba takes no bool arrays in records)
+        ("sw_lift", f, (N,)),
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
@@ -173,7 +174,8 @@ def workspace_legs(w):
 @njit(cache=True)
 def workspace_plan(w):
     """The workspace's swing plan as a :class:`.blocks.swing.SwingPlan` (views)."""
-    return SwingPlan(w.sw_cycle, w.sw_start, w.sw_target, w.sw_v_start, w.sw_v_end, w.sw_duration, w.sw_planned)
+    return SwingPlan(w.sw_cycle, w.sw_start, w.sw_target, w.sw_v_start, w.sw_v_end, w.sw_duration, w.sw_planned,
+                     w.sw_lift)
 
 
 # ---------------------------------------------------------------------------- the stages

@@ -20,12 +20,13 @@ SWING_WORK = 60         # scratch size (floats) of swing_torques
 LATE_GAIN = 20.0        # velocity gain of a late leg's descent (its task acceleration) [1/s]
 STEP_TOLERANCE = 0.03   # a swing starting this far above its target or less gets the plain lift height [m]
 FOOTHOLD_TOLERANCE = 0.02   # a last foothold this far below the nominal target or less is ignored [m]
+RISE_TOLERANCE = 0.01   # a foothold this much higher than the last one or less adds no lift [m]
 
 
 class SwingPlan(NamedTuple):
     """The swing plan of every leg (kernels update it in place): the gait cycle of the last
     planned swing, its start point and velocity, target point and end velocity (base frame),
-    duration [s], and whether a swing was planned."""
+    duration [s], whether a swing was planned, and its extra lift [m]."""
 
     cycle: np.ndarray       # (N,) int64
     start: np.ndarray       # (N, 3)
@@ -34,6 +35,7 @@ class SwingPlan(NamedTuple):
     v_end: np.ndarray       # (N, 3)
     duration: np.ndarray    # (N,)
     planned: np.ndarray     # (N,) bool
+    lift: np.ndarray        # (N,) extra lift of the swing from the last footholds' rise [m] (:func:`start_swings`)
 
 
 @njit(cache=True)
@@ -73,6 +75,15 @@ def foothold_height(z_liftoff, z_touchdown, depth):
     early-touchdown detection)."""
     low = z_liftoff - depth
     return low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
+
+
+@njit(cache=True)
+def rise_lift(z_liftoff, z_last_liftoff, planned):
+    """Extra lift [m] of a swing from the rise of the foot's footholds: how much higher (base frame)
+    it lifts off now than at its previous swing, beyond :data:`RISE_TOLERANCE` (a foot that has
+    just stepped up, onto a tread or after catching a riser, lifts the next step higher; 0 on flat
+    ground and on an even slope, where the base follows the plane)."""
+    return max(0.0, z_liftoff - z_last_liftoff - RISE_TOLERANCE) if planned else 0.0
 
 
 @njit(cache=True)
@@ -126,12 +137,13 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     p, v_p, stance_p, z_touchdown, touchdown_depth = legs.p, legs.v_p, par.stance_p, par.z_touchdown, par.touchdown_depth
     raibert_gain, support_duration, swing_duration = par.raibert_gain, par.support_duration, par.swing_duration
     swing_cycle, sw_start, sw_target, sw_v_start = plan.cycle, plan.start, plan.target, plan.v_start
-    sw_v_end, sw_duration, planned = plan.v_end, plan.duration, plan.planned
+    sw_v_end, sw_duration, planned, sw_lift = plan.v_end, plan.duration, plan.planned, plan.lift
     started = 0
     for i in range(phases.shape[0]):
         if phases[i] == SUPPORT or cycles[i] == swing_cycle[i]:
             continue
         swing_cycle[i] = cycles[i]
+        sw_lift[i] = rise_lift(p[i, 2], sw_start[i, 2], planned[i])
         for r in range(3):
             vb = R[0, r] * ref_v[0] + R[1, r] * ref_v[1] + R[2, r] * ref_v[2]
             sw_target[i, r] = stance_p[i, r]
@@ -182,7 +194,7 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
             continue
         if planned[i] and phases[i] != SUPPORT:
             swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
-                            swing_lift(sw_start[i], sw_target[i], lift), Pr, Vr, Ar)
+                            swing_lift(sw_start[i], sw_target[i], lift) + plan.lift[i], Pr, Vr, Ar)
         elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
             Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
             for c in range(3):
@@ -230,10 +242,12 @@ class SwingPlanner:
         self.v_end = np.zeros((n_legs, 3))
         self.duration = np.ones(n_legs)
         self.planned = np.zeros(n_legs, dtype=bool)
+        self.lift = np.zeros(n_legs)                    # extra lift of each swing [m] (rise_lift)
 
     def plan(self) -> SwingPlan:
         """The planner's arrays as the kernels take them (views: the kernels update this planner)."""
-        return SwingPlan(self.cycle, self.start, self.target, self.v_start, self.v_end, self.duration, self.planned)
+        return SwingPlan(self.cycle, self.start, self.target, self.v_start, self.v_end, self.duration, self.planned,
+                         self.lift)
 
     def begin(self, i: int, start, target, duration: float, v_start=None, v_end=None) -> None:
         self.start[i], self.target[i], self.duration[i] = start, target, duration
@@ -272,7 +286,7 @@ class SwingPlanner:
             w = 1.0 - u
             b, db, ddb = 16 * u2 * w * w, 32 * u * w * w - 32 * u2 * w, 32 * w * w - 128 * u * w + 32 * u2
             dz = p1[2] - p0[2]
-            h = lift + max(0.0, -dz - STEP_TOLERANCE) if step_up else lift
+            h = lift + max(0.0, -dz - STEP_TOLERANCE) + float(self.lift[i]) if step_up else lift
             P[j, 2] = p0[2] + dz * f + h * b
             V[j, 2] = (dz * df + h * db) / T
             A[j, 2] = (dz * ddf + h * ddb) / T**2
@@ -285,6 +299,8 @@ def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, 
     :class:`GaitScheduler`; ``planner``: the :class:`SwingPlanner`, updated)."""
     for i in np.flatnonzero((phases != SUPPORT) & (cycles != planner.cycle)):
         planner.cycle[i] = cycles[i]
+        rise = legs.p[i, 2] - planner.start[i, 2] - RISE_TOLERANCE
+        planner.lift[i] = max(0.0, rise) if planner.planned[i] else 0.0
         target = stance[i].copy()
         low = legs.p[i, 2] - cfg.touchdown_depth
         target[2] = low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
