@@ -184,12 +184,13 @@ class WbcNode(ros_io.TickOutputs, Node):
         sup = self._finite_field(self.legs_order, msg, "support", 0)
         if sup is None:
             return
-        normal = None                   # a publisher without the support plane: world z
-        if support_plane.ROS_NAMES[0] in msg.names:
+        key = self._tick_key(msg)
+        if support_plane.ROS_NAMES[0] in msg.names:   # (a publisher without the support plane: world z)
             normal = self._finite_field(self.plane_order, msg, "support plane normal", 0)
             if normal is None:
                 return
-        self._slot(self._tick_key(msg), "support", (sup > 0.5, normal))
+            self._slot(key, "normal", normal)          # before "support", which may complete the tick
+        self._slot(key, "support", sup > 0.5)
 
     def _on_tau_ext(self, msg: adapters.JointSample) -> None:
         eff = self._finite_field(self.order, msg, "tau_ext", 2)
@@ -217,9 +218,8 @@ class WbcNode(ros_io.TickOutputs, Node):
             t_ns, t = tick, self.samples.t(tick)
             tick = (t_ns - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
         try:
-            support, normal = d["support"]
-            out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=support, tau_ext=d.get("tau_ext"),
-                                                  normal=normal))
+            out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext"),
+                                                  normal=d.get("normal")))
         except InputError as exc:
             return self._reject("controller input", str(exc))
         diag = out.diag

@@ -65,6 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
+from legged_wbc.terrain_metrics import terrain_metrics
 
 T_PITCH = "/wbc/relative_pitch"
 T_WBC_DIAG = "/wbc/diagnostics"
@@ -623,6 +624,7 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     m = compute_metrics(S, win[0], win[1], run.theta_min, run.theta_max, fell=bool(run.fell))
     if run.fell is None:
         m["fell"] = None
+    m.update(terrain_metrics(S, win[0], win[1]))   # None where the run lacks the series (a bag: the feet's truth)
     m.update(sim_time_s=run.sim_time_s, wall_time_s=run.wall_time_s,
              realtime_factor=(run.sim_time_s / run.wall_time_s) if run.sim_time_s and run.wall_time_s else None,
              controller=run.controller, scenario=run.scenario.name if run.scenario is not None else run.scenario_name,
