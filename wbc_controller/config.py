@@ -53,7 +53,7 @@ class WbcConfig:
                                "its normal), level = always level (the paper's)", choices=("plane", "level"))
     late_descent_velocity: float = param(0.4, 0.0, 2.0, "a leg whose touchdown is late (out of the support set "
                                          "after its nominal swing) keeps descending at this speed until the "
-                                         "estimator sees contact", unit="m/s")
+                                         "estimator sees contact (read-only)", unit="m/s", live=False)
     fz_max: float = param(5000.0, 1.0, 1e5, "normal-force upper bound of a support foot", unit="N")
     # --- cost weights
     w_body: float = param(1.0, 0.0, 1e6, "weight of the 6 body task rows", unit="-")
