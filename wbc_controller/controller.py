@@ -217,7 +217,10 @@ class ControllerCore:
             return 0.0, 0.0, 1.0
         if getattr(n, "shape", None) != (3,):
             raise InputError(f"controller input normal: expected 3 values, got shape {np.shape(n)}")
-        x, y, z = (float(c) for c in n)
+        try:
+            x, y, z = n.tolist() if type(n) is np.ndarray and n.dtype == np.float64 else (float(c) for c in n)
+        except (TypeError, ValueError):
+            raise InputError("controller input normal: not numbers") from None
         if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
             raise InputError("controller input normal: contains NaN/inf")
         if abs(x * x + y * y + z * z - 1.0) > 1e-3 or z < 0.2:
@@ -298,6 +301,7 @@ class WholeBodyController(ControllerCore):
         self._p0[:] = self.refs.p0
         self.refs.p0 = self._p0
         self._normal_w[:] = (0.0, 0.0, 1.0)                  # world z until an input brings one
+        self._normal_last = (0.0, 0.0, 1.0)
         self._qp = K.QpArrays(*(getattr(self._problem, k) for k in K.QpArrays._fields))
         self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
         self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
@@ -452,7 +456,10 @@ class WholeBodyController(ControllerCore):
         clock = time.perf_counter
         t_in = clock()
         q, v, support, tau_ext = self._check_input_fast(inp)
-        self._normal_w[0], self._normal_w[1], self._normal_w[2] = self._normal_of(inp)
+        nw = self._normal_of(inp)
+        if nw != self._normal_last:              # (one numpy write only when it changes)
+            self._normal_w[:] = nw
+            self._normal_last = nw
         K, cfg, N = self._K, self.cfg, self.N
         t_cycle = clock()
         lb = self._model_fast(q, v)
