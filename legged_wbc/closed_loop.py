@@ -20,6 +20,12 @@ the scenario's ``actuators`` and ``sensor_delay_ticks`` act inside it, so the es
 delayed samples the bridge would publish, while the disturbance (physics) uses the true joint
 positions, as in the bridge (the logged ``joint_pos`` is the sample, delayed). ``tau_saturated`` logs per tick and joint whether the actuator clipped
 the applied torque at one of the tick's physics steps (``torque_saturation_pct``).
+
+The estimator's support-plane normal goes to the controller with the support set (``normal``); the
+log keeps it (``normal_est``), the true one under the support feet (``normal_true``), the feet's
+ground-truth positions (``foot_pos_gt``), the late legs and their events (``late``,
+``late_event``), from which :func:`legged_wbc.terrain_metrics.terrain_metrics` adds the terrain
+metrics to ``metrics.json`` (normal error, early / late touchdowns, foot slip).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
 from legged_wbc.model import RobotModel
 from legged_wbc.scenario import DisturbanceModel, Scenario
+from legged_wbc.terrain_metrics import terrain_metrics, true_normals
 
 PHYSICS_PER_CONTROL = 2
 
@@ -191,7 +198,8 @@ class ClosedLoop:
                 est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
                 tau_ext = np.empty(n)
                 tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
-                out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext))
+                out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext,
+                                                 normal=est.support_normal))
                 tau_applied = delay_push(out.tau)      # command_delay_ticks = 0: out.tau itself
                 if tau_applied is not None:
                     sim.set_torque(tau_applied)
@@ -231,6 +239,8 @@ class ClosedLoop:
         S["rp_err"] = roll_pitch_from_quat_xyzw(S["base_quat"])  # desired attitude is level
         t0, t1 = sc.eval_window
         m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
+        S["normal_true"] = true_normals(sc.terrain, S["foot_pos_gt"], S["support"])   # evaluation only
+        m.update(terrain_metrics(S, t0, t1))
         m.update(sim_time_s=float(sim.time), wall_time_s=float(wall),
                  realtime_factor=float(sim.time / wall) if wall > 0 else None,
                  controller=self.mode, scenario=sc.name, fall_reason=reason or None, terrain=sc.terrain.summary())
@@ -254,6 +264,8 @@ def _series_buffers(steps: int, N: int, n: int) -> dict:
         "est_pos": np.zeros((steps, 3)), "est_vel_world": np.zeros((steps, 3)),
         "joint_pos": np.zeros((steps, n)), "safe_stop": np.zeros(steps, bool),
         "tau_saturated": np.zeros((steps, n), bool), "cbf_slack": np.zeros((steps, N)),
+        "normal_est": np.zeros((steps, 3)), "foot_pos_gt": np.zeros((steps, N, 3)),
+        "late": np.zeros((steps, N), bool), "late_event": np.zeros((steps, N), np.int8),
     }
 
 
@@ -267,7 +279,9 @@ def _tick_recorder(S: dict, sim):
     s_base_vel, s_est_pos, s_est_vel, s_joint_pos = (S["base_vel_world"], S["est_pos"], S["est_vel_world"],
                                                      S["joint_pos"])
     s_slack = S["cbf_slack"]
+    s_normal, s_foot_gt, s_late, s_late_event = S["normal_est"], S["foot_pos_gt"], S["late"], S["late_event"]
     foot_contacts, base_velocity_world = sim.foot_contacts, sim.base_velocity_world
+    foot_xpos, foot_geoms = sim.d.geom_xpos, np.array(sim.foot_geoms)
 
     def record(k, t, f, est, out, tau_dist, q_gt) -> None:
         d = out.diag
@@ -293,6 +307,10 @@ def _tick_recorder(S: dict, sim):
         s_est_pos[k] = est.q[:3]
         s_est_vel[k] = est.v_world
         s_joint_pos[k] = f.joint_pos
+        s_normal[k] = est.support_normal
+        s_late[k] = est.late
+        s_late_event[k] = est.late_event
+        s_foot_gt[k] = foot_xpos[foot_geoms]          # foot sphere centres, world (evaluation only)
 
     return record
 

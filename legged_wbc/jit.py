@@ -24,6 +24,7 @@ import threading
 # module for the argument types the stack calls it with)
 KERNEL_MODULES = {
     "state_estimator.kernels": "warm_up",
+    "state_estimator.support_plane": None,       # compiled by the estimator's construction (its warm_up)
     "wbc_controller.kernels": "warmup",
     # kernels compiled by the warm-ups above and the walk below (they call them): imported only
     "legged_wbc.gait": None,

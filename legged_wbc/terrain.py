@@ -121,6 +121,20 @@ class Terrain:
             return self._rough_height(x, y)
         return np.zeros(np.broadcast(x, y).shape)
 
+    def normal(self, x, y=0.0, eps: float = 1e-3) -> np.ndarray:
+        """True surface normal (unit, z up) at world ``(x, y)`` (arrays broadcast; shape ``(..., 3)``):
+        central differences of :meth:`height` over ``eps`` [m] (a step's edge within ``eps``
+        counts as its riser; flat ground gives ``(0, 0, 1)`` exactly)."""
+        x = np.asarray(x, dtype=float)
+        y = np.asarray(y, dtype=float)
+        if self.kind == "flat":
+            shape = np.broadcast(x, y).shape
+            return np.broadcast_to(np.array([0.0, 0.0, 1.0]), shape + (3,)).copy()
+        gx = (self.height(x + eps, y) - self.height(x - eps, y)) / (2 * eps)
+        gy = (self.height(x, y + eps) - self.height(x, y - eps)) / (2 * eps)
+        n = np.stack([-gx, -gy, np.ones_like(gx)], axis=-1)
+        return n / np.linalg.norm(n, axis=-1, keepdims=True)
+
     def lowest(self) -> float:
         """The lowest surface height [m] (where the ground plane goes)."""
         if self.kind == "slope":

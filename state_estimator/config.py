@@ -2,7 +2,7 @@
 
 The fields, declared with :func:`legged_wbc.params.param`, are the single source of names, types,
 defaults, ranges, units, descriptions and live / read-only. :class:`EstimatorConfig` (groups
-``touchdown``, ``velocity``, ``height``) is what :class:`state_estimator.estimator.StateEstimator`
+``touchdown``, ``velocity``, ``height``, ``plane``) is what :class:`state_estimator.estimator.StateEstimator`
 takes; :class:`EstimatorNodeConfig` adds the node's own read-only parameters (``robot``,
 ``scenario``, ``qos_depth``) and is what the ``state_estimator`` node declares as ROS parameters.
 Errors raise :class:`legged_wbc.robot.ConfigError` naming the (dotted) parameter.
@@ -45,6 +45,10 @@ class TouchdownConfig:
                               "s = ||tau_ext_k - tau_ext_k-1|| / dt", unit="N m/s")
     n_land: int = param(2, 1, 100, "consecutive swing-down samples with s > gamma_land that declare a touchdown",
                         unit="samples")
+    late_max_cycles: int = param(50, 0, 1000, "a swing-down that ends without a touchdown is extended: the leg "
+                                 "stays out of the support set until the landing test sees the contact, at most "
+                                 "this many control cycles (then it joins the support set as the gait says); 0 = "
+                                 "no extension", unit="cycles")
     sigma_dq_process: float = param(0.02, 1.0e-6, 100.0, "process noise std of the joint-velocity model, "
                                     "per control step", unit="rad/s")
     sigma_tau_process: float = param(1.0, 1.0e-6, 1.0e4, "process noise std of the external-torque random walk, "
@@ -98,12 +102,27 @@ class HeightConfig:
 
 
 @dataclass(frozen=True)
+class PlaneConfig:
+    """Support plane (terrain normal) from the support feet (see ``support_plane.py``)."""
+
+    _prefix = "plane"
+    cutoff_hz: float = param(2.0, 0.01, 100.0, "cut-off of the first-order low-pass on the fitted support-plane "
+                             "normal and offset", unit="Hz")
+    deadband_deg: float = param(1.0, 0.0, 10.0, "soft dead band on the normal's tilt from world z (a tilt "
+                                "below it gives world z exactly; above, the tilt is reduced by it)", unit="deg")
+
+    def __post_init__(self):
+        validate(self)
+
+
+@dataclass(frozen=True)
 class EstimatorConfig:
     """All estimator parameters (what ``StateEstimator`` takes)."""
 
     touchdown: TouchdownConfig = group(TouchdownConfig)
     velocity: VelocityConfig = group(VelocityConfig)
     height: HeightConfig = group(HeightConfig)
+    plane: PlaneConfig = group(PlaneConfig)
 
     def __post_init__(self):
         validate(self)

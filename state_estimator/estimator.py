@@ -14,8 +14,10 @@ per control cycle (500 Hz, ``dt = 0.002 s``) from one sensor sample:
    (typically another leg landing) shows up in every swinging leg's ``tau_ext`` and score; in our
    simulations (PD and whole-body-controlled walking, with and without sensor noise) the
    pre-contact score floor of swinging legs is 2.5-4x higher without the coupling.
-2. **Support set** ``S_c = S_nominal | S_touchdown`` (nominal from the gait scheduler at ``t``).
-   This is the support mask the controller uses.
+2. **Support set** ``S_c = (S_nominal & ~S_late) | S_touchdown`` (nominal from the gait scheduler
+   at ``t``; ``S_late``: legs whose swing-down ended without a touchdown, kept out until their contact
+   is seen or ``touchdown.late_max_cycles`` have passed, :mod:`.touchdown`). This is the support mask
+   the controller uses.
 3. **Base velocity** (:mod:`.velocity`): world-frame velocity, IMU-predicted, corrected by the
    leg kinematics of the reliable support feet (soft gating, 20-cycle exclusion after entry).
 4. **Base height**: ``z_raw = mean_{i in S_c}(foot_radius - (R p_i)_z)`` (foot points are the sphere
@@ -55,7 +57,7 @@ from legged_wbc.gait import GaitScheduler, gait_state
 from legged_wbc.kinematics import kinematic_tree, tree_foot_kinematics
 from legged_wbc.model import RobotModel
 
-from . import kernels
+from . import kernels, support_plane
 from .config import EstimatorConfig
 from .touchdown import TouchdownDetector
 from .velocity import GRAVITY_WORLD, BaseVelocityFilter
@@ -93,6 +95,12 @@ class EstimatedState:
     height_raw: float              # unfiltered support-foot base height [m] (NaN: no support foot)
     foot_pos_base: np.ndarray      # (L, 3) foot points (sphere centres) in the base frame [m]
     dt: float                      # time since the previous sample [s] (0 on the first)
+    # support plane (:mod:`.support_plane`)
+    support_normal: np.ndarray = None  # (3,) estimated terrain normal, world frame (unit, z up)
+    support_offset: float = math.nan   # plane of the foot centres {r: n . r = d}, r world-aligned at the base [m]
+    # late touchdowns (:mod:`.touchdown`)
+    late: np.ndarray = None            # (L,) bool, the leg's swing-down is extended (out of the support set)
+    late_event: np.ndarray = None      # (L,) int, this cycle: 0, 1 late contact seen, 2 extension limit reached
 
 
 class EstimatorCore:
@@ -127,6 +135,9 @@ class EstimatorCore:
         self.touchdown = TouchdownDetector(self.cfg.touchdown, self.L, self.k, self.dt)
         self.velocity = BaseVelocityFilter(self.cfg.velocity, self.L, self.dt)
         self._alpha_nom = self._alpha(self.dt)
+        self._plane = np.zeros(support_plane.STATE_SIZE)     # support-plane filter state
+        support_plane.reset_state(self._plane)
+        self._plane_r = np.zeros((self.L, 3))                 # scratch
         self._p_foot = np.zeros((self.L, 3))                  # foot points, base frame
         self._v_rel = np.zeros((self.L, 3))                   # J_p dq, base frame
         self._M_inv = np.zeros((self.L, self.k, self.k))      # leg blocks at the last estimate
@@ -145,6 +156,11 @@ class EstimatorCore:
     # ------------------------------------------------------------------ setup
     def _alpha(self, dt: float) -> float:
         return 1.0 - math.exp(-2.0 * math.pi * self.cfg.height.cutoff_hz * dt)
+
+    def _plane_params(self, step: float) -> tuple[float, float]:
+        """The support-plane low-pass factor over ``step`` [s] and the dead band [rad]."""
+        pc = self.cfg.plane
+        return 1.0 - math.exp(-2.0 * math.pi * pc.cutoff_hz * step), math.radians(pc.deadband_deg)
 
     def set_config(self, cfg: EstimatorConfig) -> None:
         """Apply new (validated) parameters from the next update on; filter states are kept."""
@@ -168,6 +184,7 @@ class EstimatorCore:
         self._t = None if t0 is None else float(t0)
         self.velocity.reset(np.zeros(3))
         self.touchdown.initialized = False
+        support_plane.reset_state(self._plane)
         self._reset_history()
         self._started = False
         self._is_reset = True
@@ -248,6 +265,7 @@ class StateEstimator(EstimatorCore):
         self._params_of = None                                # configs the derived constants are for
         self._refresh_fast_params()
         kernels.warm_up()
+        support_plane.warm_up(L)
 
     def _refresh_fast_params(self) -> None:
         """Constants of the compiled path derived from the filters' current configs (re-derived when
@@ -255,7 +273,7 @@ class StateEstimator(EstimatorCore):
         td, vf = self.touchdown, self.velocity
         tc, vc = td.cfg, vf.cfg
         self._tick_consts = (self._leg_j64, self.dt, np.ascontiguousarray(np.diag(td._Q), dtype=float), td._r,
-                             tc.gamma_land, tc.n_land, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
+                             tc.gamma_land, tc.n_land, tc.late_max_cycles, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
                              vc.exclusion_cycles, self._imu_r, self._imu_offset, float(GRAVITY_WORLD[2]),
                              self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius)
         self._params_of = (self.cfg, tc, vc)
@@ -304,7 +322,7 @@ class StateEstimator(EstimatorCore):
         h_init = self._height_init
         status, h_raw = kernels.estimator_tick(
             buf, first, dt, step, phase, cycle, self.base_coupling, math.nan if h_init is None else h_init,
-            td.x, td.P, td.count, td.touchdown, td.latched_cycle, td._prev_phase, td._prev_cycle,
+            td.x, td.P, td.count, td.touchdown, td.latched_cycle, td._prev_phase, td._prev_cycle, td.late, td.event,
             self._M_inv, self._h_leg, self._M_lb, vf.v, vf.P, vf.prev_support, vf.cycles_in_support,
             self._p_foot, self._v_rel, self._st,
             *self._tick_consts, *self._tick_scratch,
@@ -317,6 +335,9 @@ class StateEstimator(EstimatorCore):
         if status != kernels.OK:
             raise np.linalg.LinAlgError("singular matrix in the estimator filters")
         self._dynamics_fast(q, v)                             # for the next cycle's prediction
+        plane = np.empty(5)
+        alpha, band = self._plane_params(step)
+        support_plane.support_plane_step(foot_pos, support, q, alpha, band, self._plane, self._plane_r, plane)
         self._t = t
         self._started = True
         return EstimatedState(
@@ -324,7 +345,8 @@ class StateEstimator(EstimatorCore):
             nominal_support=nominal, phase=phase, cycle=cycle,
             td_score=score, td_count=count, tau_ext=tau_ext,
             vel_d2=d2, vel_inflation=inflation, vel_used=used, vel_excluded=excluded,
-            vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt)
+            vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt,
+            support_normal=plane[:3], support_offset=float(plane[3]), late=td.late > 0, late_event=td.event.copy())
 
     def _gait_phases(self, t: float):
         """Nominal phase and gait-cycle index per leg at ``t`` (``GaitScheduler.state``, compiled)."""

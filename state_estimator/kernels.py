@@ -300,17 +300,39 @@ def td_filter(x, P, M_inv, tau, h, dq_meas, dt, dt_nom, q_diag, r, score, work):
 
 
 @kernel
-def td_detect(phase, cycle, score, gamma, n_land, touchdown, count, latched, prev_phase, prev_cycle):
+def td_detect(phase, cycle, score, gamma, n_land, touchdown, count, latched, prev_phase, prev_cycle, late, event,
+              late_max):
     """Landing test of every leg, in place (:meth:`.touchdown.TouchdownDetector.detect`):
     ``phase`` / ``cycle`` ``(L,)`` nominal phase and gait-cycle index, ``score`` ``(L,)`` [N m/s],
     threshold ``gamma`` [N m/s], ``n_land`` samples; updates ``touchdown`` (bool), ``count``,
-    ``latched`` (cycle of the latch), ``prev_phase``, ``prev_cycle``."""
+    ``latched`` (cycle of the latch), ``prev_phase``, ``prev_cycle``, ``late`` (cycles a late leg
+    has been kept out of support, 0: not late) and ``event`` (this cycle: 0 none,
+    :data:`.touchdown.LATE_LANDED`, :data:`.touchdown.LATE_FALLBACK`); ``late_max`` cycles of
+    extension at most (0: none)."""
     for i in range(phase.shape[0]):
         ph, cy = phase[i], cycle[i]
+        event[i] = 0
         if ph != SWING_DOWN:                 # support / swing-up: filter only, latch cleared
+            if (late_max > 0 and ph == SUPPORT and prev_phase[i] == SWING_DOWN and not touchdown[i]
+                    and late[i] == 0):
+                late[i] = 1                  # the swing-down ended without contact: extend it
+            elif ph != SUPPORT:
+                late[i] = 0                  # a new swing began
             touchdown[i] = False
-            count[i] = 0
+            if late[i] > 0:
+                count[i] = count[i] + 1 if score[i] > gamma else 0
+                if count[i] >= n_land:
+                    late[i] = 0
+                    event[i] = 1
+                elif late[i] > late_max:
+                    late[i] = 0
+                    event[i] = 2
+                else:
+                    late[i] += 1
+            if late[i] == 0:
+                count[i] = 0
         else:
+            late[i] = 0
             if touchdown[i] and latched[i] != cy:
                 touchdown[i] = False
             if prev_phase[i] != SWING_DOWN or prev_cycle[i] != cy:
@@ -441,9 +463,9 @@ def vel_correct(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, 
 # ---------------------------------------------------------------------------------- one cycle
 @kernel
 def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_init,
-                   td_x, td_P, td_count, td_touch, td_latched, td_prev_phase, td_prev_cycle,
+                   td_x, td_P, td_count, td_touch, td_latched, td_prev_phase, td_prev_cycle, td_late, td_event,
                    M_inv, h_leg, M_lb, vf_v, vf_P, vf_prev_support, vf_cycles_old, p_foot, v_rel, st,
-                   leg_j, dt_nom, td_q_diag, td_r, gamma, n_land, vf_q, vf_r, gate, cap, gating, n_ex,
+                   leg_j, dt_nom, td_q_diag, td_r, gamma, n_land, late_max, vf_q, vf_r, gate, cap, gating, n_ex,
                    imu_r, imu_offset, g_z, alpha_nom, cutoff_hz, foot_radius,
                    td_work, vec_work, h_cpl, tau_leg, dq_leg, z,
                    q_out, v_out, v_world, support, touchdown, nominal, td_score, td_count_out, tau_ext,
@@ -459,7 +481,8 @@ def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_ini
     the estimator's and its configs'), scratch, outputs.
 
     State, updated in place: the touchdown filters (``td_*``, as
-    :class:`.touchdown.TouchdownDetector`), the velocity filter (``vf_v`` world [m/s], ``vf_P``,
+    :class:`.touchdown.TouchdownDetector`, with the late-touchdown counters ``td_late`` and this
+    cycle's events ``td_event``), the velocity filter (``vf_v`` world [m/s], ``vf_P``,
     ``vf_prev_support``; ``vf_cycles_old`` is read, the new counters go to ``cycles``), and
     ``st = [p_world (3) m, gyro of the previous sample (3) rad/s, base velocity of the previous
     sample in the base frame (3) m/s]``. ``M_inv``, ``h_leg``, ``M_lb`` are the leg blocks at the
@@ -519,12 +542,12 @@ def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_ini
                      td_work) != OK:
             return SINGULAR, math.nan
     td_detect(phase, cycle, td_score, gamma, n_land, td_touch, td_count, td_latched, td_prev_phase,
-              td_prev_cycle)
-    # ---- 2. support set
+              td_prev_cycle, td_late, td_event, late_max)
+    # ---- 2. support set (a late leg stays out of it until its contact is seen)
     for i in range(L):
         nominal[i] = phase[i] == SUPPORT
         touchdown[i] = td_touch[i]
-        support[i] = nominal[i] or td_touch[i]
+        support[i] = (nominal[i] and td_late[i] == 0) or td_touch[i]
         td_count_out[i] = td_count[i]
         for a in range(k):
             tau_ext[i, a] = td_x[i, k + a]
@@ -618,8 +641,8 @@ def warm_up() -> None:
     P = np.broadcast_to(np.eye(2 * k), (L, 2 * k, 2 * k)).copy()
     args = (buf, True, 0.0, 0.002, f(L, np.int64), f(L, np.int64), True, math.nan,
             f((L, 2 * k)), P, f(L, np.int64), f(L, np.bool_), f(L, np.int64), f(L, np.int64), f(L, np.int64),
-            M_inv + eye, h_leg, M_lb, f(3), np.eye(3), f(L, np.bool_), f(L, np.int64), f((L, 3)), f((L, 3)), f(9),
-            leg_j, 0.002, np.ones(2 * k), 1.0, 1.0, 2, 1.0, 1.0, 7.81, 100.0, True, 20,
+            f(L, np.int64), f(L, np.int64), M_inv + eye, h_leg, M_lb, f(3), np.eye(3), f(L, np.bool_), f(L, np.int64), f((L, 3)), f((L, 3)), f(9),
+            leg_j, 0.002, np.ones(2 * k), 1.0, 1.0, 2, 50, 1.0, 1.0, 7.81, 100.0, True, 20,
             f(3), False, -9.81, 0.5, 25.0, 0.0,
             f((6, 2 * k, 2 * k)), f((1, 6)), f((L, k)), f((L, k)), f((L, k)), f((L, 3)),
             f(7 + n), f(6 + n), f(3), f(L, np.bool_), f(L, np.bool_), f(L, np.bool_), f(L), f(L, np.int64),

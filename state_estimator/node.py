@@ -7,9 +7,12 @@ updates, and publishes with the same stamp:
 
 * ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose in ``odom`` (REP 105: the estimator's
   frame, the world at t = 0), twist in the base frame (``/tf`` etc.: :mod:`legged_wbc.ros.tf_publisher`);
-* ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs): ``position`` = support set
-  S_c (1/0, the controller's contact mask), ``velocity`` = touchdown detected (1/0), ``effort`` =
-  touchdown score [N m/s];
+* ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs, then
+  ``support_plane_normal_{x,y,z}``): per leg ``position`` = support set S_c (1/0, the controller's
+  contact mask), ``velocity`` = touchdown detected (1/0), ``effort`` = touchdown score [N m/s]; the
+  three entries after the legs: ``position`` = the estimated support-plane normal (world frame,
+  unit; :mod:`state_estimator.support_plane`), ``velocity`` of the first = the number of late legs
+  (their swing-down extended), else 0;
 * ``/estimator/tau_ext`` (JointState-shaped, ``name`` = joints): ``effort`` = estimated external
   joint torque [N m] ("opposes the motor", see :mod:`state_estimator.touchdown`);
 * ``/estimator/diagnostics`` (Float64MultiArray, label ``estimator[<fields>]``): per leg, in robot
@@ -52,6 +55,7 @@ from legged_wbc.ros.io import TickSync
 from legged_wbc.ros.params import NodeParameters
 from legged_wbc.scenario import load_scenario
 
+from . import support_plane
 from .config import EstimatorNodeConfig
 from .estimator import StateEstimator
 
@@ -90,7 +94,10 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos,
                                    adapter=A.JointStateAdapter)
         ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos, adapter=A.ImuAdapter)
-        legs, n, zeros_legs = ",".join(self.leg_names), self.rm.n, np.zeros(len(self.leg_names))
+        legs, n = ",".join(self.leg_names), self.rm.n
+        # /estimator/support: the legs, then the support-plane normal's entries
+        self.support_names = self.leg_names + list(support_plane.ROS_NAMES)
+        zeros_sup = np.zeros(len(self.support_names))
         self._zeros_n = np.zeros(n)
         # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
         diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),vel_used({legs}),"
@@ -100,8 +107,8 @@ class EstimatorNode(ros_io.TickOutputs, Node):
                 (A.OdometryAdapter(ros_io.odometry_msg(0, self.rm.stance_configuration(), np.zeros(6),
                                                        self.base_frame, frame_id=tf_publisher.ODOM_FRAME)),
                  ros_io.TOPIC_EST_ODOM),
-                (A.JointStateAdapter(ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs,
-                                                            zeros_legs)), ros_io.TOPIC_EST_SUPPORT),
+                (A.JointStateAdapter(ros_io.joint_state_msg(0, self.support_names, zeros_sup, zeros_sup,
+                                                            zeros_sup)), ros_io.TOPIC_EST_SUPPORT),
                 (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, np.zeros(n), np.zeros(n),
                                                             np.zeros(n))), ros_io.TOPIC_EST_TAU_EXT),
                 (A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(4 * len(self.leg_names) + 2), diag_label)),
@@ -213,8 +220,10 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         self._last_out = [
             (self.pub_diag, diag),
             (self.pub_tau_ext, adapters.JointSample(t_ns, self.joint_names, z, z, tau_ext)),
-            (self.pub_support, adapters.JointSample(t_ns, self.leg_names, e.support.astype(float),
-                                                    e.touchdown.astype(float), np.asarray(e.td_score, dtype=float))),
+            (self.pub_support, adapters.JointSample(
+                t_ns, self.support_names, np.concatenate((e.support.astype(float), e.support_normal)),
+                np.concatenate((e.touchdown.astype(float), (float(e.late.sum()), 0.0, 0.0))),
+                np.concatenate((np.asarray(e.td_score, dtype=float), (0.0, 0.0, 0.0))))),
             (self.pub_odom, adapters.OdomSample(t_ns, e.q[:7], e.v[:6]))]
         if first:                       # the first answer: wait until the subscribers are matched
             ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)

@@ -22,6 +22,7 @@ from legged_wbc.conventions import rotation_from_quat_xyzw
 from legged_wbc.gait import GaitScheduler
 from legged_wbc.model import RobotModel
 
+from . import support_plane
 from .config import EstimatorConfig
 from .estimator import QUAT_NORM_TOL, EstimatedState, EstimatorCore
 from .velocity import GRAVITY_WORLD
@@ -90,7 +91,7 @@ class ReferenceEstimator(EstimatorCore):
         cycle = self.gait.cycle_index(t)
         nominal = phase == 0
         touchdown = self._touchdown(first, step, qj, dqj, tau, quat, w, f, R, phase, cycle)
-        support = nominal | touchdown                        # 2. support set
+        support = (nominal & (self.touchdown.late == 0)) | touchdown   # 2. support set
         self._kinematics(qj, dqj)                            # 3. leg kinematics and base velocity
         vw = self._velocity(first, dt, step, w, f, R, support)
         h_raw, pos = self._position(first, step, R, support, vw)
@@ -99,6 +100,8 @@ class ReferenceEstimator(EstimatorCore):
         q = np.concatenate((pos, quat, qj))
         v = np.concatenate((vb, w, dqj))
         self._dynamics(q, v)                                  # for the next cycle's prediction
+        alpha, band = self._plane_params(step)
+        plane = support_plane.support_plane_reference(self._p_foot, support, R, alpha, band, self._plane)
         self._gyro_prev = w
         self._vb_prev = vb
         self._t = t
@@ -110,7 +113,8 @@ class ReferenceEstimator(EstimatorCore):
             td_score=td.score, td_count=td.count.copy(), tau_ext=td.tau_ext.copy(),
             vel_d2=vf.d2, vel_inflation=vf.inflation, vel_used=vf.used,            # replaced each cycle
             vel_excluded=vf.excluded, vel_cycles_in_support=vf.cycles_in_support,  # (no copy needed)
-            vel_cov=vf.P.copy(), height_raw=h_raw, foot_pos_base=self._p_foot.copy(), dt=dt)
+            vel_cov=vf.P.copy(), height_raw=h_raw, foot_pos_base=self._p_foot.copy(), dt=dt,
+            support_normal=plane[:3], support_offset=float(plane[3]), late=td.late > 0, late_event=td.event.copy())
 
     def _specific_force(self, first, step, w, acc):
         """Base angular acceleration (gyro differenced over the step) and the specific force at

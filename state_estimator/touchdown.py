@@ -25,6 +25,12 @@ in swing-down a touchdown is declared when ``s > gamma_land`` on ``n_land`` cons
 stays latched until that swing-down ends. The consecutive count restarts at every swing-down, and
 the latch is cleared when the phase leaves swing-down or the leg's gait-cycle index changes.
 
+Late touchdowns (``late_max_cycles`` > 0): a swing-down that ends without a touchdown is extended:
+the leg stays *late* (``late > 0``, out of the estimated support set; the controller keeps it
+descending) and the landing test goes on, until it sees the contact (event ``LATE_LANDED``, the leg
+joins the support set) or ``late_max_cycles`` have passed (event ``LATE_FALLBACK``: the leg joins
+the support set as the gait says, as without the extension).
+
 Numerics: the covariance update is Joseph-form and symmetrized every step, so ``P`` stays symmetric
 positive definite. All legs are filtered together (arrays of shape ``(n_legs, ...)``) to keep the
 500 Hz cost low; a single leg is ``n_legs = 1``.
@@ -34,9 +40,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from legged_wbc.gait import SWING_DOWN
+from legged_wbc.gait import SUPPORT, SWING_DOWN
 
 from .config import TouchdownConfig
+
+
+LATE_LANDED, LATE_FALLBACK = 1, 2      # events of a late leg (``TouchdownDetector.event``)
 
 
 class TouchdownDetector:
@@ -62,6 +71,8 @@ class TouchdownDetector:
         self.latched_cycle = np.full(L, -(2 ** 62), dtype=np.int64)
         self._prev_phase = np.zeros(L, dtype=int)
         self._prev_cycle = np.full(L, -1, dtype=np.int64)
+        self.late = np.zeros(L, dtype=np.int64)   # cycles a late leg has been kept out of support (0: not late)
+        self.event = np.zeros(L, dtype=np.int64)  # this cycle: 0, LATE_LANDED or LATE_FALLBACK
         self._F = np.zeros((L, n, n))
         self._F[:] = np.eye(n)
         self.initialized = False
@@ -99,6 +110,8 @@ class TouchdownDetector:
         self.latched_cycle[:] = -(2 ** 62)
         self._prev_phase[:] = 0
         self._prev_cycle[:] = -1
+        self.late[:] = 0
+        self.event[:] = 0
         self.initialized = True
 
     # ------------------------------------------------------------------ Kalman filter
@@ -143,14 +156,30 @@ class TouchdownDetector:
         ``phase``: nominal phase per leg (``legged_wbc.gait`` SUPPORT / SWING_UP / SWING_DOWN),
         ``cycle``: gait-cycle index per leg."""
         # (a plain loop over the legs: several times cheaper than numpy for a handful of legs)
-        gamma, n_land = self.cfg.gamma_land, self.cfg.n_land
+        gamma, n_land, late_max = self.cfg.gamma_land, self.cfg.n_land, self.cfg.late_max_cycles
         ph, cy, sc = phase.tolist(), cycle.tolist(), self.score.tolist()
         td, cnt, latched = self.touchdown.tolist(), self.count.tolist(), self.latched_cycle.tolist()
         prev_ph, prev_cy = self._prev_phase.tolist(), self._prev_cycle.tolist()
+        late, event = self.late.tolist(), [0] * self.n_legs
         for i in range(self.n_legs):
             if ph[i] != SWING_DOWN:                 # support / swing-up: filter only, latch cleared
-                td[i], cnt[i] = False, 0
+                if late_max > 0 and ph[i] == SUPPORT and prev_ph[i] == SWING_DOWN and not td[i] and late[i] == 0:
+                    late[i] = 1                     # the swing-down ended without contact: extend it
+                elif ph[i] != SUPPORT:
+                    late[i] = 0                     # a new swing began
+                td[i] = False
+                if late[i] > 0:                     # a late leg: the landing test goes on
+                    cnt[i] = cnt[i] + 1 if sc[i] > gamma else 0
+                    if cnt[i] >= n_land:
+                        late[i], event[i] = 0, LATE_LANDED
+                    elif late[i] > late_max:
+                        late[i], event[i] = 0, LATE_FALLBACK
+                    else:
+                        late[i] += 1
+                if late[i] == 0:
+                    cnt[i] = 0
                 continue
+            late[i] = 0
             if td[i] and latched[i] != cy[i]:       # the latch lives only within its cycle's swing-down
                 td[i] = False
             if prev_ph[i] != SWING_DOWN or prev_cy[i] != cy[i]:
@@ -165,6 +194,8 @@ class TouchdownDetector:
         self.latched_cycle[:] = latched
         self._prev_phase[:] = ph
         self._prev_cycle[:] = cy
+        self.late[:] = late
+        self.event[:] = event
         return self.touchdown
 
     def update(self, M_inv, tau, h, dq_meas, phase, cycle, dt=None) -> np.ndarray:

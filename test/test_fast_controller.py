@@ -356,13 +356,15 @@ def rm_n_legs(loop):
 @pytest.mark.parametrize("impl", ["fast", "reference"])
 @pytest.mark.parametrize("name,value", [("mu", 0.3), ("w_lambda_t", 1e-3), ("w_lambda_n", 1e-3)])
 def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
-    """mu, w_lambda_t, w_lambda_n are live parameters: the next QP uses the new values."""
+    """mu, w_lambda_t, w_lambda_n are live parameters: the next QP uses the new values (pyramids
+    about body z: their normal-force entries are then exactly -mu)."""
     loop, inputs = walk
-    ctl = make_controller(loop.rm, loop.wcfg, loop.gait_cfg, impl)
+    wcfg = dataclasses.replace(loop.wcfg, contact_normal="body_z")
+    ctl = make_controller(loop.rm, wcfg, loop.gait_cfg, impl)
     ctl.reset(loop.q0)
     ctl.update(inputs[0])
     before = ctl.problem.copy()
-    ctl.set_config(dataclasses.replace(loop.wcfg, **{name: value}))
+    ctl.set_config(dataclasses.replace(wcfg, **{name: value}))
     ctl.update(inputs[0])
     p, N, c0 = ctl.problem, ctl.N, ctl.lam0
     fric = p.C[ctl.row_fric:ctl.row_fric + 5 * N]
@@ -377,7 +379,7 @@ def test_set_config_refills_friction_and_force_weights(walk, impl, name, value):
             np.testing.assert_allclose(lam_diag[4 * i + np.array(cols)], value, rtol=1e-9)
         assert not np.array_equal(p.H, before.H)
     # and both paths agree after the change
-    other = make_controller(loop.rm, dataclasses.replace(loop.wcfg, **{name: value}), loop.gait_cfg,
+    other = make_controller(loop.rm, dataclasses.replace(wcfg, **{name: value}), loop.gait_cfg,
                             "reference" if impl == "fast" else "fast")
     other.reset(loop.q0)
     other.update(inputs[0])
@@ -717,7 +719,7 @@ def test_start_swings_plans_only_new_swings():
     dur, planned = np.zeros(N), np.zeros(N, dtype=bool)
     par = params(stance_p=stance, z_touchdown=-0.4, raibert_gain=0.5, support_duration=0.6, swing_duration=0.4)
     n = swing.start_swings(phases, cycles, leg_batch(p=p, v_p=v_p), R, v_ref, par,
-                           swing.SwingPlan(swing_cycle, start, target, vs, ve, dur, planned))
+                           swing.SwingPlan(swing_cycle, start, target, vs, ve, dur, planned, np.zeros(N)))
     assert n == 1 and planned.tolist() == [False, True, False] and swing_cycle.tolist() == [3, 4, 4]
     np.testing.assert_allclose(target[1], [3.0 + 0.5 * 0.1 * 0.6, 4.0 + 0.5 * 0.2 * 0.6, -0.4])
     np.testing.assert_array_equal(start[1], p[1])

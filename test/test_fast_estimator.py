@@ -427,15 +427,16 @@ def test_td_filter_kernel_matches_touchdown_filter(k):
     assert kernels.td_filter(x, P, bad, tau, h, dq, DT, DT, q_diag, ref._r, score, work) == kernels.SINGULAR
 
 
-def test_td_detect_kernel_matches_landing_test():
+@pytest.mark.parametrize("late_max", [0, 7])
+def test_td_detect_kernel_matches_landing_test(late_max):
     rng = np.random.default_rng(5)
     L = 6
-    cfg = TouchdownConfig(gamma_land=1000.0, n_land=3)
+    cfg = TouchdownConfig(gamma_land=1000.0, n_land=3, late_max_cycles=late_max)
     ref = TouchdownDetector(cfg, L, 4, DT)
     ref.reset(np.zeros((L, 4)))
     st = [ref.touchdown.copy(), ref.count.copy(), ref.latched_cycle.copy(), ref._prev_phase.copy(),
-          ref._prev_cycle.copy()]
-    flags = 0
+          ref._prev_cycle.copy(), ref.late.copy(), ref.event.copy()]
+    flags = lates = 0
     phase, cycle = np.zeros(L, np.int64), np.zeros(L, np.int64)
     for step in range(3000):
         # random phase walk with cycle changes, scores around the threshold
@@ -444,12 +445,15 @@ def test_td_detect_kernel_matches_landing_test():
         cycle = cycle + (rng.random(L) < 0.02)
         ref.score = rng.uniform(0, 2000, L)
         td_ref = ref.detect(phase, cycle).copy()
-        kernels.td_detect(phase, cycle, ref.score, cfg.gamma_land, cfg.n_land, *st)
+        kernels.td_detect(phase, cycle, ref.score, cfg.gamma_land, cfg.n_land, *st, late_max)
         np.testing.assert_array_equal(st[0], td_ref)
-        for a, b in zip(st[1:], [ref.count, ref.latched_cycle, ref._prev_phase, ref._prev_cycle]):
+        for a, b in zip(st[1:], [ref.count, ref.latched_cycle, ref._prev_phase, ref._prev_cycle, ref.late,
+                                 ref.event]):
             np.testing.assert_array_equal(a, b)
         flags += int(td_ref.sum())
+        lates += int((ref.late > 0).sum())
     assert flags > 100
+    assert (lates > 100) if late_max else lates == 0
 
 
 @pytest.mark.parametrize("gating", [True, False])

@@ -228,6 +228,8 @@ WBC_LIVE = {
     "stand_up_duration": (10.0, ["g"], {"stand_height": 0.3}, T_STAND),
     "forward_velocity": (0.5, ["g"], {}, T_WALK),
     "velocity_ramp_end": (20.0, ["g"], {}, T_WALK),
+    "contact_normal": ("body_z", ["C"], {}, T_WALK),            # the tick's support plane is tilted 3.4 deg
+    "body_attitude": ("level", ["g"], {}, T_WALK),
 }
 # live only with a read-only setting other than the default: (start-up overrides, new value, probes)
 WBC_LIVE_WITH = {"cbf_slack_weight": ({"cbf_slack": True}, 10.0, ["H"]),
@@ -253,12 +255,13 @@ def _wbc_node(ctx, **overrides):
     q[7:] += 0.05 * rng.standard_normal(rm.n)
     v = 0.3 * rng.standard_normal(rm.nv)
     tau_ext = 20.0 * rng.standard_normal(rm.n)
+    normal = np.array([0.05, -0.03, 1.0]) / np.linalg.norm([0.05, -0.03, 1.0])   # a tilted support plane
 
     def tick(t: float) -> dict:
         """One control tick on the fixed input (the swings of this tick re-planned), what it produced."""
         ctl.swing.cycle[:] = -1
         d = {"js": (q[7:], v[6:]), "odom": (q[:7], v[:6]), "support": np.asarray(ctl.gait.nominal_support(t), bool),
-             "tau_ext": tau_ext}
+             "tau_ext": tau_ext, "normal": normal}
         node._run_tick(int(round(t / 0.002)), d)
         o, p = outs[-1], ctl.problem
         return {"tau": o.tau.copy(), "H": p.H.copy(), "g": p.g.copy(), "C": p.C.copy(), "l": p.l.copy(),
@@ -322,6 +325,10 @@ EST_LIVE = {
     "velocity.sigma_accel": (5.0, ["vel_cov"], {}, SWING_DOWN_TICKS),
     "velocity.sigma_meas": (1.0, ["vel_cov"], {}, SWING_DOWN_TICKS),
     "height.cutoff_hz": (0.1, ["height"], {}, SWING_DOWN_TICKS),
+    "plane.cutoff_hz": (0.01, ["normal"], {"plane.deadband_deg": 0.0}, SWING_DOWN_TICKS),
+    "plane.deadband_deg": (0.0, ["normal"], {}, SWING_DOWN_TICKS),
+    # no touchdown in the swing-down ending at tick 1700: its legs are late at 1705, unless no extension
+    "touchdown.late_max_cycles": (0, ["late", "support"], {"touchdown.gamma_land": 1e7}, SUPPORT_ENTRY_TICKS),
 }
 
 
@@ -359,7 +366,8 @@ def test_every_live_estimator_parameter_takes_effect_next_tick(ros_context):
         e = outs[-1]
         return {"td_count": e.td_count, "touchdown": e.touchdown, "tau_ext": e.tau_ext, "v_world": e.v_world,
                 "vel_cov": e.vel_cov, "vel_inflation": e.vel_inflation, "vel_excluded": e.vel_excluded,
-                "vel_used": e.vel_used, "height": e.q[2], "P_td": est.touchdown.P.copy()}
+                "vel_used": e.vel_used, "height": e.q[2], "P_td": est.touchdown.P.copy(),
+                "normal": e.support_normal, "late": e.late, "support": e.support}
 
     failures = []
     for name, (new, keys, context, ticks) in EST_LIVE.items():

@@ -53,6 +53,15 @@ class WbcConfig:
     compensation_limit: float = param(200.0, 0.0, 1e4, "bound on the compensated null-space torque per leg", unit="N m")
     # --- contact
     mu: float = param(0.6, 0.05, 2.0, "friction coefficient of the pyramid", unit="-")
+    contact_normal: str = param("estimated", desc="normal of the friction pyramids: estimated = the estimator's "
+                                "support-plane normal (world z on flat ground), body_z = the base's z axis (the "
+                                "paper's)", choices=("estimated", "body_z"))
+    body_attitude: str = param("plane", desc="desired base attitude: plane = aligned with the estimator's support "
+                               "plane (level on flat ground; the height reference then holds stand_height along "
+                               "its normal), level = always level (the paper's)", choices=("plane", "level"))
+    late_descent_velocity: float = param(0.4, 0.0, 2.0, "a leg whose touchdown is late (out of the support set "
+                                         "after its nominal swing) keeps descending at this speed until the "
+                                         "estimator sees contact (read-only)", unit="m/s", live=False)
     fz_max: float = param(5000.0, 1.0, 1e5, "normal-force upper bound of a support foot", unit="N")
     # --- cost weights
     w_body: float = param(1.0, 0.0, 1e6, "weight of the 6 body task rows", unit="-")

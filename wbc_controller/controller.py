@@ -7,7 +7,8 @@ Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with
 
 * equalities: 6 floating-base rows ``S_B [M nu_dot + h - J_c^T lambda] = 0`` with
   ``S_B J_c^T lambda = [sum f_i; sum r_i x f_i]``; N rows ``m_theta,i = 0``;
-* inequalities: per foot 4 friction-pyramid rows (body z as normal) and ``0 <= f_z <= f_z,max``
+* inequalities: per foot 4 friction-pyramid rows (about the foot's contact normal: the estimated
+  support plane's or body z, ``contact_normal``; ``docs/terrain.md``) and ``0 <= f_z <= f_z,max``
   (``f_z,max = 0`` for feet outside the support set); n final-torque rows
   ``tau_min <= S[M nu_dot + h - J_c^T lambda] + tau_sw <= tau_max``; N relative-pitch CBF rows
   ``-(k_p (theta - theta_min) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
@@ -56,6 +57,7 @@ class ControllerInput:
     v: np.ndarray            # estimated velocity (nv), base part in the base frame
     support: np.ndarray      # estimated support set S_c (bool, per leg)
     tau_ext: np.ndarray | None = None  # estimated external joint torque (n), "opposes the motor"
+    normal: np.ndarray | None = None   # estimated support-plane normal (3,), world frame (None: world z)
 
 
 @dataclass
@@ -218,6 +220,25 @@ class ControllerCore:
             self.last_tau = out_tau.copy()
         return out_tau, status
 
+    @staticmethod
+    def _normal_of(inp: ControllerInput) -> tuple[float, float, float]:
+        """The input's support-plane normal (world z without one), checked: 3 finite numbers, unit
+        within 1e-3, pointing up (``n_z >= 0.2``); :class:`InputError` otherwise."""
+        n = inp.normal
+        if n is None:
+            return 0.0, 0.0, 1.0
+        if getattr(n, "shape", None) != (3,):
+            raise InputError(f"controller input normal: expected 3 values, got shape {np.shape(n)}")
+        try:
+            x, y, z = n.tolist() if type(n) is np.ndarray and n.dtype == np.float64 else (float(c) for c in n)
+        except (TypeError, ValueError):
+            raise InputError("controller input normal: not numbers") from None
+        if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
+            raise InputError("controller input normal: contains NaN/inf")
+        if abs(x * x + y * y + z * z - 1.0) > 1e-3 or z < 0.2:
+            raise InputError(f"controller input normal: not a unit vector pointing up ({x:.4g}, {y:.4g}, {z:.4g})")
+        return x, y, z
+
     def _fd_jdot(self, legs, qj, dqj) -> None:
         """The paper's J_theta_dot: directional central difference (step 1e-5), 0 if |q_dot_i| <= 1e-6."""
         eps = 1e-5
@@ -287,7 +308,7 @@ class WholeBodyController(ControllerCore):
             for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
                 ws["chain_" + name] = a
         sw = self.swing
-        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned"):
+        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned", "lift"):
             view = getattr(self, "_sw_" + name)
             if name == "planned":
                 view = view.view(np.bool_)                   # uint8 in the record
@@ -295,6 +316,8 @@ class WholeBodyController(ControllerCore):
             setattr(sw, name, view)
         self._p0[:] = self.refs.p0
         self.refs.p0 = self._p0
+        self._normal_w[:] = (0.0, 0.0, 1.0)                  # world z until an input brings one
+        self._normal_last = (0.0, 0.0, 1.0)
         self._qp = K.QpArrays(*(getattr(self._problem, k) for k in K.QpArrays._fields))
         self._no_tau_ext = np.zeros(n)                       # stands for a missing tau_ext (not read then)
         self._support = np.ones(N, dtype=bool)               # the last cycle's (for _fill_qp_fast)
@@ -448,6 +471,10 @@ class WholeBodyController(ControllerCore):
         clock = time.perf_counter
         t_in = clock()
         q, v, support, tau_ext = self._check_input_fast(inp)
+        nw = self._normal_of(inp)
+        if nw != self._normal_last:              # (one numpy write only when it changes)
+            self._normal_w[:] = nw
+            self._normal_last = nw
         K, cfg, N = self._K, self.cfg, self.N
         t_cycle = clock()
         lb = self._model_fast(q, v)

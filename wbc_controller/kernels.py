@@ -39,10 +39,10 @@ from .blocks.cbf import cbf_active, cbf_rows, disturbance_shift
 from .blocks.compensation import null_space_compensation
 from .blocks.contact import normal_force_bounds
 from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmetrize_mass
-from .blocks.friction import friction_rows
+from .blocks.friction import contact_normals, friction_rows, pyramid_coefficients, pyramid_rows
 from .blocks.joint_limits import joint_limit_rows
 from .blocks.swing import SWING_WORK, SwingPlan, start_swings, swing_torques
-from .blocks.tasks import body_reference, body_task, task_cost, task_targets
+from .blocks.tasks import attitude_task, body_reference, body_task, plane_attitude, task_cost, task_targets
 from .blocks.torque import command_torque, torque_envelope, torque_rows
 from .ldp import all_finite, check_direct, ldp_direct, ldp_slack_on, qp_from_ldp
 from .qp import INF
@@ -58,7 +58,7 @@ PARAM_SCALARS = (
     ("velocity_ramp_end", F8), ("forward_velocity", F8),
     # gait (legged_wbc.gait.gait_state) and swings (blocks.swing)
     ("gait_start_time", F8), ("gait_stop_time", F8), ("gait_period", F8), ("swing_duration", F8),
-    ("support_duration", F8), ("z_touchdown", F8), ("raibert_gain", F8), ("lift_height", F8), ("projection", B1),
+    ("support_duration", F8), ("z_touchdown", F8), ("touchdown_depth", F8), ("raibert_gain", F8), ("lift_height", F8), ("projection", B1),
     # task targets (blocks.tasks.task_targets)
     ("w_support", F8), ("w_swing", F8), ("w_pitch", F8), ("mode_none", B1), ("consistent", B1), ("k_dtheta", F8),
     ("theta_ddot_max", F8), ("recenter", B1), ("kp_swing_pitch", F8), ("kd_swing_pitch", F8),
@@ -71,6 +71,8 @@ PARAM_SCALARS = (
     ("jl_kp", F8), ("jl_kd", F8), ("jl_kv", F8), ("n_jl", I8), ("row_jl", I8),
     # torque-aware barrier boundary (blocks.cbf.disturbance_shift)
     ("margin_tau_ext", B1), ("cbf_margin_max", F8),
+    # terrain: contact normal, attitude on the support plane, late touchdowns (docs/terrain.md)
+    ("normal_estimated", B1), ("attitude_plane", B1), ("late_descent", F8),
     # the problem's layout: first force column, first friction / torque / CBF row
     ("lam0", I8), ("row_fric", I8), ("row_tau", I8), ("row_cbf", I8),
 )
@@ -113,7 +115,8 @@ def make_params(ctl) -> Params:
         gait_start=ctl.refs.gait_start, velocity_ramp_end=c.velocity_ramp_end, forward_velocity=c.forward_velocity,
         gait_start_time=g.cfg.start_time, gait_stop_time=g.cfg.stop_time, gait_period=g.cfg.period,
         swing_duration=g.swing_duration, support_duration=g.support_duration,
-        z_touchdown=-c.stand_height + ctl.rm.foot_radius - c.touchdown_depth, raibert_gain=c.raibert_gain,
+        z_touchdown=-c.stand_height + ctl.rm.foot_radius - c.touchdown_depth, touchdown_depth=c.touchdown_depth,
+        raibert_gain=c.raibert_gain,
         lift_height=c.lift_height, projection=c.swing_pitch_projection, w_support=c.w_support, w_swing=c.w_swing,
         w_pitch=c.w_pitch_none if mode == "none" else c.w_pitch, mode_none=mode == "none",
         consistent=c.support_foot_acceleration == "consistent", k_dtheta=c.k_dtheta,
@@ -130,6 +133,8 @@ def make_params(ctl) -> Params:
         cbf_shift=np.zeros((N, 2)), jl_kp=c.joint_limit_kp, jl_kd=c.joint_limit_kd, jl_kv=c.joint_velocity_gain, n_jl=int(ctl.n_jl),
         row_jl=int(ctl.row_jl), q_lower=np.asarray(ctl.rm.lower, dtype=float),
         q_upper=np.asarray(ctl.rm.upper, dtype=float), v_limit=np.asarray(ctl.rm.velocity_limit, dtype=float),
+        normal_estimated=c.contact_normal == "estimated", attitude_plane=c.body_attitude == "plane",
+        late_descent=c.late_descent_velocity,
         **{k: np.asarray(getattr(c, k), dtype=float) for k in ("kp_pos", "kd_pos", "kp_rot", "kd_rot", "kp_swing",
                                                                "kd_swing")},
         lam_diag_f=np.asarray(ctl._lam_diag, dtype=float), tmin_f=np.asarray(ctl._tmin, dtype=float),
@@ -158,9 +163,11 @@ def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0) -> np.dtype:
         ("phases", i, (N,)), ("progress", f, (N,)), ("cycles", i, (N,)), ("W", f, (N, 4)), ("b", f, (N, 4)),
         ("tau_sw", f, (n,)), ("tau_comp", f, (n,)), ("tau_sw_total", f, (n,)), ("swing_work", f, (SWING_WORK,)),
         ("nvec_work", f, (4,)),                                                           # cycle quantities
+        ("normal_w", f, (3,)), ("normals_b", f, (N, 3)), ("fric_coef", f, (N, 4, 3)), ("R_d", f, (3, 3)),
         ("p0", f, (3,)), ("sw_cycle", i, (N,)), ("sw_start", f, (N, 3)), ("sw_target", f, (N, 3)),
         ("sw_v_start", f, (N, 3)), ("sw_v_end", f, (N, 3)), ("sw_duration", f, (N,)),
         ("sw_planned", np.uint8, (N,)),           # bool (numba takes no bool arrays in records)
+        ("sw_lift", f, (N,)),
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
@@ -187,7 +194,8 @@ def workspace_legs(w):
 @njit(cache=True)
 def workspace_plan(w):
     """The workspace's swing plan as a :class:`.blocks.swing.SwingPlan` (views)."""
-    return SwingPlan(w.sw_cycle, w.sw_start, w.sw_target, w.sw_v_start, w.sw_v_end, w.sw_duration, w.sw_planned)
+    return SwingPlan(w.sw_cycle, w.sw_start, w.sw_target, w.sw_v_start, w.sw_v_end, w.sw_duration, w.sw_planned,
+                     w.sw_lift)
 
 
 # ---------------------------------------------------------------------------- the stages
@@ -205,11 +213,22 @@ def model_stage(M_upper, h_in, q, v, chain, ws):
 @njit(cache=True)
 def cycle_targets(t, q, v, support, tau_ext, compensate, w):
     """What the QP of one cycle is made of, before its blocks (into the workspace record ``w``):
-    body reference and task, gait state, task targets ``W``, ``b``, the swings that begin, swing
+    body reference and task (on the support plane of ``w.normal_w`` with ``attitude_plane``), the
+    feet's contact normals and pyramid coefficients, gait state, task targets ``W``, ``b``, the swings that begin, swing
     and compensation torques (``tau_sw_total = tau_sw + tau_comp``)."""
     legs, plan = workspace_legs(w), workspace_plan(w)
     body_reference(t, w.p0, w, w.ref_p, w.ref_v, w.ref_a)
+    if w.attitude_plane:          # on the support plane: height along its normal, attitude aligned with it
+        nz = plane_attitude(w.normal_w, w.R_d)
+        if nz != 1.0:             # the estimator's z is the base's height over the feet's centroid, which
+            w.ref_p[2] *= nz      # lies at stand_height along the normal below it: stand_height n_z vertically
+            w.ref_v[2] *= nz
+            w.ref_a[2] *= nz
     body_task(w.ref_p, w.ref_v, w.ref_a, q, w.R, v, w, w.acc_body, w.e_rpy)
+    if w.attitude_plane and w.R_d[2, 2] != 1.0:
+        attitude_task(w.R_d, w.R, v, w, w.acc_body, w.e_rpy)
+    contact_normals(w.R, w.normal_w, w.normal_estimated, w.normals_b)
+    pyramid_coefficients(w.normals_b, w.mu, w.fric_coef)
     gait_state(t, w.gait_start_time, w.gait_stop_time, w.gait_period, w.swing_duration, w.gait_offset, w.gait_group,
                w.phases, w.progress, w.cycles)
     task_targets(support, legs, w.acc_body, v[3:6], w.theta_nom, w, w.W, w.b)
@@ -259,11 +278,12 @@ def ldp_solution_stage(y, x, support, cbf_act, ws):
 @njit(cache=True)
 def qp_blocks(support, ws, qp):
     """The blocks of the stacked QP (:class:`QpArrays`) that change every cycle, from the
-    quantities the cycle kept in the workspace: cost, floating-base rows, normal-force bounds,
+    quantities the cycle kept in the workspace: cost, friction pyramids, floating-base rows, normal-force bounds,
     torque rows, CBF rows (with their slack columns when ``slack_on``); the stacked lower bounds ``bl`` get the equality right-hand side."""
     w = ws[0]
     legs = workspace_legs(w)
     task_cost(legs.J, w.W, w.b, w.acc_body, w, qp.H, qp.g)
+    pyramid_rows(w.fric_coef, w.lam0, w.row_fric, qp.C)
     floating_base_rows(w.M, w.h, legs.p, w.lam0, qp.A_eq, qp.b_eq)
     normal_force_bounds(support, w.fz_max, w.row_fric, qp.u)
     torque_rows(w.M, w.h, legs.J, w.tau_sw_total, w, qp.C, qp.l, qp.u)

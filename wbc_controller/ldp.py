@@ -182,7 +182,7 @@ def _ldp_base_and_friction_rows(support, P, w):
     """Floating-base rows ``M_B nu_dot - [sum f; sum p x f] = -h_B``, the friction pyramids and
     the forces' simple bounds (a foot held at ``f_z = 0``: no force, its pyramid rows loose)."""
     Ay, ubu, ubl, dinv, M, h = w.A, w.bu, w.bl, w.dinv, w.M, w.h
-    mu, fz_max, leg_v, Rinv = w.mu, w.fz_max, w.leg_v, w.Rinv
+    fz_max, leg_v, Rinv = w.fz_max, w.leg_v, w.Rinv
     N = P.shape[0]
     ms = nf = 3 * N
     for r in range(6):
@@ -202,15 +202,14 @@ def _ldp_base_and_friction_rows(support, P, w):
             Ay[r, 3 * i + 2] = c2 * dinv[3 * i + 2]
         ubu[ms + r] = -h[r]
         ubl[ms + r] = -h[r]
+    coef = w.fric_coef
     for i in range(N):
         dx, dy, dz = dinv[3 * i], dinv[3 * i + 1], dinv[3 * i + 2]
         for k in range(4):
             a = 6 + 4 * i + k
-            sx = (1.0 if k == 0 else -1.0) if k < 2 else 0.0
-            sy = (1.0 if k == 2 else -1.0) if k >= 2 else 0.0
-            Ay[a, 3 * i] = sx * dx
-            Ay[a, 3 * i + 1] = sy * dy
-            Ay[a, 3 * i + 2] = -mu * dz
+            Ay[a, 3 * i] = coef[i, k, 0] * dx
+            Ay[a, 3 * i + 1] = coef[i, k, 1] * dy
+            Ay[a, 3 * i + 2] = coef[i, k, 2] * dz
             ubl[ms + a] = -INF
         hi = fz_max if support[i] else 0.0
         if hi == 0.0:
@@ -379,12 +378,15 @@ def _base_residual(x, M, h, P):
 
 @njit(cache=True)
 def _force_violation(x, support, w):
-    """Normalized violation of the friction pyramids and the ``f_z`` bounds at ``x``."""
-    lam0, mu, fz_max = w.M.shape[0], w.mu, w.fz_max
+    """Normalized violation of the friction pyramids (about each foot's normal, ``w.fric_coef``)
+    and the ``f_z`` bounds at ``x``."""
+    lam0, fz_max, coef = w.M.shape[0], w.fz_max, w.fric_coef
     viol = 0.0
     for i in range(support.shape[0]):
         fx, fy, fz = x[lam0 + 4 * i], x[lam0 + 4 * i + 1], x[lam0 + 4 * i + 2]
-        viol = max(viol, fx - mu * fz, -fx - mu * fz, fy - mu * fz, -fy - mu * fz, -fz)
+        for k in range(4):
+            viol = max(viol, coef[i, k, 0] * fx + coef[i, k, 1] * fy + coef[i, k, 2] * fz)
+        viol = max(viol, -fz)
         hi = fz_max if support[i] else 0.0
         viol = max(viol, (fz - hi) / max(1.0, hi))
     return viol

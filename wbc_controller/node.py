@@ -6,8 +6,10 @@ headless loop runs. For each control tick ``k`` it waits until it holds the samp
 
 * ``/joint_states`` (sensor_msgs/JointState): joint positions and velocities, by name;
 * ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose (world) and twist (base frame);
-* ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs): ``position`` = estimated
-  support set S_c (1/0), ``velocity`` = touchdown detected (1/0);
+* ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs, then the support-plane
+  normal's entries): ``position`` = estimated support set S_c (1/0), ``velocity`` = touchdown
+  detected (1/0); the normal (world frame) from ``support_plane_normal_{x,y,z}``'s ``position``
+  (without those names: world z);
 * ``/estimator/tau_ext`` (sensor_msgs/JointState-shaped, ``name`` = joints): ``effort`` = estimated
   external joint torque [N m] (only waited for when ``null_space_compensation`` is on),
 
@@ -50,6 +52,7 @@ from legged_wbc.robot import ConfigError
 from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from legged_wbc.scenario import load_scenario
+from state_estimator import support_plane
 
 from .config import WbcConfig, WbcNodeConfig
 from .controller import ControllerInput, InputError, WholeBodyController
@@ -85,6 +88,7 @@ class WbcNode(ros_io.TickOutputs, Node):
         self.leg_names = list(self.rm.cfg.leg_names)
         self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
         self.legs_order = ros_io.JointOrder(self.leg_names)
+        self.plane_order = ros_io.JointOrder(list(support_plane.ROS_NAMES))
         # input_timing: sample (hardware stamps): inputs paired by stamp [ns], t = stamp - first tick's
         self.samples = ros_io.SampleTicks() if P.input_timing == "sample" else None
         self.sync = ros_io.TickSync(self._required_inputs(), max_pending=None if self.samples is None else 64)
@@ -180,8 +184,15 @@ class WbcNode(ros_io.TickOutputs, Node):
 
     def _on_support(self, msg: adapters.JointSample) -> None:
         sup = self._finite_field(self.legs_order, msg, "support", 0)
-        if sup is not None:
-            self._slot(self._tick_key(msg), "support", sup > 0.5)
+        if sup is None:
+            return
+        key = self._tick_key(msg)
+        if support_plane.ROS_NAMES[0] in msg.names:   # (a publisher without the support plane: world z)
+            normal = self._finite_field(self.plane_order, msg, "support plane normal", 0)
+            if normal is None:
+                return
+            self._slot(key, "normal", normal)          # before "support", which may complete the tick
+        self._slot(key, "support", sup > 0.5)
 
     def _on_tau_ext(self, msg: adapters.JointSample) -> None:
         eff = self._finite_field(self.order, msg, "tau_ext", 2)
@@ -209,7 +220,8 @@ class WbcNode(ros_io.TickOutputs, Node):
             t_ns, t = tick, self.samples.t(tick)
             tick = (t_ns - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
         try:
-            out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext")))
+            out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext"),
+                                                  normal=d.get("normal")))
         except InputError as exc:
             return self._reject("controller input", str(exc))
         diag = out.diag

@@ -23,10 +23,11 @@ from .blocks.cbf import cbf_active_reference, cbf_index, cbf_rows_reference, dis
 from .blocks.compensation import null_space_compensation_reference
 from .blocks.contact import contact_rows_reference, normal_force_bounds_reference
 from .blocks.floating_base import floating_base_index, floating_base_rows_reference
-from .blocks.friction import pyramid_rows_reference
+from .blocks.friction import contact_normals_reference, pyramid_coefficients_reference, pyramid_rows_reference
 from .blocks.joint_limits import joint_limit_rows_reference
 from .blocks.swing import start_swings_reference, swing_torques_reference
-from .blocks.tasks import body_task_reference, cost_index, task_cost_reference, task_targets_reference, vee
+from .blocks.tasks import (body_task_reference, cost_index, plane_attitude_reference, task_cost_reference,
+                           task_targets_reference, vee)
 from .blocks.torque import command_torque_reference, torque_envelope_reference, torque_index, torque_rows_reference
 from .controller import ControllerCore, ControllerInput, ControllerOutput, Diagnostics, InputError
 from .qp import QpResult
@@ -83,6 +84,7 @@ class ReferenceController(ControllerCore):
     def update(self, inp: ControllerInput) -> ControllerOutput:
         """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then)."""
         self._check_input(inp)
+        normal = np.array(self._normal_of(inp))
         cfg, rm = self.cfg, self.rm
         q, v = inp.q, inp.v
         support = np.asarray(inp.support, dtype=bool)
@@ -98,7 +100,13 @@ class ReferenceController(ControllerCore):
         R = rotation_from_quat_xyzw(q[3:7])
         t_start = time.perf_counter()  # QP time = build + solve + residual check (as the paper)
         ref = self.refs(inp.t)
+        if cfg.body_attitude == "plane":        # on the support plane: height along its normal, aligned with it
+            ref.R = plane_attitude_reference(normal)
+            ref.p[2] *= normal[2]
+            ref.v[2] *= normal[2]
+            ref.a[2] *= normal[2]
         acc_body = body_task_reference(cfg, ref, q[:3], R, v[:3], v[3:6])
+        self._pyramids(R, normal)
         phases, progress, cycles = self.gait.state(inp.t)
         W, b = task_targets_reference(support, lb, acc_body, v[3:6], self.theta_nominal, cfg)
         z_td = -cfg.stand_height + rm.foot_radius - cfg.touchdown_depth
@@ -147,6 +155,15 @@ class ReferenceController(ControllerCore):
         self.last_legs = lb
         diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
+
+    def _pyramids(self, R, normal) -> None:
+        """The friction pyramids about the feet's contact normals (``contact_normal``)."""
+        N, p = self.N, self.problem
+        nb = contact_normals_reference(R, normal, self.cfg.contact_normal == "estimated", N)
+        coef = pyramid_coefficients_reference(nb, self.cfg.mu)
+        for i in range(N):
+            c, r = self.lam0 + 4 * i, self.row_fric + 5 * i
+            p.C[r:r + 4, c:c + 3] = coef[i]
 
     def _fill_rows(self, lb, M, h, support, tau_sw_total) -> None:
         """Floating-base rows, contact state (``f_z`` bounds), torque rows, CBF rows."""

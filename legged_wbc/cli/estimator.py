@@ -13,6 +13,8 @@ def register(sub) -> None:
     s.add_argument("--no-slip", action="store_true", help="skip the slip run")
     s.add_argument("--slip-leg", default="lm", help="leg whose foot is pushed in the slip run (default lm)")
     s.add_argument("--slip-force", type=nonneg_float, default=350.0, help="horizontal push on the foot [N]")
+    s.add_argument("--scenario", default="nominal", help="scenario walked (default nominal; slope_up, steps, "
+                   "rough, ...: the support-plane normal's error off flat ground)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="scenario override (dotted key)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_eval)

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from legged_wbc.metrics import CONTROL_DT, compute_metrics, roll_pitch_from_quat_xyzw
+from legged_wbc.terrain_metrics import terrain_metrics
 from legged_wbc.tools.bag_files import bag_size
 from legged_wbc.tools.bag_series import read_bag_messages, series_from_messages
 from legged_wbc.tools.run_data import (
@@ -223,6 +224,7 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     m = compute_metrics(S, win[0], win[1], run.theta_min, run.theta_max, fell=bool(run.fell))
     if run.fell is None:
         m["fell"] = None
+    m.update(terrain_metrics(S, win[0], win[1]))   # None where the run lacks the series (a bag: the feet's truth)
     _add_run_fields(run, m)
     unavailable = _unavailable(run, m)
     if sat_why:

@@ -9,6 +9,12 @@ velocity estimates are compared on one trajectory:
   touchdowns (a flag with no contact before it in that swing-down), missed touchdowns (contact in
   swing-down, no flag before the swing-down ends), base-velocity RMSE (world frame, from ``t_s``)
   with gating on and off;
+* **support plane**: the angle between the estimated support-plane normal and (a) the true terrain
+  normal under the support feet (``normal_error_deg_{mean,max}``, as ``metrics.json``), (b) the
+  least-squares plane through the support feet's ground-truth positions
+  (``plane_fit_error_deg_{mean,max}``: the estimator's own error: kinematics, attitude, filter lag and
+  dead band, without the terrain's departure from a plane), from ``t_s``; meaningful off flat
+  ground (``--scenario slope_up`` etc.; on flat ground both are 0 with the dead band);
 * **slip**: in steady walking a horizontal force pushes one support foot so it slides
   (``slip_force`` N for ``slip_duration`` s, mid-stance); the velocity RMSE over the slip window
   (from the push to 0.3 s after it) with gating on and off. Gating must win.
@@ -53,14 +59,29 @@ def touchdown_stats(t: np.ndarray, phase: np.ndarray, touchdown: np.ndarray, con
             "landings_after_swing_end": late, "swing_down_intervals": intervals}
 
 
+def plane_errors(series: dict, mask: np.ndarray) -> dict:
+    """``plane_fit_error_deg_{mean,max}``: the estimated normal against the least-squares plane through
+    the ground-truth foot positions of the estimated support feet (ticks of ``mask`` with a fit)."""
+    from state_estimator.support_plane import plane_fit_reference
+
+    errs = []
+    for k in np.flatnonzero(mask):
+        ok, nx, ny, nz, _ = plane_fit_reference(series["foot_pos_gt"][k], series["support"][k])
+        if ok:
+            c = float(np.clip(np.dot(series["normal_est"][k], (nx, ny, nz)), -1.0, 1.0))
+            errs.append(np.degrees(np.arccos(c)))
+    return {"plane_fit_error_deg_mean": float(np.mean(errs)) if errs else None,
+            "plane_fit_error_deg_max": float(np.max(errs)) if errs else None}
+
+
 def run_eval(duration: float = 12.0, slip: bool = True, slip_leg: str = "lm", slip_force: float = 350.0,
-             slip_duration: float = 0.15, overrides: list[str] | None = None) -> dict:
+             slip_duration: float = 0.15, overrides: list[str] | None = None, scenario: str = "nominal") -> dict:
     from legged_wbc.closed_loop import ClosedLoop
     from legged_wbc.gait import GaitScheduler
     from legged_wbc.scenario import load_scenario
 
     def one(with_slip: bool) -> tuple[dict, object, np.ndarray]:
-        sc = load_scenario("nominal", overrides)
+        sc = load_scenario(scenario, overrides)
         loop = ClosedLoop(sc, "cbf")
         rm = loop.rm
         shadow = StateEstimator(rm, GaitScheduler(loop.gait_cfg, rm.cfg.leg_names),
@@ -86,9 +107,9 @@ def run_eval(duration: float = 12.0, slip: bool = True, slip_leg: str = "lm", sl
                 lp.sim.set_foot_force(leg, np.array([slip_force, 0.0, 0.0]) if push else None)
 
         res = loop.run(duration, on_tick=on_tick)
-        return res.series, (sc, t_push), np.array(shadow_vel)
+        return res.series, (sc, t_push, res.metrics), np.array(shadow_vel)
 
-    S, (sc, _), vel_off = one(False)
+    S, (sc, _, metrics), vel_off = one(False)
     t = S["t"]
     win = t >= sc.t_s
     gt = S["base_vel_world"]
@@ -101,8 +122,14 @@ def run_eval(duration: float = 12.0, slip: bool = True, slip_leg: str = "lm", sl
     out = touchdown_stats(t, S["phase"], S["touchdown"], S["contact_gt"], t_min=sc.gait_start)
     out["vel_rmse_mps"] = rmse(S["est_vel_world"], win)
     out["vel_rmse_nogating_mps"] = rmse(vel_off, win)
+    from legged_wbc.terrain_metrics import terrain_metrics
+    tm = terrain_metrics(S, sc.t_s, float(t[-1]))
+    out["normal_error_deg_mean"], out["normal_error_deg_max"] = tm["normal_error_deg_mean"], tm["normal_error_deg_max"]
+    out.update(plane_errors(S, win & S["support"].any(axis=1)))
+    out["scenario"] = sc.name
+    out["fell"] = bool(metrics["fell"])
     if slip:
-        S2, (_, t_push), vel_off2 = one(True)
+        S2, (_, t_push, _), vel_off2 = one(True)
         t2 = S2["t"]
         gt_cur = S2["base_vel_world"]
         w2 = (t2 >= t_push) & (t2 < t_push + slip_duration + 0.3)
@@ -115,7 +142,7 @@ def run_eval(duration: float = 12.0, slip: bool = True, slip_leg: str = "lm", sl
 
 def cmd_eval(args) -> int:
     res = run_eval(duration=args.duration, slip=not args.no_slip, slip_leg=args.slip_leg,
-                   slip_force=args.slip_force, overrides=args.set)
+                   slip_force=args.slip_force, overrides=args.set, scenario=args.scenario)
     if args.json:
         print(json.dumps(res, indent=2))
     else:

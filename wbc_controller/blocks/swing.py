@@ -17,12 +17,16 @@ from legged_wbc.gait import SUPPORT
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 SWING_WORK = 60         # scratch size (floats) of swing_torques
+LATE_GAIN = 20.0        # velocity gain of a late leg's descent (its task acceleration) [1/s]
+STEP_TOLERANCE = 0.03   # a swing starting this far above its target or less gets the plain lift height [m]
+FOOTHOLD_TOLERANCE = 0.02   # a last foothold this far below the nominal target or less is ignored [m]
+RISE_TOLERANCE = 0.01   # a foothold this much higher than the last one or less adds no lift [m]
 
 
 class SwingPlan(NamedTuple):
     """The swing plan of every leg (kernels update it in place): the gait cycle of the last
     planned swing, its start point and velocity, target point and end velocity (base frame),
-    duration [s], and whether a swing was planned."""
+    duration [s], whether a swing was planned, and its extra lift [m]."""
 
     cycle: np.ndarray       # (N,) int64
     start: np.ndarray       # (N, 3)
@@ -31,6 +35,7 @@ class SwingPlan(NamedTuple):
     v_end: np.ndarray       # (N, 3)
     duration: np.ndarray    # (N,)
     planned: np.ndarray     # (N,) bool
+    lift: np.ndarray        # (N,) extra lift of the swing from the last footholds' rise [m] (:func:`start_swings`)
 
 
 @njit(cache=True)
@@ -58,6 +63,37 @@ def swing_reference(start, target, v_start, v_end, T, u, lift, P, V, A):
     P[2] = start[2] + dz * f + lift * b
     V[2] = (dz * df + lift * db) / T
     A[2] = (dz * ddf + lift * ddb) / T2
+
+
+@njit(cache=True)
+def foothold_height(z_liftoff, z_touchdown, depth):
+    """Target height [m, base frame] of a swing lifting off at height ``z_liftoff``: the nominal
+    ``z_touchdown`` (the support plane's, the base being aligned with it), or, if the foot's own
+    last foothold lies more than :data:`FOOTHOLD_TOLERANCE` below it (a hollow, a step down, the
+    foot of a slope under the plane through the other feet), that foothold's height less ``depth``
+    (the next foothold, one step ahead, is expected near the last one; higher ground is met by the
+    early-touchdown detection)."""
+    low = z_liftoff - depth
+    return low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
+
+
+@njit(cache=True)
+def rise_lift(z_liftoff, z_last_liftoff, planned):
+    """Extra lift [m] of a swing from the rise of the foot's footholds: how much higher (base frame)
+    it lifts off now than at its previous swing, beyond :data:`RISE_TOLERANCE` (a foot that has
+    just stepped up, onto a tread or after catching a riser, lifts the next step higher; 0 on flat
+    ground and on an even slope, where the base follows the plane)."""
+    return max(0.0, z_liftoff - z_last_liftoff - RISE_TOLERANCE) if planned else 0.0
+
+
+@njit(cache=True)
+def swing_lift(start, target, lift):
+    """The lift height [m] of a swing from ``start`` to ``target`` (base frame): ``lift``, plus how far
+    the foot starts above its target beyond :data:`STEP_TOLERANCE` (a foot that stands on higher
+    ground than its nominal target, a step's tread or edge, a bump: the apex then clears its start
+    by about ``lift``; on flat ground the start is ``touchdown_depth`` above the target and the lift
+    is ``lift``)."""
+    return lift + max(0.0, start[2] - target[2] - STEP_TOLERANCE)
 
 
 @njit(cache=True)
@@ -91,21 +127,23 @@ def solve4(M, b, x, a):
 def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     """Plan the swings that begin this cycle (a leg out of nominal support in a gait cycle other
     than the one last planned, ``swing_cycle``): from the foot point ``p`` and velocity ``v_p``
-    (base frame) to the nominal stance point at height ``z_touchdown`` [m], moved by the Raibert
+    (base frame) to the nominal stance point at height ``z_touchdown`` [m] (lower if the foot lifts off
+    from lower ground: :func:`foothold_height`), moved by the Raibert
     offset ``raibert_gain * v_body * support_duration`` (``v_body = R^T v_ref``), reached at ground
     speed ``-v_body`` after ``swing_duration`` [s]; as :meth:`SwingPlanner.begin` (vertical
     end velocities zero). Returns the number of swings started. ``legs``: :class:`LegBatch`;
-    ``plan``: :class:`SwingPlan` (updated); ``par`` fields: ``stance_p`` (N, 3), ``z_touchdown``,
+    ``plan``: :class:`SwingPlan` (updated); ``par`` fields: ``stance_p`` (N, 3), ``z_touchdown``, ``touchdown_depth``,
     ``raibert_gain``, ``support_duration``, ``swing_duration``."""
-    p, v_p, stance_p, z_touchdown = legs.p, legs.v_p, par.stance_p, par.z_touchdown
+    p, v_p, stance_p, z_touchdown, touchdown_depth = legs.p, legs.v_p, par.stance_p, par.z_touchdown, par.touchdown_depth
     raibert_gain, support_duration, swing_duration = par.raibert_gain, par.support_duration, par.swing_duration
     swing_cycle, sw_start, sw_target, sw_v_start = plan.cycle, plan.start, plan.target, plan.v_start
-    sw_v_end, sw_duration, planned = plan.v_end, plan.duration, plan.planned
+    sw_v_end, sw_duration, planned, sw_lift = plan.v_end, plan.duration, plan.planned, plan.lift
     started = 0
     for i in range(phases.shape[0]):
         if phases[i] == SUPPORT or cycles[i] == swing_cycle[i]:
             continue
         swing_cycle[i] = cycles[i]
+        sw_lift[i] = rise_lift(p[i, 2], sw_start[i, 2], planned[i])
         for r in range(3):
             vb = R[0, r] * ref_v[0] + R[1, r] * ref_v[1] + R[2, r] * ref_v[2]
             sw_target[i, r] = stance_p[i, r]
@@ -114,7 +152,7 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
             sw_start[i, r] = p[i, r]
             sw_v_start[i, r] = v_p[i, r]
             sw_v_end[i, r] = -vb
-        sw_target[i, 2] = z_touchdown
+        sw_target[i, 2] = foothold_height(p[i, 2], z_touchdown, touchdown_depth)
         sw_v_start[i, 2] = 0.0
         sw_v_end[i, 2] = 0.0
         sw_duration[i] = swing_duration
@@ -128,17 +166,22 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
     """Swing-leg PD torques ``tau_sw`` (n) of the legs outside the support set, and their swing
     feed-forward accelerations added to ``b[:, :3]``.
 
-    A leg out of the support set in a nominal swing tracks its planned path (base frame); outside
-    a nominal swing it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
+    A leg out of the support set in a nominal swing tracks its planned path (base frame); after
+    its nominal swing (a late touchdown: the estimator keeps it out of the support set until it sees
+    the contact) it keeps descending at ``late_descent`` [m/s] (velocity reference ``(v_end_x,
+    v_end_y, -late_descent)``, reached through the task acceleration ``LATE_GAIN (v_ref - v_p)``
+    and the PD; position reference where it is); with ``late_descent`` 0, or before
+    any planned swing, it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
     v_p))``; with ``projection`` the part that would accelerate theta is removed with the leg
     block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``.
     ``work``: scratch of ``SWING_WORK`` floats (no allocation in the kernel). ``plan``:
     :class:`SwingPlan`; ``legs``: :class:`LegBatch`; ``par`` fields: ``lift_height``, ``leg_v``,
-    ``leg_j``, ``kp_swing``, ``kd_swing`` (3 each), ``projection``."""
+    ``leg_j``, ``kp_swing``, ``kd_swing`` (3 each), ``projection``, ``late_descent``."""
     p, v_p, J = legs.p, legs.v_p, legs.J
     planned, sw_start, sw_target, sw_v_start = plan.planned, plan.start, plan.target, plan.v_start
     sw_v_end, sw_duration = plan.v_end, plan.duration
     lift, leg_v, leg_j, kp, kd, projection = par.lift_height, par.leg_v, par.leg_j, par.kp_swing, par.kd_swing, par.projection
+    late_descent = par.late_descent
     N = p.shape[0]
     for k in range(tau_sw.shape[0]):
         tau_sw[k] = 0.0
@@ -151,7 +194,12 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
             continue
         if planned[i] and phases[i] != SUPPORT:
             swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
-                            lift, Pr, Vr, Ar)
+                            swing_lift(sw_start[i], sw_target[i], lift) + plan.lift[i], Pr, Vr, Ar)
+        elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
+            Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
+            for c in range(3):
+                Pr[c] = p[i, c]
+                Ar[c] = LATE_GAIN * (Vr[c] - v_p[i, c])
         else:
             for c in range(3):
                 Pr[c] = p[i, c]
@@ -194,10 +242,12 @@ class SwingPlanner:
         self.v_end = np.zeros((n_legs, 3))
         self.duration = np.ones(n_legs)
         self.planned = np.zeros(n_legs, dtype=bool)
+        self.lift = np.zeros(n_legs)                    # extra lift of each swing [m] (rise_lift)
 
     def plan(self) -> SwingPlan:
         """The planner's arrays as the kernels take them (views: the kernels update this planner)."""
-        return SwingPlan(self.cycle, self.start, self.target, self.v_start, self.v_end, self.duration, self.planned)
+        return SwingPlan(self.cycle, self.start, self.target, self.v_start, self.v_end, self.duration, self.planned,
+                         self.lift)
 
     def begin(self, i: int, start, target, duration: float, v_start=None, v_end=None) -> None:
         self.start[i], self.target[i], self.duration[i] = start, target, duration
@@ -206,8 +256,10 @@ class SwingPlanner:
         self.v_start[i, 2] = self.v_end[i, 2] = 0.0
         self.planned[i] = True
 
-    def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3).
+    def __call__(self, legs: np.ndarray, s: np.ndarray, lift: float,
+                 step_up: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """References of legs ``legs`` (indices) at swing progress ``s`` (same length), each (k, 3);
+        with ``step_up`` the lift of each swing is :func:`swing_lift`'s.
 
         Plain floats per leg: at most a few swing legs, and numpy's per-call overhead dominates."""
         k = len(legs)
@@ -234,9 +286,10 @@ class SwingPlanner:
             w = 1.0 - u
             b, db, ddb = 16 * u2 * w * w, 32 * u * w * w - 32 * u2 * w, 32 * w * w - 128 * u * w + 32 * u2
             dz = p1[2] - p0[2]
-            P[j, 2] = p0[2] + dz * f + lift * b
-            V[j, 2] = (dz * df + lift * db) / T
-            A[j, 2] = (dz * ddf + lift * ddb) / T**2
+            h = lift + max(0.0, -dz - STEP_TOLERANCE) + float(self.lift[i]) if step_up else lift
+            P[j, 2] = p0[2] + dz * f + h * b
+            V[j, 2] = (dz * df + h * db) / T
+            A[j, 2] = (dz * ddf + h * ddb) / T**2
         return P, V, A
 
 
@@ -246,8 +299,11 @@ def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, 
     :class:`GaitScheduler`; ``planner``: the :class:`SwingPlanner`, updated)."""
     for i in np.flatnonzero((phases != SUPPORT) & (cycles != planner.cycle)):
         planner.cycle[i] = cycles[i]
+        rise = legs.p[i, 2] - planner.start[i, 2] - RISE_TOLERANCE
+        planner.lift[i] = max(0.0, rise) if planner.planned[i] else 0.0
         target = stance[i].copy()
-        target[2] = z_touchdown
+        low = legs.p[i, 2] - cfg.touchdown_depth
+        target[2] = low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
         v_body = R.T @ ref_v
         target[:2] += cfg.raibert_gain * v_body[:2] * gait.support_duration
         planner.begin(i, legs.p[i], target, gait.swing_duration, v_start=legs.v_p[i], v_end=-v_body)
@@ -261,8 +317,11 @@ def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner,
     if not sw.size:
         return tau_sw
     tracking = planner.planned[sw] & (phases[sw] != SUPPORT)
-    p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height)
-    hold = ~tracking  # out of the support set outside a nominal swing: hold the foot where it is
+    p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height, step_up=True)
+    late = planner.planned[sw] & ~tracking & (cfg.late_descent_velocity > 0.0)   # late touchdown: descend
+    v_ref[late] = np.column_stack([planner.v_end[sw][late][:, :2], np.full(late.sum(), -cfg.late_descent_velocity)])
+    p_ref[late], a_ref[late] = legs.p[sw][late], LATE_GAIN * (v_ref[late] - legs.v_p[sw][late])
+    hold = ~tracking & ~late  # out of the support set outside a nominal swing: hold the foot where it is
     p_ref[hold], v_ref[hold], a_ref[hold] = legs.p[sw][hold], 0.0, 0.0
     b[sw, :3] += a_ref
     f_sw = np.asarray(cfg.kp_swing) * (p_ref - legs.p[sw]) + np.asarray(cfg.kd_swing) * (v_ref - legs.v_p[sw])

@@ -8,6 +8,7 @@ body-frame ``nu_dot[0:6]``; leg rows in the base frame.
 
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 from dataclasses import dataclass
 
@@ -174,6 +175,66 @@ def task_cost(J, W, b, acc_body, par, H, g):
         H[s0 + k, s0 + k] = slack_weight
     for r in range(n):
         H[r, r] += reg
+
+
+@njit(cache=True)
+def plane_attitude(normal_w, R_d):
+    """Desired base attitude on a support plane of unit normal ``normal_w`` (world): the smallest
+    rotation taking world z to the normal (axis ``z x n``, angle the plane's tilt; no yaw added),
+    into ``R_d`` (base -> world). World z gives ``I`` exactly. Returns the cosine of the tilt
+    (``n_z``)."""
+    nx, ny, nz = normal_w[0], normal_w[1], normal_w[2]
+    s2 = nx * nx + ny * ny
+    for r in range(3):
+        for c in range(3):
+            R_d[r, c] = 1.0 if r == c else 0.0
+    if s2 == 0.0:
+        return nz
+    # Rodrigues with k = (-ny, nx, 0) / s, sin = s, cos = nz:  R = I + [k]x s + [k]x^2 (1 - cos)
+    f = (1.0 - nz) / s2                       # (1 - cos) / s^2 (k unnormalized: k s)
+    R_d[0, 0] = 1.0 - f * nx * nx
+    R_d[0, 1] = -f * nx * ny
+    R_d[0, 2] = nx
+    R_d[1, 0] = -f * nx * ny
+    R_d[1, 1] = 1.0 - f * ny * ny
+    R_d[1, 2] = ny
+    R_d[2, 0] = -nx
+    R_d[2, 1] = -ny
+    R_d[2, 2] = nz
+    return nz
+
+
+@njit(cache=True)
+def attitude_task(R_d, R, v, par, acc_body, e_rpy):
+    """The rotational rows of :func:`body_task` for a desired attitude ``R_d`` (constant: ``w_d =
+    w_dot_d = 0``): ``w_dot_des = -K_R e_R - K_w w_B``, ``e_R = 0.5 vee(R_d^T R - R^T R_d)``, into
+    ``acc_body[3:6]`` and ``e_rpy`` (as :func:`body_task_reference` with ``ref.R = R_d``)."""
+    kp_rot, kd_rot = par.kp_rot, par.kd_rot
+    # E = R_d^T R
+    E01 = R_d[0, 0] * R[0, 1] + R_d[1, 0] * R[1, 1] + R_d[2, 0] * R[2, 1]
+    E02 = R_d[0, 0] * R[0, 2] + R_d[1, 0] * R[1, 2] + R_d[2, 0] * R[2, 2]
+    E10 = R_d[0, 1] * R[0, 0] + R_d[1, 1] * R[1, 0] + R_d[2, 1] * R[2, 0]
+    E12 = R_d[0, 1] * R[0, 2] + R_d[1, 1] * R[1, 2] + R_d[2, 1] * R[2, 2]
+    E20 = R_d[0, 2] * R[0, 0] + R_d[1, 2] * R[1, 0] + R_d[2, 2] * R[2, 0]
+    E21 = R_d[0, 2] * R[0, 1] + R_d[1, 2] * R[1, 1] + R_d[2, 2] * R[2, 1]
+    e0 = 0.5 * (E21 - E12)
+    e1 = 0.5 * (E02 - E20)
+    e2 = 0.5 * (E10 - E01)
+    acc_body[3] = -kp_rot[0] * e0 - kd_rot[0] * v[3]
+    acc_body[4] = -kp_rot[1] * e1 - kd_rot[1] * v[4]
+    acc_body[5] = -kp_rot[2] * e2 - kd_rot[2] * v[5]
+    e_rpy[0], e_rpy[1], e_rpy[2] = e0, e1, e2
+
+
+def plane_attitude_reference(normal_w) -> np.ndarray:
+    """:func:`plane_attitude` in numpy (Rodrigues from the axis and angle)."""
+    n = np.asarray(normal_w, dtype=float)
+    s = math.hypot(n[0], n[1])
+    if s == 0.0:
+        return np.eye(3)
+    k = np.array([-n[1], n[0], 0.0]) / s
+    Kx = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + s * Kx + (1.0 - n[2]) * Kx @ Kx
 
 
 _body_reference_py = body_reference.py_func       # the kernel's own code, run as plain Python
