@@ -86,11 +86,27 @@ def test_setup_warm_up_covers_the_run_and_the_notice_tells_a_compile(tmp_path):
     run = [sys.executable, "-m", "legged_wbc.cli", "run", "--duration", "0.2", "--quiet", "--out", str(tmp_path / "run")]
 
     assert _run(warm, cache, tmp_path).stderr.count(jit.NOTICE) == 1
-    cached = sorted(p.name for p in cache.iterdir())
+    keyed = cache / jit.kernel_sources_digest()                               # under the sources' digest
+    cached = sorted(p.name for p in keyed.iterdir())
     assert [c.split("_")[0] for c in cached] == ["state", "wbc"], cached     # both modules cached there
     assert jit.NOTICE not in _run(run, cache, tmp_path).stderr
     assert jit.NOTICE not in _run(warm, cache, tmp_path).stderr
 
-    for d in cache.glob("state_estimator_*"):
+    for d in keyed.glob("state_estimator_*"):
         shutil.rmtree(d)
     assert _run(run, cache, tmp_path).stderr.count(jit.NOTICE) == 1
+
+
+def test_the_cache_is_keyed_on_every_kernel_source(tmp_path):
+    """numba keys a kernel on its own file only: a block module edited under a kernel that calls it
+    must not leave the old machine code in use. The cache directory is named after a digest of every
+    kernel module: the same sources give the same name, one changed block another."""
+    for mod in jit.KERNEL_MODULES:
+        rel = Path(*mod.split(".")).with_suffix(".py")
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(jit.ROOT / rel, tmp_path / rel)
+    assert jit.kernel_sources_digest(tmp_path) == jit.kernel_sources_digest()
+    assert Path(jit.CACHE_DIR).name == jit.kernel_sources_digest()
+    friction = tmp_path / "wbc_controller" / "blocks" / "friction.py"
+    friction.write_text(friction.read_text() + "\n# an edit\n")
+    assert jit.kernel_sources_digest(tmp_path) != jit.kernel_sources_digest()

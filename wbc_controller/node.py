@@ -6,10 +6,9 @@ headless loop runs. For each control tick ``k`` it waits until it holds the samp
 
 * ``/joint_states`` (sensor_msgs/JointState): joint positions and velocities, by name;
 * ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose (world) and twist (base frame);
-* ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs, then the support-plane
-  normal's entries): ``position`` = estimated support set S_c (1/0), ``velocity`` = touchdown
-  detected (1/0); the normal (world frame) from ``support_plane_normal_{x,y,z}``'s ``position``
-  (without those names: world z);
+* ``/estimator/support`` (JointState-shaped, ``name`` = legs, then ``support_plane_normal_{x,y,z}``):
+  ``position`` = estimated support set S_c (1/0), then the support-plane normal (world frame; without
+  those names: world z); ``velocity`` = touchdown detected (1/0);
 * ``/estimator/tau_ext`` (sensor_msgs/JointState-shaped, ``name`` = joints): ``effort`` = estimated
   external joint torque [N m] (only waited for when ``null_space_compensation`` is on),
 
