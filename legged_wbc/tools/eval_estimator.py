@@ -74,6 +74,18 @@ def plane_errors(series: dict, mask: np.ndarray) -> dict:
             "plane_fit_error_deg_max": float(np.max(errs)) if errs else None}
 
 
+def _normal_errors(S: dict, sc, win) -> dict:
+    """The estimated support plane's errors over the window ``win``: against the terrain under the
+    support feet (``normal_error_deg_mean`` / ``_max``) and against the plane through their true
+    positions (:func:`plane_errors`)."""
+    from legged_wbc.terrain_metrics import terrain_metrics
+
+    tm = terrain_metrics(S, sc.t_s, float(S["t"][-1]))
+    out = {"normal_error_deg_mean": tm["normal_error_deg_mean"], "normal_error_deg_max": tm["normal_error_deg_max"]}
+    out.update(plane_errors(S, win & S["support"].any(axis=1)))
+    return out
+
+
 def run_eval(duration: float = 12.0, slip: bool = True, slip_leg: str = "lm", slip_force: float = 350.0,
              slip_duration: float = 0.15, overrides: list[str] | None = None, scenario: str = "nominal") -> dict:
     from legged_wbc.closed_loop import ClosedLoop
@@ -112,20 +124,16 @@ def run_eval(duration: float = 12.0, slip: bool = True, slip_leg: str = "lm", sl
     S, (sc, _, metrics), vel_off = one(False)
     t = S["t"]
     win = t >= sc.t_s
-    gt = S["base_vel_world"]
 
     def rmse(est, mask):
         e = est[mask] - gt_cur[mask]
         return float(np.sqrt(np.mean(np.sum(e**2, axis=1))))
 
-    gt_cur = gt
+    gt_cur = S["base_vel_world"]
     out = touchdown_stats(t, S["phase"], S["touchdown"], S["contact_gt"], t_min=sc.gait_start)
     out["vel_rmse_mps"] = rmse(S["est_vel_world"], win)
     out["vel_rmse_nogating_mps"] = rmse(vel_off, win)
-    from legged_wbc.terrain_metrics import terrain_metrics
-    tm = terrain_metrics(S, sc.t_s, float(t[-1]))
-    out["normal_error_deg_mean"], out["normal_error_deg_max"] = tm["normal_error_deg_mean"], tm["normal_error_deg_max"]
-    out.update(plane_errors(S, win & S["support"].any(axis=1)))
+    out.update(_normal_errors(S, sc, win))
     out["scenario"] = sc.name
     out["fell"] = bool(metrics["fell"])
     if slip:
