@@ -29,7 +29,7 @@ def leg_null_vector(J, i, nvec):
         cx_, cy_, cz_ = J[i, 0, a2], J[i, 1, a2], J[i, 2, a2]
         det = (ax_ * (by_ * cz_ - bz_ * cy_) - bx_ * (ay_ * cz_ - az_ * cy_)
                + cx_ * (ay_ * bz_ - az_ * by_))
-        nvec[k] = det if k % 2 == 0 else -det
+        nvec[k] = det if k % 2 == 0 else -det     # signed minor of J_p without column k
     nrm = max(math.sqrt(nvec[0] ** 2 + nvec[1] ** 2 + nvec[2] ** 2 + nvec[3] ** 2), 1e-300)
     s = 0.0
     for k in range(4):
@@ -51,27 +51,9 @@ def null_space_compensation(support, J, leg_j, tau_ext, limit, tau_comp, nvec):
     for i in range(N):
         if not support[i]:
             continue
-        for k in range(4):
-            # minor of J_p without column k, columns in order
-            a0 = 1 if k == 0 else 0
-            a1 = a0 + 1 + (1 if k == a0 + 1 else 0)
-            a2 = a1 + 1 + (1 if k == a1 + 1 else 0)
-            ax_, ay_, az_ = J[i, 0, a0], J[i, 1, a0], J[i, 2, a0]
-            bx_, by_, bz_ = J[i, 0, a1], J[i, 1, a1], J[i, 2, a1]
-            cx_, cy_, cz_ = J[i, 0, a2], J[i, 1, a2], J[i, 2, a2]
-            det = (ax_ * (by_ * cz_ - bz_ * cy_) - bx_ * (ay_ * cz_ - az_ * cy_)
-                   + cx_ * (ay_ * bz_ - az_ * by_))
-            nvec[k] = det if k % 2 == 0 else -det
-        nrm = math.sqrt(nvec[0] ** 2 + nvec[1] ** 2 + nvec[2] ** 2 + nvec[3] ** 2)
-        nrm = max(nrm, 1e-300)
-        s = 0.0
-        for k in range(4):
-            nvec[k] /= nrm
-            s += J[i, 3, k] * nvec[k]
-        sign = -1.0 if s < 0.0 else 1.0
+        leg_null_vector(J, i, nvec)
         d = 0.0
         for k in range(4):
-            nvec[k] *= sign
             d += nvec[k] * tau_ext[leg_j[i, k]]
         d = min(max(d, -limit), limit)
         for k in range(4):
