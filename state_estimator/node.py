@@ -117,12 +117,6 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
         self.tf_timer = tf_publisher.attach(self, cfg.tf_rate)   # /tf, /tf_static, /robot_description
 
-    def destroy_node(self):
-        ticks = getattr(self, "ticks", None)    # None: stopped (Ctrl-C, a dead peer) while starting up
-        if ticks is not None:
-            self.get_logger().info(f"{ticks.close()}, {self.rejected} inputs rejected")
-        super().destroy_node()
-
     def _on_config(self, cfg: EstimatorNodeConfig, changed: list) -> None:
         self._new_cfg = cfg.estimator       # applied at the next tick (StateEstimator.set_config)
 

@@ -58,12 +58,12 @@ def test_torque_envelope_is_the_simulation_s():
 
 
 # ---------------------------------------------------------------------------- controller on a walking state
-import dataclasses  # noqa: E402
 
-from legged_wbc.closed_loop import ClosedLoop, make_controller  # noqa: E402
+from legged_wbc.closed_loop import ClosedLoop  # noqa: E402
 from legged_wbc.scenario import load_scenario  # noqa: E402
 from wbc_controller.blocks.joint_limits import joint_limit_bounds, joint_limit_bounds_reference  # noqa: E402
 from wbc_controller.controller import ControllerInput  # noqa: E402
+from test_fast_controller import pair  # noqa: E402  (fast and reference controllers of one config)
 
 
 @pytest.fixture(scope="module")
@@ -82,16 +82,6 @@ def walking_state():
     loop.ctl.update = hooked
     loop.run(3.9)
     return loop, seen[0]
-
-
-def controllers(loop, **over):
-    cfg = dataclasses.replace(loop.wcfg, **over)
-    out = []
-    for impl in ("fast", "reference"):
-        c = make_controller(loop.rm, cfg, loop.gait_cfg, impl)
-        c.reset(loop.q0)
-        out.append(c)
-    return out
 
 
 def test_joint_limit_bounds_known_answer():
@@ -131,10 +121,10 @@ def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
     q[7 + j] = rm.upper[j] - 0.01
     v[6 + j] = 5.0
     near = ControllerInput(t=inp.t, q=q, v=v, support=inp.support, tau_ext=inp.tau_ext)
-    free, _ = controllers(loop)
+    free, _ = pair(loop)
     out_free = free.update(near)
     assert out_free.diag.qp_accepted and free.last_x[6 + j] > -196.0
-    fast, ref = controllers(loop, joint_limit_barrier=True)
+    fast, ref = pair(loop, joint_limit_barrier=True)
     of, orf = fast.update(near), ref.update(near)
     assert of.diag.qp_accepted and orf.diag.qp_accepted
     p = fast.problem

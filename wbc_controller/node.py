@@ -127,12 +127,6 @@ class WbcNode(ros_io.TickOutputs, Node):
         self.get_logger().info(f"wbc_controller: {self.cfg.relative_pitch_mode} mode, solver {self.cfg.solver}, "
                                f"scenario {P.scenario}")
 
-    def destroy_node(self):
-        ticks = getattr(self, "ticks", None)    # None: stopped (Ctrl-C, a dead peer) while starting up
-        if ticks is not None:
-            self.get_logger().info(f"{ticks.close()}, {self.rejected} inputs rejected")
-        super().destroy_node()
-
     # -------------------------------------------------------------- parameters
     def _on_config(self, cfg: WbcNodeConfig, changed: list) -> None:
         self._new_cfg = cfg.wbc      # applied at the next tick
