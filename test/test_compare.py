@@ -326,8 +326,15 @@ def test_experiment_plan_randomized_repeats(tmp_path):
         ("nominal", "paper"), ("paper", "paper"), ("paper", "paper")]
     robust = plan(tmp_path / "robust", ["preset=robust"], 10.0)   # another preset when asked for
     assert {load_scenario(j.scenario_arg).preset for j in robust} == {"robust"}
-    with pytest.raises(ExperimentError, match="state_estimator node does not apply"):
-        plan(tmp_path / "x", ["estimator.touchdown.threshold=5"], None)
+    # an estimator override reaches the ROS graph's estimator: its node applies the scenario's block
+    from state_estimator.config import EstimatorNodeConfig
+    from state_estimator.node import scenario_overrides
+
+    est = plan(tmp_path / "x", ["estimator.touchdown.sigma_dq_meas=0.07"], None, controllers=("cbf",))
+    assert scenario_overrides(EstimatorNodeConfig(scenario=est[0].scenario_arg)) == {
+        "touchdown": {"sigma_dq_meas": 0.07}}
+    with pytest.raises(ExperimentError):
+        plan(tmp_path / "y", ["estimator.touchdown.no_such_key=5"], None)
 
 
 def test_experiment_headless_end_to_end(tmp_path, capsys):

@@ -90,6 +90,15 @@ def test_reproduce_command_gives_the_same_metrics(small_sweep, tmp_path):
     assert {k: v for k, v in got.items() if k not in sw.TIMING_KEYS} == want
 
 
+def _sigint_disposition(pid: int) -> str:
+    """'ignored' / 'caught' / 'default': SIGINT's disposition in process ``pid`` (Linux)."""
+    masks = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith(("SigIgn", "SigCgt")))
+    bit = 1 << (signal.SIGINT - 1)
+    return ("ignored" if int(masks["SigIgn"], 16) & bit else "caught" if int(masks["SigCgt"], 16) & bit
+            else "default")
+
+
 def test_sigint_then_resume_runs_only_the_missing(tmp_path, cluster):
     out = tmp_path / "s"
     cmd = [sys.executable, "-m", "legged_wbc.cli", "sweep", "paper", "--trials", "5", "--duration", "2",
@@ -101,12 +110,13 @@ def test_sigint_then_resume_runs_only_the_missing(tmp_path, cluster):
         while time.monotonic() < deadline and len(list((out / "trials").glob("*.json"))) < 2 and p.poll() is None:
             time.sleep(0.05)
         assert p.poll() is None, p.communicate()[0]
+        disposition = _sigint_disposition(p.pid)
         p.send_signal(signal.SIGINT)
         log = p.communicate(timeout=60)[0]
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130, log
+    assert p.returncode == 130, f"SIGINT {disposition} in the sweep; log:\n{log}"
     assert "interrupted" in log
     before = {f.name: f.read_text() for f in (out / "trials").glob("*.json")}
     assert 2 <= len(before) < 10, log
@@ -126,6 +136,27 @@ def test_sigint_then_resume_runs_only_the_missing(tmp_path, cluster):
     # without --resume an existing sweep directory is refused
     assert main(["sweep", "paper", "--trials", "5", "--duration", "2", "--out", str(out), "--scheduler", cluster]
                 + SHORT_ARGS) == 2
+
+
+def test_stop_signals_first_sets_the_flag_second_interrupts_ignored_stays_ignored():
+    before = signal.getsignal(signal.SIGINT)
+    with sw.StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)     # the handler runs at the next bytecode of the main thread
+        time.sleep(0.01)
+        assert stop.requested.is_set()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+    assert signal.getsignal(signal.SIGINT) is before      # restored
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # started as a background job: stays ignored
+    try:
+        with sw.StopSignals() as stop:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+            assert not stop.requested.is_set()
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def test_failed_run_is_recorded_and_dead_worker_retried(tmp_path, cluster):

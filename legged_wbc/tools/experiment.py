@@ -91,16 +91,11 @@ def plan(out: Path, sets: list[str] | None, duration: float | None, repeat: int 
     """The runs of the protocol, with their effective scenarios written to ``out/scenarios``."""
     from legged_wbc.robot import ConfigError, load_robot_config
     from legged_wbc.scenario import dump_scenario, load_scenario
+    from state_estimator.config import load_estimator_config
 
     sets = list(sets or [])
     if not any(s.split("=", 1)[0].strip() == "preset" for s in sets):
         sets.insert(0, "preset=paper")        # Table 3: the paper's method (the scenarios' default is robust)
-    if not headless:
-        bad = [s for s in sets if s.split("=", 1)[0].strip().startswith("estimator.")]
-        if bad:
-            raise ExperimentError(f"--set {bad[0]}: the state_estimator node does not apply a scenario's estimator "
-                                  "overrides (only config/estimator.yaml and its ROS parameters); use --headless "
-                                  "or edit config/estimator.yaml")
     jobs: list[Job] = []
     sc_dir = out / "scenarios"
     for name, ctl, scn in PROTOCOL:
@@ -108,6 +103,7 @@ def plan(out: Path, sets: list[str] | None, duration: float | None, repeat: int 
             continue
         try:
             base = load_scenario(scn, sets)
+            load_estimator_config(overrides=base.estimator)   # the estimator node applies this block
         except ConfigError as exc:
             raise ExperimentError(str(exc)) from exc
         dur = float(duration) if duration else base.duration

@@ -119,22 +119,24 @@ class Progress:
 
 # ------------------------------------------------------------------------------------ the cluster
 
-class _QuietWorkers:
+def _quiet_workers():
     """Worker plugin of our LocalCluster: the workers ignore SIGINT, so a Ctrl-C in the terminal
     (sent to the whole process group) reaches the client alone, which cancels and shuts the
-    cluster down itself (no KeyboardInterrupt tracebacks from every worker)."""
+    cluster down itself (no KeyboardInterrupt tracebacks from every worker). A WorkerPlugin
+    subclass: ``register_plugin`` refuses duck-typed plugins (a TypeError)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
 
-    name = "legged-wbc-sweep-sigint"
+    class QuietWorkers(WorkerPlugin):
+        name = "legged-wbc-sweep-sigint"
 
-    def setup(self, worker=None):
-        import signal
-        import threading
+        def setup(self, worker=None):
+            import signal
+            import threading
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    def teardown(self, worker=None):
-        pass
+    return QuietWorkers()
 
 
 def open_cluster(workers: int | None, scheduler: str | None, dashboard: str = "127.0.0.1:8787"):
@@ -148,10 +150,7 @@ def open_cluster(workers: int | None, scheduler: str | None, dashboard: str = "1
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                            dashboard_address=dashboard, env=dict(BLAS_ENV), silence_logs=40)
     client = Client(cluster)
-    try:
-        client.register_plugin(_QuietWorkers())
-    except Exception:  # noqa: BLE001 - cosmetic
-        pass
+    client.register_plugin(_quiet_workers())
     return client, cluster
 
 
@@ -238,35 +237,41 @@ def _run_on_cluster(todo: list[dict], out: Path, prog: Progress, state: dict, wo
     """Run ``todo`` on the cluster (opened here, closed at the end); Ctrl-C / SIGTERM end it early
     (``state["interrupted"]``), the finished runs on disk."""
     client = cluster = None
-    old_term = _term_as_interrupt()
-    try:
-        if todo:
-            client, cluster = open_cluster(workers, scheduler, dashboard)
-            try:
-                state["workers"] = len(client.scheduler_info().get("workers", {}))
-            except Exception:  # noqa: BLE001
-                state["workers"] = workers or 0
-            state["dashboard"] = _dashboard(client)
-            print(f"  dask: {state['workers']} worker(s) at {client.scheduler.address}"
-                  + (f", dashboard {state['dashboard']}" if state["dashboard"] else ", no dashboard"), file=stream)
-            stream.flush()
-            _execute(client, todo, out, prog, state)
-    except KeyboardInterrupt:
+    with StopSignals() as stop:
+        try:
+            if todo:
+                client, cluster = open_cluster(workers, scheduler, dashboard)
+                try:
+                    state["workers"] = len(client.scheduler_info().get("workers", {}))
+                except Exception:  # noqa: BLE001
+                    state["workers"] = workers or 0
+                state["dashboard"] = _dashboard(client)
+                print(f"  dask: {state['workers']} worker(s) at {client.scheduler.address}"
+                      + (f", dashboard {state['dashboard']}" if state["dashboard"] else ", no dashboard"),
+                      file=stream)
+                stream.flush()
+                _execute(client, todo, out, prog, state, stop.requested)
+        except KeyboardInterrupt:
+            stop.requested.set()
+        finally:
+            _close_cluster(client, cluster)
+    if stop.requested.is_set():
         state["interrupted"] = True
         prog.note(f"interrupted: {prog.already + prog.done} of {prog.total} runs on disk in {out / 'trials'}; "
                   "--resume runs the rest")
-    finally:
-        _restore_term(old_term)
-        if client is not None:
-            try:
-                client.close(timeout=10)
-            except Exception:  # noqa: BLE001
-                pass
-        if cluster is not None:
-            try:
-                cluster.close(timeout=20)
-            except Exception:  # noqa: BLE001
-                pass
+
+
+def _close_cluster(client, cluster) -> None:
+    if client is not None:
+        try:
+            client.close(timeout=10)
+        except Exception:  # noqa: BLE001
+            pass
+    if cluster is not None:
+        try:
+            cluster.close(timeout=20)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _write_summary(out: Path, meta: dict, variants, state: dict, wall: float, load0, figures: bool, stream) -> None:
@@ -287,29 +292,45 @@ def _write_summary(out: Path, meta: dict, variants, state: dict, wall: float, lo
     print(f"wrote {out / 'summary.json'} and {out / 'report.md'}", file=stream)
 
 
-def _term_as_interrupt():
-    """SIGTERM (a batch system, ``kill``) ends the sweep like Ctrl-C: finished runs stay on disk
-    and are summarized. Returns the previous handler (None if not in the main thread)."""
-    import signal
-    import threading
+class StopSignals:
+    """Ctrl-C or SIGTERM (a batch system, ``kill``) during the sweep: the first one sets ``requested``,
+    which the run loop polls every 0.1 s (it cancels what has not finished; the finished runs stay on
+    disk and are summarized); a second one raises KeyboardInterrupt. A flag rather than an exception
+    raised by the handler: Python loses an exception raised while a destructor runs (a dask Future's
+    ``__del__`` runs in the main thread too), and the sweep then ran to the end as if never
+    interrupted. A signal the process was started with ignored (a background job) stays ignored.
+    Handlers are installed from the main thread only, and restored at the end."""
 
-    if threading.current_thread() is not threading.main_thread():
-        return None
+    def __init__(self):
+        import threading
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
+        self.requested = threading.Event()
+        self._old: dict = {}
 
-    return signal.signal(signal.SIGTERM, handler)
+    def __enter__(self) -> "StopSignals":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(s) is not signal.SIG_IGN:
+                    self._old[s] = signal.signal(s, self._on_signal)
+        return self
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
 
 
-def _restore_term(old) -> None:
-    import signal
-
-    if old is not None:
-        signal.signal(signal.SIGTERM, old)
-
-
-def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -> None:
+def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict, stop) -> None:
+    """Submit ``todo``, record each run as it finishes, until all are done or ``stop`` is set."""
     from distributed import as_completed
 
     starts: dict[str, int] = {}
@@ -331,7 +352,7 @@ def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -
         futs[f.key] = (f, t)
     prog.update()
     try:
-        for fut in _finished(as_completed([f for f, _ in futs.values()]), prog):
+        for fut in _finished(as_completed([f for f, _ in futs.values()]), prog, stop):
             _, task = futs[fut.key]
             _record(fut, task, max(0, starts.get(task["run"], 0) - 1), out, prog, state)  # retries: started again
             fut.release()                                                                    # after its worker died
@@ -345,11 +366,12 @@ def _execute(client, todo: list[dict], out: Path, prog: Progress, state: dict) -
                 pass
 
 
-def _finished(ac, prog: Progress):
-    """Futures done so far, without blocking for long (the live line keeps ticking)."""
+def _finished(ac, prog: Progress, stop):
+    """Futures done so far, without blocking for long (the live line keeps ticking), until all are
+    done or ``stop`` (a threading.Event) is set."""
     tick = 1.0 if prog.tty else 60.0        # refresh of the live line (TTY) / heartbeat line (log)
     last = time.monotonic()
-    while not ac.is_empty():
+    while not ac.is_empty() and not stop.is_set():
         if ac.has_ready():
             for fut in ac.next_batch(block=False):
                 yield fut
