@@ -27,8 +27,9 @@ applies it (:class:`mujoco_bridge.sim.MujocoSim`), so the headless loop and the 
 The settings preset: ``preset`` (``robust``, the default, or ``paper``; :data:`PRESETS`): controller
 and estimator parameters applied under the scenario's own ``controller`` / ``estimator`` blocks (which
 win). ``robust`` is what a sweep of randomized ``paper`` trials found best (``docs/actuators.md``): the
-barrier bounds backed off by ``cbf_margin`` 0.01 rad and a touchdown filter trusting joint velocities
-less (``touchdown.sigma_dq_meas`` 0.15 rad/s); ``paper`` keeps the parameter files' values, the paper's
+barrier bounds backed off by ``cbf_margin`` 0.01 rad, and per support leg by the barrier's steady
+offset under the estimated external torque (``cbf_margin_mode: tau_ext``, the torque-aware boundary),
+and a touchdown filter trusting joint velocities less (``touchdown.sigma_dq_meas`` 0.15 rad/s); ``paper`` keeps the parameter files' values, the paper's
 method (``cbf_margin`` 0, ``sigma_dq_meas`` 0.05), which reproduces its Table 3.
 
 The drives: ``actuators`` (``ideal``, the default: perfect torque sources up to the joint's effort
@@ -84,7 +85,8 @@ SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators
 ACTUATOR_MODELS = ("ideal", "realistic")
 # Settings presets (scenario key ``preset``): overrides under the scenario's controller / estimator blocks.
 PRESETS = {
-    "robust": {"controller": {"cbf_margin": 0.01}, "estimator": {"touchdown": {"sigma_dq_meas": 0.15}}},
+    "robust": {"controller": {"cbf_margin": 0.01, "cbf_margin_mode": "tau_ext"},
+               "estimator": {"touchdown": {"sigma_dq_meas": 0.15}}},
     "paper": {"controller": {}, "estimator": {}},      # the parameter files as they are: the paper's method
 }
 

@@ -153,13 +153,15 @@ def test_preset_robust_is_every_scenario_s_default_and_paper_is_the_parameter_fi
         sc = load_scenario(name)
         assert sc.preset == "robust"
         assert load_wbc_config(overrides=sc.controller_overrides("cbf")).cbf_margin == 0.01
+        assert load_wbc_config(overrides=sc.controller_overrides("cbf")).cbf_margin_mode == "tau_ext"
         assert load_estimator_config(overrides=sc.estimator).touchdown.sigma_dq_meas == 0.15
         sp = load_scenario(name, ["preset=paper"])
         assert load_wbc_config(overrides=sp.controller_overrides("cbf")).cbf_margin == files_ctl.cbf_margin
+        assert load_wbc_config(overrides=sp.controller_overrides("cbf")).cbf_margin_mode == "fixed"
         assert load_estimator_config(overrides=sp.estimator).touchdown.sigma_dq_meas == 0.05
     mine = load_scenario("paper", ["controller.cbf_margin=0.02", "estimator.touchdown.sigma_dq_meas=0.1"])
     assert mine.controller["cbf_margin"] == 0.02 and mine.estimator["touchdown"]["sigma_dq_meas"] == 0.1
-    assert PRESETS["robust"]["controller"] == {"cbf_margin": 0.01}           # what the docs say
+    assert PRESETS["robust"]["controller"] == {"cbf_margin": 0.01, "cbf_margin_mode": "tau_ext"}  # what the docs say
     with pytest.raises(ConfigError, match="scenario.preset: must be one of robust, paper"):
         load_scenario("paper", ["preset=fast"])
 
