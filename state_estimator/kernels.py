@@ -16,9 +16,13 @@ Units and frames are those of the reference modules: joint velocities [rad/s], t
 ``dt`` [s], base velocity [m/s] in the world frame, foot points [m] in the base frame, IMU in
 the base frame. Array shapes: ``L`` legs, ``k`` joints per leg, ``n = 2 k`` touchdown states per leg.
 
+Settings are read by name: ``estimator_tick`` works on one record (:func:`tick_dtype`: settings,
+state, scratch and outputs as named fields), the landing test takes a :class:`LandingTest`.
+
 The first call of each kernel compiles it (or loads it from numba's on-disk cache next to this
-file, ``__pycache__``); :func:`warm_up` does that once for the estimator's argument types so the
-first control cycle does not pay for it. A process that has to compile says so once on stderr
+file, ``__pycache__``); :func:`warm_up` does that once for the argument types of the kernels called
+with plain arrays, and the estimator compiles ``estimator_tick`` for its record when it is built,
+so the first control cycle does not pay for it. A process that has to compile says so once on stderr
 (:mod:`legged_wbc.jit`); ``setup.sh`` fills the cache.
 """
 
