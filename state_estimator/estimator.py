@@ -265,7 +265,7 @@ class StateEstimator(EstimatorCore):
         sample buffer, the leg blocks and ``_st`` become views of its fields (one copy of the state,
         read by name on both sides); the outputs are read through views and handed out as copies."""
         L, k, n = self.L, self.k, self.n
-        self._ws = ws = np.zeros(1, kernels.tick_dtype(L, k, n))
+        self._ws = np.zeros(1, kernels.tick_dtype(L, k, n))
         self._layout = kernels.sample_layout(n)
         self._leg_v64 = np.ascontiguousarray(self.leg_j + 6, dtype=np.int64)
         self._blk_work = np.zeros((2, k, k))

@@ -489,13 +489,19 @@ def tick_dtype(L: int, k: int, n: int) -> np.dtype:
     dispatch recognizes a record's type quickly only by the dtype object it compiled for."""
     m = 2 * k
     return np.dtype([
-        # settings: the estimator's and its filters' configs (refilled when one changes), the robot
+        # settings: the estimator's and its filters' configs (refilled when one changes), the robot.
+        # td_q_diag, td_r: the touchdown filters' Q diagonal and sigma_dq_meas^2; gamma, n_land,
+        # late_max: the landing test (LandingTest); vf_q, vf_r: the velocity filter's process noise
+        # per nominal step and sigma_meas^2; gate, cap, gating, n_ex: gate_d2, max_inflation, gating,
+        # exclusion_cycles; imu_r: the IMU in the base frame (imu_offset: not at the origin);
+        # base_coupling: add M_iB a_B to the leg bias; alpha_nom: the height low-pass at dt_nom
         ("leg_j", I8, (L, k)), ("td_q_diag", F8, (m,)), ("imu_r", F8, (3,)),
         ("dt_nom", F8), ("td_r", F8), ("gamma", F8), ("n_land", I8), ("late_max", I8), ("vf_q", F8),
         ("vf_r", F8), ("gate", F8), ("cap", F8), ("gating", B1), ("n_ex", I8), ("imu_offset", B1),
         ("base_coupling", B1), ("g_z", F8), ("alpha_nom", F8), ("cutoff_hz", F8), ("foot_radius", F8),
-        # state: the packed sample, [p_world, previous gyro, previous base velocity (base frame)], the
-        # touchdown filters, the leg blocks at the previous estimate, the velocity filter
+        # state: the packed sample (sample_layout), st = [p_world (3) m, gyro of the previous sample
+        # (3) rad/s, base velocity of the previous sample in the base frame (3) m/s], the touchdown
+        # filters, the leg blocks at the previous estimate, the velocity filter
         ("sample", F8, (3 * n + 10,)), ("st", F8, (9,)),
         ("td_x", F8, (L, m)), ("td_P", F8, (L, m, m)), ("td_count", I8, (L,)), ("td_touch", U1, (L,)),
         ("td_latched", I8, (L,)), ("td_prev_phase", I8, (L,)), ("td_prev_cycle", I8, (L,)),
