@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pinocchio as pin
@@ -101,6 +102,29 @@ class EstimatedState:
     # late touchdowns (:mod:`.touchdown`)
     late: np.ndarray = None            # (L,) bool, the leg's swing-down is extended (out of the support set)
     late_event: np.ndarray = None      # (L,) int, this cycle: 0, 1 late contact seen, 2 extension limit reached
+
+
+class TickViews(NamedTuple):
+    """Where :class:`StateEstimator` reads one cycle's outputs after :func:`.kernels.estimator_tick`:
+    views of its record's fields (flags as bool) and of the filters' state; each is handed out as a
+    copy, under the :class:`EstimatedState` field of the same meaning."""
+
+    q: np.ndarray
+    v: np.ndarray
+    v_world: np.ndarray
+    support: np.ndarray
+    touchdown: np.ndarray        # the detector's latched flags
+    nominal: np.ndarray
+    score: np.ndarray
+    count: np.ndarray            # the detector's counters
+    tau_ext: np.ndarray          # the touchdown filters' tau_ext half of the state
+    d2: np.ndarray
+    inflation: np.ndarray
+    used: np.ndarray
+    excluded: np.ndarray
+    cycles: np.ndarray           # the velocity filter's support counters
+    cov: np.ndarray              # the velocity filter's covariance
+    foot_pos: np.ndarray         # the foot points the kinematics wrote
 
 
 class EstimatorCore:
@@ -231,51 +255,82 @@ class StateEstimator(EstimatorCore):
     def _reset_history(self) -> None:
         self._st[3:] = 0.0                                    # _gyro_prev, _vb_prev (views)
 
+    def reset(self, q0: np.ndarray | None = None, t0: float | None = None) -> None:
+        super().reset(q0, t0)
+        self._cycles[:] = self.velocity.cycles_in_support     # the filter's reset counters, to the record
+
     def _init_fast(self) -> None:
-        """Preallocated buffers and derived constants of the compiled path."""
+        """The compiled path's record (:func:`.kernels.tick_dtype`): settings, state, scratch and
+        outputs of :func:`.kernels.estimator_tick` as named fields. The filters' state arrays, the
+        sample buffer, the leg blocks and ``_st`` become views of its fields (one copy of the state,
+        read by name on both sides); the outputs are read through views and handed out as copies."""
         L, k, n = self.L, self.k, self.n
-        self._in = np.zeros(3 * n + 10)                       # packed sample, kernels.sample_layout
+        self._ws = np.zeros(1, kernels.tick_dtype(L, k, n))
         self._layout = kernels.sample_layout(n)
-        self._leg_j64 = np.ascontiguousarray(self.leg_j, dtype=np.int64)
         self._leg_v64 = np.ascontiguousarray(self.leg_j + 6, dtype=np.int64)
+        self._blk_work = np.zeros((2, k, k))
+        self._progress = np.zeros(L)                          # swing progress (not an output)
+        td, vf = self.touchdown, self.velocity
+        for owner, attr, name in ((td, "x", "td_x"), (td, "P", "td_P"), (td, "count", "td_count"),
+                                  (td, "touchdown", "td_touch"), (td, "latched_cycle", "td_latched"),
+                                  (td, "_prev_phase", "td_prev_phase"), (td, "_prev_cycle", "td_prev_cycle"),
+                                  (td, "late", "td_late"), (td, "event", "td_event"), (vf, "v", "vf_v"),
+                                  (vf, "P", "vf_P"), (vf, "prev_support", "vf_prev_support"),
+                                  (self, "_M_inv", "M_inv"), (self, "_h_leg", "h_leg"), (self, "_M_lb", "M_lb")):
+            view = self._field(name, getattr(owner, attr).dtype == bool)
+            view[...] = getattr(owner, attr)
+            setattr(owner, attr, view)
+        self._in = self._field("sample")                      # packed sample, kernels.sample_layout
         # estimator state [p_world (3), previous gyro (3), previous base velocity (3)]; _pos,
         # _gyro_prev and _vb_prev are views of it on this path
-        self._st = np.zeros(9)
+        self._st = self._field("st")
         self._st[:3] = self._pos
         self._pos, self._gyro_prev, self._vb_prev = self._st[0:3], self._st[3:6], self._st[6:9]
-        self._M_inv = np.zeros((L, k, k))
-        self._h_leg = np.zeros((L, k))
-        self._M_lb = np.zeros((L, k, 6))
-        self._blk_work = np.zeros((2, k, k))
-        self._td_work = np.zeros((6, 2 * k, 2 * k))
-        self._vec_work = np.zeros((1, 6))
-        self._h_cpl = np.zeros((L, k))
-        self._tau_leg = np.zeros((L, k))
-        self._dq_leg = np.zeros((L, k))
-        self._z = np.zeros((L, 3))
-        self._progress = np.zeros(L)                          # swing progress (not an output)
-        self._imu_r = np.ascontiguousarray(self._imu_r, dtype=float)
-        self._tick_scratch = (self._td_work, self._vec_work, self._h_cpl, self._tau_leg, self._dq_leg, self._z)
+        self._cycles = self._field("vf_cycles")               # the velocity filter's support counters
+        self._cycles[:] = vf.cycles_in_support
         # the fixed-base tree for the compiled leg kinematics (None: a joint type it does not
         # handle, then Pinocchio computes them)
         self._tree = tree = kinematic_tree(self.rm.fixed, self._feet)
         if tree is not None:          # the foot points and velocities live in the tree record
             self._p_foot, self._v_rel = tree["p_foot"][0], tree["v_rel"][0]
             tree_foot_kinematics(np.zeros(n), np.zeros(n), tree)      # compiled for this record's layout
-        self._params_of = None                                # configs the derived constants are for
+        f = self._field
+        self._out = TickViews(f("q"), f("v"), f("v_world"), f("support", True), td.touchdown, f("nominal", True),
+                              f("td_score"), td.count, td.x[:, k:], f("d2"), f("inflation"), f("used", True),
+                              f("excluded", True), self._cycles, vf.P, self._p_foot)
+        self._params_of = None                                # configs the settings are for
         self._refresh_fast_params()
         kernels.warm_up()
+        self._compile_tick()
         support_plane.warm_up(L)
 
+    def _field(self, name: str, flags: bool = False) -> np.ndarray:
+        """The record's field ``name`` as an array view (``flags``: a ``uint8`` field seen as bool)."""
+        a = self._ws[name][0]
+        return a.view(np.bool_) if flags else a
+
+    def _compile_tick(self) -> None:
+        """Compile (or load from the cache) :func:`.kernels.estimator_tick` for this record's type,
+        on a copy of the record (a first sample at rest; nothing of the estimator changes)."""
+        ws = self._ws.copy()
+        ws["sample"][0, 3 * self.n + 3] = 1.0                 # a unit quaternion
+        e = np.zeros
+        kernels.estimator_tick(ws, e(self.L, np.int64), e(self.L, np.int64), e((self.L, 3)), e((self.L, 3)),
+                               True, 0.0, self.dt, math.nan)
+
     def _refresh_fast_params(self) -> None:
-        """Constants of the compiled path derived from the filters' current configs (re-derived when
-        any config object changes, so ``set_config`` on the estimator or a filter takes effect)."""
+        """The record's settings from the filters' current configs (refilled when any config object
+        changes, so ``set_config`` on the estimator or a filter takes effect on the next update)."""
         td, vf = self.touchdown, self.velocity
         tc, vc = td.cfg, vf.cfg
-        self._tick_consts = (self._leg_j64, self.dt, np.ascontiguousarray(np.diag(td._Q), dtype=float), td._r,
-                             tc.gamma_land, tc.n_land, tc.late_max_cycles, vf._q, vf._r, vc.gate_d2, vc.max_inflation, vc.gating,
-                             vc.exclusion_cycles, self._imu_r, self._imu_offset, float(GRAVITY_WORLD[2]),
-                             self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius)
+        w = self._ws
+        w["leg_j"], w["dt_nom"], w["td_q_diag"], w["td_r"] = self.leg_j, self.dt, np.diag(td._Q), td._r
+        w["gamma"], w["n_land"], w["late_max"] = tc.gamma_land, tc.n_land, tc.late_max_cycles
+        w["vf_q"], w["vf_r"], w["gate"], w["cap"] = vf._q, vf._r, vc.gate_d2, vc.max_inflation
+        w["gating"], w["n_ex"] = vc.gating, vc.exclusion_cycles
+        w["imu_r"], w["imu_offset"], w["g_z"] = self._imu_r, self._imu_offset, float(GRAVITY_WORLD[2])
+        w["alpha_nom"], w["cutoff_hz"], w["foot_radius"] = self._alpha_nom, self.cfg.height.cutoff_hz, self.foot_radius
+        w["base_coupling"] = self.base_coupling
         self._params_of = (self.cfg, tc, vc)
 
     def _load(self, name: str, x, field: int) -> None:
@@ -312,22 +367,15 @@ class StateEstimator(EstimatorCore):
         if first:
             self._first_sample_fast()
         self._kinematics_fast(buf[:self.n], buf[self.n:2 * self.n])
-        L, k = self.L, self.k
-        e = np.empty
-        q, v, v_world = e(self.rm.nq), e(self.rm.nv), e(3)
-        support, touchdown, nominal = e(L, bool), e(L, bool), e(L, bool)
-        score, count, tau_ext = e(L), e(L, np.int64), e((L, k))
-        d2, inflation, used, excluded, cycles = e(L), e(L), e(L, bool), e(L, bool), e(L, np.int64)
-        cov, foot_pos = e((3, 3)), e((L, 3))
         h_init = self._height_init
-        status, h_raw = kernels.estimator_tick(
-            buf, first, dt, step, phase, cycle, self.base_coupling, math.nan if h_init is None else h_init,
-            td.x, td.P, td.count, td.touchdown, td.latched_cycle, td._prev_phase, td._prev_cycle, td.late, td.event,
-            self._M_inv, self._h_leg, self._M_lb, vf.v, vf.P, vf.prev_support, vf.cycles_in_support,
-            self._p_foot, self._v_rel, self._st,
-            *self._tick_consts, *self._tick_scratch,
-            q, v, v_world, support, touchdown, nominal, score, count, tau_ext,
-            d2, inflation, used, excluded, cycles, cov, foot_pos)
+        status, h_raw = kernels.estimator_tick(self._ws, phase, cycle, self._p_foot, self._v_rel, first, dt, step,
+                                               math.nan if h_init is None else h_init)
+        o = self._out                                         # this cycle's outputs: fresh copies
+        q, v, v_world = o.q.copy(), o.v.copy(), o.v_world.copy()
+        support, touchdown, nominal = o.support.copy(), o.touchdown.copy(), o.nominal.copy()
+        score, count, tau_ext = o.score.copy(), o.count.copy(), o.tau_ext.copy()
+        d2, inflation, used, excluded = o.d2.copy(), o.inflation.copy(), o.used.copy(), o.excluded.copy()
+        cycles, cov, foot_pos = o.cycles.copy(), o.cov.copy(), o.foot_pos.copy()
         # the filters' per-cycle diagnostics are replaced (never modified in place), as on the
         # reference path, so the arrays handed out below stay valid
         td.score = score

@@ -16,15 +16,21 @@ Units and frames are those of the reference modules: joint velocities [rad/s], t
 ``dt`` [s], base velocity [m/s] in the world frame, foot points [m] in the base frame, IMU in
 the base frame. Array shapes: ``L`` legs, ``k`` joints per leg, ``n = 2 k`` touchdown states per leg.
 
+Settings are read by name: ``estimator_tick`` works on one record (:func:`tick_dtype`: settings,
+state, scratch and outputs as named fields), the landing test takes a :class:`LandingTest`.
+
 The first call of each kernel compiles it (or loads it from numba's on-disk cache next to this
-file, ``__pycache__``); :func:`warm_up` does that once for the estimator's argument types so the
-first control cycle does not pay for it. A process that has to compile says so once on stderr
+file, ``__pycache__``); :func:`warm_up` does that once for the argument types of the kernels called
+with plain arrays, and the estimator compiles ``estimator_tick`` for its record when it is built,
+so the first control cycle does not pay for it. A process that has to compile says so once on stderr
 (:mod:`legged_wbc.jit`); ``setup.sh`` fills the cache.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -299,16 +305,23 @@ def td_filter(x, P, M_inv, tau, h, dq_meas, dt, dt_nom, q_diag, r, score, work):
     return OK
 
 
+class LandingTest(NamedTuple):
+    """Settings of the landing test (:func:`td_detect`; :class:`.config.TouchdownConfig`)."""
+
+    gamma: float         # score threshold [N m/s] (gamma_land)
+    n_land: int          # consecutive samples over it (n_land)
+    late_max: int        # cycles a late leg's swing-down is extended at most, 0: none (late_max_cycles)
+
+
 @kernel
-def td_detect(phase, cycle, score, gamma, n_land, touchdown, count, latched, prev_phase, prev_cycle, late, event,
-              late_max):
+def td_detect(phase, cycle, score, test, touchdown, count, latched, prev_phase, prev_cycle, late, event):
     """Landing test of every leg, in place (:meth:`.touchdown.TouchdownDetector.detect`):
     ``phase`` / ``cycle`` ``(L,)`` nominal phase and gait-cycle index, ``score`` ``(L,)`` [N m/s],
-    threshold ``gamma`` [N m/s], ``n_land`` samples; updates ``touchdown`` (bool), ``count``,
+    ``test`` its settings (:class:`LandingTest`); updates ``touchdown`` (bool), ``count``,
     ``latched`` (cycle of the latch), ``prev_phase``, ``prev_cycle``, ``late`` (cycles a late leg
     has been kept out of support, 0: not late) and ``event`` (this cycle: 0 none,
-    :data:`.touchdown.LATE_LANDED`, :data:`.touchdown.LATE_FALLBACK`); ``late_max`` cycles of
-    extension at most (0: none)."""
+    :data:`.touchdown.LATE_LANDED`, :data:`.touchdown.LATE_FALLBACK`)."""
+    gamma, n_land, late_max = test.gamma, test.n_land, test.late_max
     for i in range(phase.shape[0]):
         ph, cy = phase[i], cycle[i]
         event[i] = 0
@@ -461,40 +474,77 @@ def vel_correct(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, 
 
 
 # ---------------------------------------------------------------------------------- one cycle
+F8, I8, U1, B1 = np.float64, np.int64, np.uint8, np.bool_
+
+
+@functools.lru_cache(maxsize=None)
+def tick_dtype(L: int, k: int, n: int) -> np.dtype:
+    """The record :func:`estimator_tick` works on, for ``L`` legs of ``k`` joints and ``n`` joints: the
+    settings, the state carried from cycle to cycle, scratch and this cycle's outputs, each a field
+    read by name (the estimator keeps one such record and views of its fields, see
+    :class:`.estimator.StateEstimator`).
+
+    Flags that are arrays are ``uint8`` fields (numba takes no ``bool`` arrays in records; the kernel
+    and the estimator read them through ``bool`` views). One dtype object per size (cached): numba's
+    dispatch recognizes a record's type quickly only by the dtype object it compiled for."""
+    m = 2 * k
+    return np.dtype([
+        # settings: the estimator's and its filters' configs (refilled when one changes), the robot.
+        # td_q_diag, td_r: the touchdown filters' Q diagonal and sigma_dq_meas^2; gamma, n_land,
+        # late_max: the landing test (LandingTest); vf_q, vf_r: the velocity filter's process noise
+        # per nominal step and sigma_meas^2; gate, cap, gating, n_ex: gate_d2, max_inflation, gating,
+        # exclusion_cycles; imu_r: the IMU in the base frame (imu_offset: not at the origin);
+        # base_coupling: add M_iB a_B to the leg bias; alpha_nom: the height low-pass at dt_nom
+        ("leg_j", I8, (L, k)), ("td_q_diag", F8, (m,)), ("imu_r", F8, (3,)),
+        ("dt_nom", F8), ("td_r", F8), ("gamma", F8), ("n_land", I8), ("late_max", I8), ("vf_q", F8),
+        ("vf_r", F8), ("gate", F8), ("cap", F8), ("gating", B1), ("n_ex", I8), ("imu_offset", B1),
+        ("base_coupling", B1), ("g_z", F8), ("alpha_nom", F8), ("cutoff_hz", F8), ("foot_radius", F8),
+        # state: the packed sample (sample_layout), st = [p_world (3) m, gyro of the previous sample
+        # (3) rad/s, base velocity of the previous sample in the base frame (3) m/s], the touchdown
+        # filters, the leg blocks at the previous estimate, the velocity filter
+        ("sample", F8, (3 * n + 10,)), ("st", F8, (9,)),
+        ("td_x", F8, (L, m)), ("td_P", F8, (L, m, m)), ("td_count", I8, (L,)), ("td_touch", U1, (L,)),
+        ("td_latched", I8, (L,)), ("td_prev_phase", I8, (L,)), ("td_prev_cycle", I8, (L,)),
+        ("td_late", I8, (L,)), ("td_event", I8, (L,)),
+        ("M_inv", F8, (L, k, k)), ("h_leg", F8, (L, k)), ("M_lb", F8, (L, k, 6)),
+        ("vf_v", F8, (3,)), ("vf_P", F8, (3, 3)), ("vf_prev_support", U1, (L,)), ("vf_cycles", I8, (L,)),
+        # scratch
+        ("td_work", F8, (6, m, m)), ("a_b", F8, (6,)), ("h_cpl", F8, (L, k)), ("tau_leg", F8, (L, k)),
+        ("dq_leg", F8, (L, k)), ("z", F8, (L, 3)),
+        # outputs of the cycle (the others are state: td_touch, td_count, td_x[:, k:], vf_cycles, vf_P)
+        ("q", F8, (7 + n,)), ("v", F8, (6 + n,)), ("v_world", F8, (3,)), ("support", U1, (L,)),
+        ("nominal", U1, (L,)), ("td_score", F8, (L,)), ("d2", F8, (L,)), ("inflation", F8, (L,)),
+        ("used", U1, (L,)), ("excluded", U1, (L,)),
+    ], align=True)
+
+
 @kernel
-def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_init,
-                   td_x, td_P, td_count, td_touch, td_latched, td_prev_phase, td_prev_cycle, td_late, td_event,
-                   M_inv, h_leg, M_lb, vf_v, vf_P, vf_prev_support, vf_cycles_old, p_foot, v_rel, st,
-                   leg_j, dt_nom, td_q_diag, td_r, gamma, n_land, late_max, vf_q, vf_r, gate, cap, gating, n_ex,
-                   imu_r, imu_offset, g_z, alpha_nom, cutoff_hz, foot_radius,
-                   td_work, vec_work, h_cpl, tau_leg, dq_leg, z,
-                   q_out, v_out, v_world, support, touchdown, nominal, td_score, td_count_out, tau_ext,
-                   d2, inflation, used, excluded, cycles, vel_cov, foot_pos):
-    """Steps 1-5 of :meth:`.estimator.StateEstimator.update` for one validated sample, in place.
+def estimator_tick(ws, phase, cycle, p_foot, v_rel, first, dt, step, height_init):
+    """Steps 1-5 of :meth:`.estimator.StateEstimator.update` for one validated sample, in place on
+    the record ``ws`` (a ``(1,)`` array of :func:`tick_dtype`).
 
-    ``buf``: packed sample (:func:`sample_layout`), already checked by :func:`check_sample`;
-    ``leg_j`` ``(L, k)`` joint indices; ``first``: first sample since ``reset`` (the touchdown
-    filters were just reset by the caller, at the dynamics of this sample); ``dt`` time since the
-    previous sample [s] (0 if none), ``step`` the filters' integration step [s]; ``phase``, ``cycle``
-    nominal gait phase and cycle index ``(L,)``; ``base_coupling``: add ``M_iB a_B`` to the leg bias.
-    Arguments come in groups: per-cycle values, state, constants (``leg_j`` to ``foot_radius``:
-    the estimator's and its configs'), scratch, outputs.
+    Per cycle: ``phase``, ``cycle`` nominal gait phase and cycle index ``(L,)``; ``p_foot``,
+    ``v_rel`` ``(L, 3)`` foot points and ``J_p dq`` in the base frame (read); ``first``: first
+    sample since ``reset`` (the touchdown filters were just reset by the caller, at the dynamics of
+    this sample); ``dt`` time since the previous sample [s] (0 if none), ``step`` the filters'
+    integration step [s]; ``height_init``: base height [m] from ``reset(q0)`` (NaN: from the feet).
 
-    State, updated in place: the touchdown filters (``td_*``, as
-    :class:`.touchdown.TouchdownDetector`, with the late-touchdown counters ``td_late`` and this
-    cycle's events ``td_event``), the velocity filter (``vf_v`` world [m/s], ``vf_P``,
-    ``vf_prev_support``; ``vf_cycles_old`` is read, the new counters go to ``cycles``), and
-    ``st = [p_world (3) m, gyro of the previous sample (3) rad/s, base velocity of the previous
-    sample in the base frame (3) m/s]``. ``M_inv``, ``h_leg``, ``M_lb`` are the leg blocks at the
-    previous estimate (read); ``p_foot``, ``v_rel`` ``(L, 3)`` foot points and ``J_p dq`` in the base
-    frame (read). ``height_init``: base height [m] from ``reset(q0)`` (NaN: from the feet).
-
-    Outputs (written): ``q_out`` ``(7 + n,)``, ``v_out`` ``(6 + n,)`` (Pinocchio conventions, base
-    velocity in the base frame), ``v_world`` (3,), ``support``, ``touchdown``, ``nominal`` (bool
-    ``(L,)``), ``td_score`` [N m/s], ``td_count_out``, ``tau_ext`` ``(L, k)`` [N m], ``d2``,
-    ``inflation``, ``used``, ``excluded``, ``cycles``, ``vel_cov`` (3, 3) [(m/s)^2], ``foot_pos``
-    ``(L, 3)``. Returns ``(status, height_raw)``: ``OK`` or ``SINGULAR``; the unfiltered support-foot
-    base height [m] (NaN with no support foot)."""
+    Reads the settings and ``sample`` (already checked by :func:`check_sample`); updates the state
+    in place: the touchdown filters (``td_*``, as :class:`.touchdown.TouchdownDetector`, with the
+    late-touchdown counters ``td_late`` and this cycle's events ``td_event``), the velocity filter
+    (``vf_v`` world [m/s], ``vf_P``, ``vf_prev_support``, the support counters ``vf_cycles``) and
+    ``st``. ``M_inv``, ``h_leg``, ``M_lb`` are the leg blocks at the previous estimate (read).
+    Writes the outputs ``q`` ``(7 + n,)``, ``v`` ``(6 + n,)`` (Pinocchio conventions, base velocity
+    in the base frame), ``v_world`` (3,), ``support``, ``nominal``, ``td_score`` [N m/s], ``d2``,
+    ``inflation``, ``used``, ``excluded``. Returns ``(status, height_raw)``: ``OK`` or ``SINGULAR``;
+    the unfiltered support-foot base height [m] (NaN with no support foot)."""
+    w = ws[0]
+    leg_j, buf, st = w.leg_j, w.sample, w.st
+    td_x, td_score, td_touch, td_late = w.td_x, w.td_score, w.td_touch.view(np.bool_), w.td_late
+    tau_leg, dq_leg, z = w.tau_leg, w.dq_leg, w.z
+    support, nominal, used = w.support.view(np.bool_), w.nominal.view(np.bool_), w.used.view(np.bool_)
+    vf_v, vf_P, q_out, v_out = w.vf_v, w.vf_P, w.q, w.v
+    dt_nom, g_z = w.dt_nom, w.g_z
     L, k = leg_j.shape
     n = q_out.shape[0] - 7
     # ---- orientation (normalized) and rotation base -> world
@@ -512,7 +562,8 @@ def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_ini
         ax_, ay_, az_ = 0.0, 0.0, 0.0
     else:
         ax_, ay_, az_ = (wx - st[3]) / step, (wy - st[4]) / step, (wz - st[5]) / step
-    if imu_offset:
+    if w.imu_offset:
+        imu_r = w.imu_r
         rx, ry, rz = imu_r[0], imu_r[1], imu_r[2]
         cx, cy, cz = wy * rz - wz * ry, wz * rx - wx * rz, wx * ry - wy * rx          # w x r
         fx -= ay_ * rz - az_ * ry + wy * cz - wz * cy
@@ -528,34 +579,32 @@ def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_ini
         for i in range(L):
             td_score[i] = 0.0
     else:
-        h = h_leg
-        if base_coupling:
+        h = w.h_leg
+        if w.base_coupling:
             vx, vy, vz = st[6], st[7], st[8]
-            a_b = vec_work[0]
+            a_b = w.a_b
             a_b[0] = fx + g_z * r20 - (wy * vz - wz * vy)
             a_b[1] = fy + g_z * r21 - (wz * vx - wx * vz)
             a_b[2] = fz + g_z * r22 - (wx * vy - wy * vx)
             a_b[3], a_b[4], a_b[5] = ax_, ay_, az_
-            coupled_bias(h_leg, M_lb, a_b, h_cpl)
-            h = h_cpl
-        if td_filter(td_x, td_P, M_inv, tau_leg, h, dq_leg, step, dt_nom, td_q_diag, td_r, td_score,
-                     td_work) != OK:
+            coupled_bias(w.h_leg, w.M_lb, a_b, w.h_cpl)
+            h = w.h_cpl
+        if td_filter(td_x, w.td_P, w.M_inv, tau_leg, h, dq_leg, step, dt_nom, w.td_q_diag, w.td_r, td_score,
+                     w.td_work) != OK:
             return SINGULAR, math.nan
-    td_detect(phase, cycle, td_score, gamma, n_land, td_touch, td_count, td_latched, td_prev_phase,
-              td_prev_cycle, td_late, td_event, late_max)
+    td_detect(phase, cycle, td_score, LandingTest(w.gamma, w.n_land, w.late_max), td_touch, w.td_count,
+              w.td_latched, w.td_prev_phase, w.td_prev_cycle, td_late, w.td_event)
     # ---- 2. support set (a late leg stays out of it until its contact is seen)
     for i in range(L):
         nominal[i] = phase[i] == SUPPORT
-        touchdown[i] = td_touch[i]
         support[i] = (nominal[i] and td_late[i] == 0) or td_touch[i]
-        td_count_out[i] = td_count[i]
-        for a in range(k):
-            tau_ext[i, a] = td_x[i, k + a]
     # ---- 3. base velocity
     if not first and dt > 0:
         vel_predict(vf_v, vf_P, r00 * fx + r01 * fy + r02 * fz, r10 * fx + r11 * fy + r12 * fz,
-                    r20 * fx + r21 * fy + r22 * fz + g_z, step, dt_nom, vf_q)
-    vel_reliable(support, vf_prev_support, vf_cycles_old, n_ex, cycles, used, excluded)
+                    r20 * fx + r21 * fy + r22 * fz + g_z, step, dt_nom, w.vf_q)
+    vf_cycles = w.vf_cycles
+    vel_reliable(support, w.vf_prev_support.view(np.bool_), vf_cycles, w.n_ex, vf_cycles, used,
+                 w.excluded.view(np.bool_))
     for i in range(L):
         px, py, pz = p_foot[i, 0], p_foot[i, 1], p_foot[i, 2]
         # p x w - J_p dq (base frame), then to the world: R (-(w x p) - J_p dq)
@@ -565,7 +614,7 @@ def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_ini
         z[i, 0] = bx * r00 + by * r01 + bz * r02
         z[i, 1] = bx * r10 + by * r11 + bz * r12
         z[i, 2] = bx * r20 + by * r21 + bz * r22
-    if vel_correct(vf_v, vf_P, z, used, support, vf_r, gate, cap, gating, d2, inflation, used) != OK:
+    if vel_correct(vf_v, vf_P, z, used, support, w.vf_r, w.gate, w.cap, w.gating, w.d2, w.inflation, used) != OK:
         return SINGULAR, math.nan
     vwx, vwy, vwz = vf_v[0], vf_v[1], vf_v[2]
     # ---- 4. height: mean over the support feet of foot_radius - (R p_i)_z, low-passed
@@ -576,14 +625,14 @@ def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_ini
         if support[i]:
             n_sup += 1
             zsum += p_foot[i, 0] * r20 + p_foot[i, 1] * r21 + p_foot[i, 2] * r22
-    h_raw = foot_radius - zsum / n_sup if n_sup else math.nan
+    h_raw = w.foot_radius - zsum / n_sup if n_sup else math.nan
     if first:
         if not math.isnan(height_init):
             pz = height_init
         else:
             pz = h_raw if n_sup else 0.0
     elif n_sup:
-        alpha = alpha_nom if step == dt_nom else 1.0 - math.exp(-2.0 * math.pi * cutoff_hz * step)
+        alpha = w.alpha_nom if step == dt_nom else 1.0 - math.exp(-2.0 * math.pi * w.cutoff_hz * step)
         pz += alpha * (h_raw - pz)
     else:
         pz += step * vwz
@@ -602,13 +651,8 @@ def estimator_tick(buf, first, dt, step, phase, cycle, base_coupling, height_ini
     for j in range(n):
         q_out[7 + j] = buf[j]
         v_out[6 + j] = buf[n + j]
+    v_world = w.v_world
     v_world[0], v_world[1], v_world[2] = vwx, vwy, vwz
-    for a in range(3):
-        for b in range(3):
-            vel_cov[a, b] = vf_P[a, b]
-    for i in range(L):
-        for a in range(3):
-            foot_pos[i, a] = p_foot[i, a]
     st[0], st[1], st[2] = px, py, pz
     st[3], st[4], st[5] = wx, wy, wz
     st[6], st[7], st[8] = vbx, vby, vbz
@@ -619,8 +663,10 @@ _warm = False
 
 
 def warm_up() -> None:
-    """Compile (or load from the cache) every kernel for the estimator's argument types, once per
-    process, on tiny dummy data (so the first control cycle runs compiled code)."""
+    """Compile (or load from the cache) the kernels the estimator calls with plain arrays, once per
+    process, on tiny dummy data. :func:`estimator_tick` takes the record of :func:`tick_dtype`, whose
+    type depends on the robot's size: an estimator compiles it for its record when it is built
+    (``StateEstimator._compile_tick``)."""
     global _warm
     if _warm:
         return
@@ -631,21 +677,8 @@ def warm_up() -> None:
     check_sample(buf, n, 1e-2)
     for lay in (f(n), f(2 * n)[::2]):                     # contiguous and strided inputs
         load_sample(buf, lay, lay, lay, f(4), f(3), f(3), 1e-2)
-    buf[3 * n + 3] = 1.0
     gait_state(1.0, 0.0, math.inf, 1.0, 0.4, f(L), f(L, np.int64), f(L, np.int64), f(L), f(L, np.int64))
-    eye = np.eye(k)
     M = np.eye(6 + n)
-    leg_j = np.arange(n, dtype=np.int64).reshape(L, k)
-    M_inv, h_leg, M_lb = f((L, k, k)), f((L, k)), f((L, k, 6))
-    leg_blocks(M, f(6 + n), leg_j + 6, M_inv, h_leg, M_lb, f((2, k, k)))
-    P = np.broadcast_to(np.eye(2 * k), (L, 2 * k, 2 * k)).copy()
-    args = (buf, True, 0.0, 0.002, f(L, np.int64), f(L, np.int64), True, math.nan,
-            f((L, 2 * k)), P, f(L, np.int64), f(L, np.bool_), f(L, np.int64), f(L, np.int64), f(L, np.int64),
-            f(L, np.int64), f(L, np.int64), M_inv + eye, h_leg, M_lb, f(3), np.eye(3), f(L, np.bool_), f(L, np.int64), f((L, 3)), f((L, 3)), f(9),
-            leg_j, 0.002, np.ones(2 * k), 1.0, 1.0, 2, 50, 1.0, 1.0, 7.81, 100.0, True, 20,
-            f(3), False, -9.81, 0.5, 25.0, 0.0,
-            f((6, 2 * k, 2 * k)), f((1, 6)), f((L, k)), f((L, k)), f((L, k)), f((L, 3)),
-            f(7 + n), f(6 + n), f(3), f(L, np.bool_), f(L, np.bool_), f(L, np.bool_), f(L), f(L, np.int64),
-            f((L, k)), f(L), f(L), f(L, np.bool_), f(L, np.bool_), f(L, np.int64), f((3, 3)), f((L, 3)))
-    estimator_tick(*args)
+    leg_v = np.arange(n, dtype=np.int64).reshape(L, k) + 6
+    leg_blocks(M, f(6 + n), leg_v, f((L, k, k)), f((L, k)), f((L, k, 6)), f((2, k, k)))
     _warm = True

@@ -436,6 +436,7 @@ def test_td_detect_kernel_matches_landing_test(late_max):
     ref.reset(np.zeros((L, 4)))
     st = [ref.touchdown.copy(), ref.count.copy(), ref.latched_cycle.copy(), ref._prev_phase.copy(),
           ref._prev_cycle.copy(), ref.late.copy(), ref.event.copy()]
+    test = kernels.LandingTest(gamma=cfg.gamma_land, n_land=cfg.n_land, late_max=late_max)
     flags = lates = 0
     phase, cycle = np.zeros(L, np.int64), np.zeros(L, np.int64)
     for step in range(3000):
@@ -445,7 +446,7 @@ def test_td_detect_kernel_matches_landing_test(late_max):
         cycle = cycle + (rng.random(L) < 0.02)
         ref.score = rng.uniform(0, 2000, L)
         td_ref = ref.detect(phase, cycle).copy()
-        kernels.td_detect(phase, cycle, ref.score, cfg.gamma_land, cfg.n_land, *st, late_max)
+        kernels.td_detect(phase, cycle, ref.score, test, *st)
         np.testing.assert_array_equal(st[0], td_ref)
         for a, b in zip(st[1:], [ref.count, ref.latched_cycle, ref._prev_phase, ref._prev_cycle, ref.late,
                                  ref.event]):

@@ -12,9 +12,10 @@ from legged_wbc.jit import KERNEL_MODULES
 
 def warm_all() -> None:
     """Import every module of :data:`KERNEL_MODULES` and run its warm-up, then a few ticks of the
-    default robot's headless walk (the controller's stage kernels are compiled for its workspace's
-    record type when a controller is built, which no module warm-up can know): afterwards the
-    stack's kernels are in numba's cache for this CPU (compiled now if they were not)."""
+    default robot's headless walk (the controller's stage kernels and the estimator's cycle kernel
+    are compiled for their records' types when a controller or an estimator is built, which no
+    module warm-up can know): afterwards the stack's kernels are in numba's cache for this CPU
+    (compiled now if they were not)."""
     for name, fn in KERNEL_MODULES.items():
         module = importlib.import_module(name)
         if fn is not None:
