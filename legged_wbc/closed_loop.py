@@ -54,6 +54,7 @@ from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
 from legged_wbc.model import RobotModel
 from legged_wbc.scenario import DisturbanceModel, Scenario
+from wbc_controller.blocks.leg_collision import LegDistance
 from legged_wbc.terrain_metrics import terrain_metrics, true_normals
 
 PHYSICS_PER_CONTROL = 2
@@ -164,6 +165,7 @@ class ClosedLoop:
         # before the first delayed command arrives: the bridge's damping (as before its first command)
         self.no_command_damping = load_bridge_config().watchdog_damping if scenario.command_delay_ticks else 0.0
         self._leg_joint_flat = np.array(rm.leg_joints).reshape(-1)
+        self.leg_distance = LegDistance(rm)          # evaluation: the barrier's distances on ground truth
         q0 = rm.stance_configuration(scenario.initial_height)
         self.q0 = q0
         self.sim.reset(q0)
@@ -182,6 +184,8 @@ class ClosedLoop:
         report = _ProgressLine(self.mode, duration) if progress else None
         fell, reason = False, ""
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
+        s_leg_distance, s_leg_contacts, robot_contacts = S["leg_distance"], S["leg_contacts"], sim.robot_contacts
+        leg_distance = self.leg_distance
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
@@ -204,12 +208,14 @@ class ClosedLoop:
                 if tau_applied is not None:
                     sim.set_torque(tau_applied)
                 # at the true joint positions, as in the bridge (a delayed sensor sample lags them)
-                tau_dist = self.disturbance.torque(t, sim.joint_positions(), bool(est.support[dist_leg]))
+                tau_dist = self.disturbance.torque(t, sim.joint_positions(), bool(est.support[dist_leg]), est.support)
                 sim.set_disturbance(tau_dist)
                 if on_tick is not None:
                     on_tick(self, t, f, est)
                 q_gt = q_from_mj(qpos)          # ground truth (evaluation only): q of sim.ground_truth()
                 record(k, t, f, est, out, tau_dist, q_gt)
+                s_leg_distance[k] = leg_distance(q_gt[7:])
+                s_leg_contacts[k] = robot_contacts()
                 if tau_applied is not None:
                     sim.step(PHYSICS_PER_CONTROL)
                 else:                               # no (delayed) command yet: damping, every physics step
@@ -266,6 +272,7 @@ def _series_buffers(steps: int, N: int, n: int) -> dict:
         "tau_saturated": np.zeros((steps, n), bool), "cbf_slack": np.zeros((steps, N)),
         "normal_est": np.zeros((steps, 3)), "foot_pos_gt": np.zeros((steps, N, 3)),
         "late": np.zeros((steps, N), bool), "late_event": np.zeros((steps, N), np.int8),
+        "leg_distance": np.zeros(steps), "leg_contacts": np.zeros(steps, np.int32),
     }
 
 

@@ -71,7 +71,7 @@ PARAM_SCALARS = (
     # joint-limit barrier rows (blocks.joint_limits): gains, count (0 or n), first row
     ("jl_kp", F8), ("jl_kd", F8), ("jl_kv", F8), ("n_jl", I8), ("row_jl", I8),
     # leg-collision barrier rows (blocks.leg_collision): gains, d_min, range, count (0 or k), first row
-    ("lc_kp", F8), ("lc_kd", F8), ("lc_dmin", F8), ("lc_range", F8), ("n_lc", I8), ("row_lc", I8),
+    ("lc_kp", F8), ("lc_kd", F8), ("lc_dmin", F8), ("lc_range", F8), ("n_lc", I8), ("row_lc", I8), ("lc_tau_ext", B1),
     # torque-aware barrier boundary (blocks.cbf.disturbance_shift)
     ("margin_tau_ext", B1), ("cbf_margin_max", F8),
     # terrain: contact normal, attitude on the support plane, late touchdowns (docs/terrain.md)
@@ -121,7 +121,8 @@ def make_params(ctl) -> Params:
         geo["lc_pairs"] = np.resize(geo["lc_pairs"], (10 * N, 4))
     return Params(
         lc_kp=c.leg_collision_kp, lc_kd=c.leg_collision_kd, lc_dmin=c.leg_collision_d_min,
-        lc_range=c.leg_collision_range, n_lc=int(ctl.n_lc), row_lc=int(ctl.row_lc), **geo,
+        lc_range=c.leg_collision_range, n_lc=int(ctl.n_lc), row_lc=int(ctl.row_lc),
+        lc_tau_ext=c.leg_collision_tau_ext, **geo,
         stand_up_start=c.stand_up_start, stand_up_duration=c.stand_up_duration, stand_height=c.stand_height,
         gait_start=ctl.refs.gait_start, velocity_ramp_end=c.velocity_ramp_end, forward_velocity=c.forward_velocity,
         gait_start_time=g.cfg.start_time, gait_stop_time=g.cfg.stop_time, gait_period=g.cfg.period,
@@ -194,7 +195,7 @@ def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0, n_lc: int = 0) -> np
         ("lc_O", f, (N, 4, 3)), ("lc_Z", f, (N, 4, 3)), ("lc_P", f, (N, 3)), ("lc_fO", f, (N, 4, 3)),
         ("lc_fZ", f, (N, 4, 3)), ("lc_fP", f, (N, 3)), ("lc_dist", f, (10 * N,)), ("lc_q", f, (n,)),
         ("lc_fcoef", f, (8,)), ("lc_dmin_all", f, (1,)), ("lc_coef", f, (n_lc, 8)), ("lc_leg", i, (n_lc, 2)),
-        ("lc_lo", f, (n_lc,)), ("lc_d", f, (n_lc,)), ("lc_cand", i, (n_lc,)),
+        ("lc_lo", f, (n_lc,)), ("lc_d", f, (n_lc,)), ("lc_cand", i, (n_lc,)), ("lc_tau", f, (n,)),
     ]
     arrays += [(k, t, shape(N, n)) for k, t, shape in PARAM_ARRAYS]
     return np.dtype([(k, t, sh) for k, t, sh in arrays] + list(PARAM_SCALARS), align=True)
@@ -276,7 +277,7 @@ def build_stage(t, q, v, support, tau_ext, compensate, ldp, ws):
         torque_envelope(v[6:], w, w.tmin_f, w.tmax_f)
     cycle_targets(t, q, v, support, tau_ext, compensate, w)
     if w.n_lc > 0:
-        leg_collision_stage(w.qj, w.dqj, w.M, w.tau_sw_total, w)
+        leg_collision_stage(w.qj, w.dqj, w.M, w.tau_sw_total, support, tau_ext, w)
     if not ldp:
         return False
     return ldp_direct(support, workspace_legs(w), w)

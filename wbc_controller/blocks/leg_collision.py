@@ -53,6 +53,7 @@ from numba import njit
 
 from legged_wbc.jit import announce_compiles
 from legged_wbc.kinematics import _chain_walk
+from legged_wbc.leg_neighbours import neighbour_pairs
 
 from ..qp import INF
 
@@ -63,21 +64,6 @@ SEG_JOINTS = (2, 3, 4, 4)   # joints (from the hip yaw) that move segment 0 femu
 
 
 # ---------------------------------------------------------------------------- geometry (once)
-def neighbour_pairs(mount_xy) -> list[tuple[int, int]]:
-    """Consecutive legs around the body (sorted by the angle of their mount point about the base
-    origin): ``N`` pairs ``(a, b)`` with ``a < b`` (one pair for 2 legs)."""
-    mount_xy = np.asarray(mount_xy, dtype=float)
-    N = mount_xy.shape[0]
-    order = np.argsort(np.arctan2(mount_xy[:, 1], mount_xy[:, 0]), kind="stable")
-    pairs = []
-    for k in range(N):
-        a, b = int(order[k]), int(order[(k + 1) % N])
-        p = (min(a, b), max(a, b))
-        if a != b and p not in pairs:
-            pairs.append(p)
-    return pairs
-
-
 def collision_geometry(rm) -> dict:
     """``lc_pairs`` (10N, 4), ``lc_radius`` (4,), ``lc_body_half`` (3,) of a robot model
     (:class:`legged_wbc.model.RobotModel`), as the module docstring defines them."""
@@ -279,7 +265,7 @@ def candidate_distances(par, O, P, dist):
 
 
 @njit(cache=True)
-def leg_collision_stage(qj, dqj, M, tau_add, w):
+def leg_collision_stage(qj, dqj, M, tau_add, support, tau_ext, w):
     """The cycle's collision rows into the workspace record ``w`` (module docstring): frames,
     candidate distances, the ``k`` closest candidates within range, and for each its row
     (``lc_coef``, ``lc_leg``) and lower bound ``lc_lo``; loose rows ``lc_cand = -1``,
@@ -310,13 +296,13 @@ def leg_collision_stage(qj, dqj, M, tau_add, w):
             w.lc_lo[r] = -INF
             w.lc_d[r] = INF
             continue
-        w.lc_lo[r] = collision_bound(c, qj, dqj, M, tau_add, w, coef)
+        w.lc_lo[r] = collision_bound(c, qj, dqj, M, tau_add, support, tau_ext, w, coef)
         w.lc_d[r] = dist[c]
         w.lc_leg[r, 0], w.lc_leg[r, 1] = w.lc_pairs[c, 0], w.lc_pairs[c, 2]
 
 
 @njit(cache=True)
-def collision_bound(c, qj, dqj, M, tau_add, w, coef):
+def collision_bound(c, qj, dqj, M, tau_add, support, tau_ext, w, coef):
     """Candidate ``c``'s row ``coef`` (8,) and its lower bound (module docstring), from the frames
     in ``w.lc_O``, ``lc_Z``, ``lc_P``; the drift at ``q -+ FD_STEP q_dot`` (the two legs' frames
     in the scratch ``lc_fk``)."""
@@ -340,13 +326,17 @@ def collision_bound(c, qj, dqj, M, tau_add, w, coef):
     drift = (rates[0] - rates[1]) / (2.0 * FD_STEP)
     acc = np.zeros(4)
     add = 0.0
-    _leg_block_solve(M, w.leg_v, la, tau_add, leg_j, acc)
-    for m in range(4):
-        add += coef[m] * acc[m]
-    if lb >= 0:
-        _leg_block_solve(M, w.leg_v, lb, tau_add, leg_j, acc)
+    for side in range(2):
+        i = la if side == 0 else lb
+        if i < 0:
+            continue
+        tau = w.lc_tau
+        for m in range(4):                    # tau_add, and for a swing leg - tau_ext (opposes the motor)
+            j = leg_j[i, m]
+            tau[j] = tau_add[j] if support[i] or not w.lc_tau_ext else tau_add[j] - tau_ext[j]
+        _leg_block_solve(M, w.leg_v, i, tau, leg_j, acc)
         for m in range(4):
-            add += coef[4 + m] * acc[m]
+            add += coef[4 * side + m] * acc[m]
     return -w.lc_kp * (d - w.lc_dmin) - w.lc_kd * d_dot - drift - add
 
 
@@ -365,6 +355,44 @@ def leg_collision_rows(par, C, l, u):
                 C[row, par.leg_v[lb, m]] = par.lc_coef[r, 4 + m]
         l[row] = par.lc_lo[r]
         u[row] = INF
+
+
+class LegDistance:
+    """The smallest distance of all candidates at given joint positions (compiled; evaluation:
+    ``min_leg_distance_m`` on the simulation's ground truth, whatever the controller's options)."""
+
+    def __init__(self, rm):
+        from legged_wbc.kinematics import LEG_CHAIN_WORK
+
+        ws = rm.leg_workspace()
+        if ws.chain is None:
+            raise ValueError("LegDistance: needs legs that are serial 4-joint chains on the base")
+        g = collision_geometry(rm)
+        N, f = rm.n_legs, np.float64
+        dt = np.dtype([("leg_j", np.int64, (N, 4)), ("chain_axes", f, (N, 4, 3)), ("chain_R_joint", f, (N, 4, 3, 3)),
+                       ("chain_p_joint", f, (N, 4, 3)), ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
+                       ("leg_work", f, (LEG_CHAIN_WORK,)), ("lc_pairs", np.int64, g["lc_pairs"].shape),
+                       ("lc_radius", f, (4,)), ("lc_body_half", f, (3,)), ("lc_O", f, (N, 4, 3)),
+                       ("lc_Z", f, (N, 4, 3)), ("lc_P", f, (N, 3)), ("lc_dist", f, (g["lc_pairs"].shape[0],))],
+                      align=True)
+        self.rec = rec = np.zeros(1, dtype=dt)
+        rec["leg_j"] = ws.leg_cols
+        for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), ws.chain):
+            rec["chain_" + name] = a
+        for k, v in g.items():
+            rec[k] = v
+        self._zeros = np.zeros(rm.n)
+        self.distances = rec["lc_dist"][0]
+
+    def __call__(self, qj: np.ndarray) -> float:
+        return float(_record_distance(np.ascontiguousarray(qj, dtype=float), self._zeros, self.rec))
+
+
+@njit(cache=True)
+def _record_distance(qj, dqj, rec):
+    w = rec[0]
+    collision_frames(qj, dqj, w, w.lc_O, w.lc_Z, w.lc_P)
+    return candidate_distances(w, w.lc_O, w.lc_P, w.lc_dist)
 
 
 # ---------------------------------------------------------------------------- numpy reference
@@ -468,8 +496,9 @@ class LegCollisionReference:
         o = d.oMi[jid].translation
         return Jo[:3] + np.cross(Jo[3:].T, x - o).T
 
-    def rows(self, qj, dqj, M, tau_add):
-        """``(cand (k,), coef (k, n) on the joints, lo (k,), d (k,), d_all (10N,))``."""
+    def rows(self, qj, dqj, M, tau_add, support, tau_ext):
+        """``(cand (k,), coef (k, n) on the joints, lo (k,), d (k,), d_all (10N,))``; ``tau_ext``
+        (n) the estimated external torque (opposing the motor), used on swing legs."""
         cfg = self.cfg
         k, n = cfg.leg_collision_rows, qj.shape[0]
         d_all = self.distances(qj)
@@ -490,15 +519,16 @@ class LegCollisionReference:
                 if leg >= 0:
                     lj = self.leg_j[leg]
                     Mll = M[np.ix_(lj + 6, lj + 6)]
-                    acc[lj] = np.linalg.solve(Mll, tau_add[lj])
+                    tau = tau_add[lj] if support[leg] or not cfg.leg_collision_tau_ext else tau_add[lj] - tau_ext[lj]
+                    acc[lj] = np.linalg.solve(Mll, tau)
             cand[r], coef[r], dk[r] = c, Jd, dist
             lo[r] = (-cfg.leg_collision_kp * (dist - cfg.leg_collision_d_min) - cfg.leg_collision_kd * d_dot
                      - drift - float(Jd @ acc))
         return cand, coef, lo, dk, d_all
 
-    def fill(self, qj, dqj, M, tau_add, row_lc, C, l, u):
+    def fill(self, qj, dqj, M, tau_add, support, tau_ext, row_lc, C, l, u):
         """The stacked QP's rows (as :func:`leg_collision_rows`); returns :meth:`rows`."""
-        out = self.rows(qj, dqj, M, tau_add)
+        out = self.rows(qj, dqj, M, tau_add, support, tau_ext)
         cand, coef, lo = out[:3]
         for r in range(cand.shape[0]):
             C[row_lc + r] = 0.0
