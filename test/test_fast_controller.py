@@ -90,6 +90,8 @@ VARIANTS = [
     {"jdot_mode": "fd", "swing_pitch_projection": False, "swing_pitch_recenter": False},
     {"cbf_margin_mode": "tau_ext", "cbf_margin": 0.01},
     {"joint_limit_barrier": True, "joint_limit_kp": 1e4, "joint_limit_kd": 200.0, "torque_limit_mode": "realistic"},
+    {"leg_collision_barrier": True, "leg_collision_d_min": 0.2, "leg_collision_range": 1.0,
+     "leg_collision_kp": 3000.0, "leg_collision_kd": 110.0, "torque_limit_mode": "realistic"},
 ]
 
 
