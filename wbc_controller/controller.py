@@ -13,7 +13,9 @@ Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with
   ``tau_min <= S[M nu_dot + h - J_c^T lambda] + tau_sw <= tau_max``; N relative-pitch CBF rows
   ``-(k_p (theta - theta_min) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
   <= k_p (theta_max - theta) - k_d theta_dot - J_theta_dot q_dot`` (support legs in ``cbf`` mode;
-  loose otherwise, so every mode and contact state has the same problem size).
+  loose otherwise, so every mode and contact state has the same problem size); with
+  ``joint_limit_barrier`` n joint-limit rows, with ``leg_collision_barrier`` k leg-collision rows
+  (:mod:`.blocks.leg_collision`; loose while the legs are apart).
 
 Cost ``1/2 ||J_T nu_dot - (x_ddot_des - J_T_dot nu)||^2_W + 1/2 ||lambda||^2_{W_lambda}`` with
 ``J_T = blockdiag(I_6, J_1..J_N)``. Torque ``tau = S[M nu_dot* + h - J_c^T lambda*] + tau_sw``.

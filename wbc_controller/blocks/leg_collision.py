@@ -23,9 +23,11 @@ closest points solved again at each point, so it includes their sliding; as the 
 
 The barrier ``h = d - d_min`` with the relative pitch's exponential form ``h_ddot + k_d h_dot +
 k_p h >= 0``; the swing and compensation torques ``tau_add`` act outside the QP's ``nu_dot``, so
-their acceleration (through each leg's own mass block, ``M_ll^-1 tau_add``) enters the bound::
+their acceleration (through each leg's own mass block, ``M_ll^-1 tau_add``) enters the bound, and
+with ``lc_tau_ext`` (``leg_collision_tau_ext``) a swing leg's estimated external torque
+``tau_ext`` (opposing the motor; a support leg's holds the ground reaction the QP models)::
 
-    J_d q_ddot >= -k_p (d - d_min) - k_d d_dot - drift - J_d M_ll^-1 tau_add
+    J_d q_ddot >= -k_p (d - d_min) - k_d d_dot - drift - J_d M_ll^-1 (tau_add - tau_ext)
 
 Rows: ``k`` (``leg_collision_rows``), after the other inequality rows, the ``k`` candidates of
 smallest ``d`` among those with ``d < d_min + leg_collision_range`` (ties: the lower index), in
@@ -33,15 +35,15 @@ order of ``d``; a row without such a candidate is loose (``-INF <= 0 <= INF``). 
 the bound is far below anything the QP asks (``-k_p range``), so a pair entering or leaving
 changes nothing at that moment.
 
-``par`` fields: ``lc_kp``, ``lc_kd``, ``lc_dmin``, ``lc_range``, ``lc_pairs`` (10N, 4) ``[leg_a,
+``par`` fields: ``lc_kp``, ``lc_kd``, ``lc_dmin``, ``lc_range``, ``lc_tau_ext``, ``lc_pairs`` (10N, 4) ``[leg_a,
 seg_a, leg_b, seg_b]`` (seg 0 femur, 1 tibia, 2 foot capsule, 3 foot point; ``leg_b = -1``: the
 body), ``lc_radius`` (4,), ``lc_body_half`` (3,), ``leg_j``, ``leg_v`` and the chain constants
 (``chain_*``, :func:`legged_wbc.kinematics.chain_legs`). Work arrays: ``lc_O`` (N, 4, 3) joint
 origins, ``lc_Z`` (N, 4, 3) joint axes, ``lc_P`` (N, 3) foot points, ``lc_dist`` (10N,), and the
 rows: ``lc_coef`` (k, 8) (leg a's 4 joints, then leg b's), ``lc_leg`` (k, 2), ``lc_lo`` (k),
 ``lc_d`` (k) (the pair's ``d``; INF for a loose row), ``lc_cand`` (k) (candidate or -1),
-``lc_dmin_all`` (1,) the smallest ``d`` of all candidates, ``lc_q`` (n,), ``lc_fk`` (2, 4, 3) and
-``lc_fz``, ``lc_fp`` scratch."""
+``lc_dmin_all`` (1,) the smallest ``d`` of all candidates; scratch ``lc_q``, ``lc_tau`` (n,),
+``lc_fO``, ``lc_fZ``, ``lc_fP`` (the frames at ``q -+ FD_STEP q_dot``), ``lc_fcoef`` (8,)."""
 
 from __future__ import annotations
 
