@@ -86,7 +86,7 @@ class Diagnostics:
     tau_comp: np.ndarray = field(default_factory=lambda: np.zeros(0))   # null-space disturbance compensation
     body_error_rpy: np.ndarray = field(default_factory=lambda: np.zeros(3))
     cbf_slack: np.ndarray = field(default_factory=lambda: np.zeros(0))   # s per leg (cbf_slack; 0: not used)
-    leg_distance: float = math.nan   # smallest link distance of the collision candidates [m] (leg_collision_barrier)
+    leg_distance: float = math.nan   # smallest link distance within the barrier's range [m] (inf: none; nan: option off)
 
 
 @dataclass
@@ -517,7 +517,7 @@ class WholeBodyController(ControllerCore):
                            body_error_rpy=self._e_rpy.copy(),
                            cbf_slack=x[self.lam0 + 4 * N:].copy() if accepted else np.zeros(self.ns))
         if self.n_lc:
-            diag.leg_distance = float(self._lc_dmin_all[0])
+            diag.leg_distance = float(self._lc_d[0])
         self.last_x = x
         self.last_legs = lb
         t_end = clock()

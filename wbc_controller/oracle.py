@@ -135,7 +135,7 @@ class ReferenceController(ControllerCore):
         if self.n_lc:
             te = np.zeros(self.n) if inp.tau_ext is None else inp.tau_ext
             lc_dmin = float(self._lc_ref.fill(qj, dqj, M, tau_sw_total, support, te, self.row_lc, self.problem.C,
-                                              self.problem.l, self.problem.u)[4].min())
+                                              self.problem.l, self.problem.u)[3][0])
         self._slack_columns(False)          # the hard barrier first
         res, solve_us, checks = self._solve_and_check(M, h, lb, tau_sw_total)
         x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks

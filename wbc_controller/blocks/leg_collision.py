@@ -478,6 +478,25 @@ class LegCollisionReference:
         O, Z, P = self.frames(qj)
         return np.array([self.pair(c, O, P)[2] for c in range(self.pairs.shape[0])])
 
+    def lower_bounds(self, O, P):
+        """Per candidate a value below its ``d`` or below any range (vectorized): two segments'
+        midpoint distance minus their half lengths and radii; a foot point's distance to the box
+        outside it minus the radius (``-r`` inside: always computed exactly)."""
+        ends = np.stack([np.stack([O[:, 1], O[:, 2]], 1), np.stack([O[:, 2], O[:, 3]], 1),
+                         np.stack([O[:, 3], P], 1), np.stack([P, P], 1)], 1)          # (N, 4 segs, 2, 3)
+        la, sa, lb, sb = self.pairs.T
+        A = ends[la, sa]
+        mid_a, half_a = A.mean(axis=1), 0.5 * np.linalg.norm(A[:, 1] - A[:, 0], axis=1)
+        out = np.empty(self.pairs.shape[0])
+        leg = lb >= 0
+        B = ends[lb[leg], sb[leg]]
+        mid_b, half_b = B.mean(axis=1), 0.5 * np.linalg.norm(B[:, 1] - B[:, 0], axis=1)
+        out[leg] = (np.linalg.norm(mid_a[leg] - mid_b, axis=1) - half_a[leg] - half_b
+                    - self.radius[sa[leg]] - self.radius[sb[leg]])
+        x = mid_a[~leg]
+        out[~leg] = np.linalg.norm(x - np.clip(x, -self.half, self.half), axis=1) - self.radius[sa[~leg]]
+        return out
+
     def jacobian(self, c, qj):
         """``(d, J_d (n,))`` of candidate ``c`` (Pinocchio joint Jacobians: ``v(x) = v_o + w x (x - o)``
         of the link's joint)."""
@@ -499,11 +518,17 @@ class LegCollisionReference:
         return Jo[:3] + np.cross(Jo[3:].T, x - o).T
 
     def rows(self, qj, dqj, M, tau_add, support, tau_ext):
-        """``(cand (k,), coef (k, n) on the joints, lo (k,), d (k,), d_all (10N,))``; ``tau_ext``
-        (n) the estimated external torque (opposing the motor), used on swing legs."""
+        """``(cand (k,), coef (k, n) on the joints, lo (k,), d (k,) (INF: loose), d_all (10N,))``;
+        ``d_all``: exact for the candidates whose lower bound (:meth:`lower_bounds`) is within range,
+        INF for the others; ``tau_ext`` (n) the estimated external torque (opposing the motor), used on
+        swing legs."""
         cfg = self.cfg
         k, n = cfg.leg_collision_rows, qj.shape[0]
-        d_all = self.distances(qj)
+        O, Z, P = self.frames(qj)
+        cut = cfg.leg_collision_d_min + cfg.leg_collision_range
+        d_all = np.full(self.pairs.shape[0], INF)        # exact where the lower bound is within range
+        for c in np.flatnonzero(self.lower_bounds(O, P) < cut):
+            d_all[c] = self.pair(int(c), O, P)[2]
         order = np.argsort(d_all, kind="stable")
         sel = [int(c) for c in order if d_all[c] < cfg.leg_collision_d_min + cfg.leg_collision_range][:k]
         cand = np.full(k, -1, dtype=np.int64)
