@@ -180,12 +180,10 @@ class ClosedLoop:
         duration = sc.duration if duration is None else duration
         steps = int(round(duration / CONTROL_DT))
         S = _series_buffers(steps, self.rm.n_legs, n)
-        record, fall_check = _tick_recorder(S, sim), _fall_check(sc, sim)
+        record, fall_check = _tick_recorder(S, sim, self.leg_distance), _fall_check(sc, sim)
         report = _ProgressLine(self.mode, duration) if progress else None
         fell, reason = False, ""
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
-        s_leg_distance, s_leg_contacts, robot_contacts = S["leg_distance"], S["leg_contacts"], sim.robot_contacts
-        leg_distance = self.leg_distance
         est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
         leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
@@ -214,8 +212,6 @@ class ClosedLoop:
                     on_tick(self, t, f, est)
                 q_gt = q_from_mj(qpos)          # ground truth (evaluation only): q of sim.ground_truth()
                 record(k, t, f, est, out, tau_dist, q_gt)
-                s_leg_distance[k] = leg_distance(q_gt[7:])
-                s_leg_contacts[k] = robot_contacts()
                 if tau_applied is not None:
                     sim.step(PHYSICS_PER_CONTROL)
                 else:                               # no (delayed) command yet: damping, every physics step
@@ -276,9 +272,11 @@ def _series_buffers(steps: int, N: int, n: int) -> dict:
     }
 
 
-def _tick_recorder(S: dict, sim):
+def _tick_recorder(S: dict, sim, leg_distance):
     """``record(k, t, sensors, est, out, tau_dist, q_gt)``: row ``k`` of the series (but ``tau_saturated``
-    and ``rp_err``); the rows are written through closure names (no dict look-ups per tick)."""
+    and ``rp_err``; ``leg_distance(q_j)`` the leg-collision candidates' smallest distance); the rows are
+    written through closure names (no dict look-ups per tick)."""
+    s_leg_distance, s_leg_contacts, robot_contacts = S["leg_distance"], S["leg_contacts"], sim.robot_contacts
     s_t, s_theta, s_theta_dot, s_support = S["t"], S["theta"], S["theta_dot"], S["support"]
     s_touchdown, s_phase, s_contact, s_cbf = S["touchdown"], S["phase"], S["contact_gt"], S["cbf_active"]
     s_tau, s_dist, s_qp_us, s_cycle_us = S["tau"], S["disturbance"], S["qp_time_us"], S["cycle_time_us"]
@@ -292,6 +290,8 @@ def _tick_recorder(S: dict, sim):
 
     def record(k, t, f, est, out, tau_dist, q_gt) -> None:
         d = out.diag
+        s_leg_distance[k] = leg_distance(q_gt[7:])
+        s_leg_contacts[k] = robot_contacts()
         s_t[k] = t
         s_theta[k] = d.theta
         s_theta_dot[k] = d.theta_dot

@@ -71,6 +71,14 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
             j.limited = mujoco.mjtLimited.mjLIMITED_FALSE  # limits are the controller's business
             spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
                               ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
+    _geom_contacts(spec, cfg)
+    add_leg_pairs(spec, cfg)
+    return spec
+
+
+def _geom_contacts(spec: mujoco.MjSpec, cfg: RobotConfig) -> None:
+    """Foot spheres (named ``<foot>_sphere``, friction) and the base box collide; every other robot
+    geom not (``contype`` 0), the leg cylinders named ``<link>_link`` for :func:`add_leg_pairs`."""
     foot_links = set(cfg.foot_links)
     for g in spec.geoms:
         if is_terrain_geom(g.name):
@@ -89,8 +97,6 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
             g.rgba = [0.7, 0.5, 0.2, 1]
             if g.type == mujoco.mjtGeom.mjGEOM_CYLINDER and body.name != cfg.base_link:
                 g.name = f"{body.name}_link"
-    add_leg_pairs(spec, cfg)
-    return spec
 
 
 LEG_LINK_SUFFIXES = ("femur", "tibia")      # with the foot link: the links of the leg-collision pairs
