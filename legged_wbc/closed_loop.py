@@ -54,6 +54,7 @@ from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
 from legged_wbc.model import RobotModel
 from legged_wbc.scenario import DisturbanceModel, Scenario
+from wbc_controller.blocks.leg_collision import LegDistance
 from legged_wbc.terrain_metrics import terrain_metrics, true_normals
 
 PHYSICS_PER_CONTROL = 2
@@ -164,6 +165,7 @@ class ClosedLoop:
         # before the first delayed command arrives: the bridge's damping (as before its first command)
         self.no_command_damping = load_bridge_config().watchdog_damping if scenario.command_delay_ticks else 0.0
         self._leg_joint_flat = np.array(rm.leg_joints).reshape(-1)
+        self.leg_distance = LegDistance(rm)          # evaluation: the barrier's distances on ground truth
         q0 = rm.stance_configuration(scenario.initial_height)
         self.q0 = q0
         self.sim.reset(q0)
@@ -178,7 +180,7 @@ class ClosedLoop:
         duration = sc.duration if duration is None else duration
         steps = int(round(duration / CONTROL_DT))
         S = _series_buffers(steps, self.rm.n_legs, n)
-        record, fall_check = _tick_recorder(S, sim), _fall_check(sc, sim)
+        record, fall_check = _tick_recorder(S, sim, self.leg_distance), _fall_check(sc, sim)
         report = _ProgressLine(self.mode, duration) if progress else None
         fell, reason = False, ""
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
@@ -204,7 +206,7 @@ class ClosedLoop:
                 if tau_applied is not None:
                     sim.set_torque(tau_applied)
                 # at the true joint positions, as in the bridge (a delayed sensor sample lags them)
-                tau_dist = self.disturbance.torque(t, sim.joint_positions(), bool(est.support[dist_leg]))
+                tau_dist = self.disturbance.torque(t, sim.joint_positions(), bool(est.support[dist_leg]), est.support)
                 sim.set_disturbance(tau_dist)
                 if on_tick is not None:
                     on_tick(self, t, f, est)
@@ -266,12 +268,15 @@ def _series_buffers(steps: int, N: int, n: int) -> dict:
         "tau_saturated": np.zeros((steps, n), bool), "cbf_slack": np.zeros((steps, N)),
         "normal_est": np.zeros((steps, 3)), "foot_pos_gt": np.zeros((steps, N, 3)),
         "late": np.zeros((steps, N), bool), "late_event": np.zeros((steps, N), np.int8),
+        "leg_distance": np.zeros(steps), "leg_contacts": np.zeros(steps, np.int32),
     }
 
 
-def _tick_recorder(S: dict, sim):
+def _tick_recorder(S: dict, sim, leg_distance):
     """``record(k, t, sensors, est, out, tau_dist, q_gt)``: row ``k`` of the series (but ``tau_saturated``
-    and ``rp_err``); the rows are written through closure names (no dict look-ups per tick)."""
+    and ``rp_err``; ``leg_distance(q_j)`` the leg-collision candidates' smallest distance); the rows are
+    written through closure names (no dict look-ups per tick)."""
+    s_leg_distance, s_leg_contacts, robot_contacts = S["leg_distance"], S["leg_contacts"], sim.robot_contacts
     s_t, s_theta, s_theta_dot, s_support = S["t"], S["theta"], S["theta_dot"], S["support"]
     s_touchdown, s_phase, s_contact, s_cbf = S["touchdown"], S["phase"], S["contact_gt"], S["cbf_active"]
     s_tau, s_dist, s_qp_us, s_cycle_us = S["tau"], S["disturbance"], S["qp_time_us"], S["cycle_time_us"]
@@ -285,6 +290,8 @@ def _tick_recorder(S: dict, sim):
 
     def record(k, t, f, est, out, tau_dist, q_gt) -> None:
         d = out.diag
+        s_leg_distance[k] = leg_distance(q_gt[7:])
+        s_leg_contacts[k] = robot_contacts()
         s_t[k] = t
         s_theta[k] = d.theta
         s_theta_dot[k] = d.theta_dot

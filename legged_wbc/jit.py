@@ -43,7 +43,8 @@ KERNEL_MODULES = {
     "legged_wbc.kinematics": None,
     "wbc_controller.ldp": None,
     **{f"wbc_controller.blocks.{m}": None for m in ("cbf", "compensation", "contact", "floating_base", "friction",
-                                                       "joint_limits", "swing", "tasks", "torque")},
+                                                       "joint_limits", "leg_collision", "swing", "tasks",
+                                                       "torque")},
 }
 
 NOTICE = ("legged_wbc: compiling the estimator/controller kernels for this CPU "

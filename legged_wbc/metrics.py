@@ -12,7 +12,12 @@ Series (arrays over control ticks, 500 Hz):
   None without the series);
 * optional ``cbf_slack`` (T, N): the relative-pitch barrier's slack per leg [rad/s^2] (``cbf_slack``
   option; 0 where the hard barrier was solved): ``cbf_slack_max`` (largest ``|s|``) and
-  ``cbf_slack_ticks`` (ticks with a slack != 0), None without the series.
+  ``cbf_slack_ticks`` (ticks with a slack != 0), None without the series;
+* optional ``leg_distance`` (T,): the smallest capsule distance between neighbouring legs' links
+  and from a foot to the body at the true joint positions [m] (``min_leg_distance_m``), and
+  ``leg_contacts`` (T,): MuJoCo contacts between robot bodies at the tick (``leg_contacts``: the
+  ticks with at least one); both over the window ``[t_start, t_end]`` (physics, whatever the QP
+  did), None without the series.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
         out["rp_rmse_deg"] = None
     out.update(_torque_metrics(series, missing, ok))
     out.update(_slack_metrics(series, ok))
+    out.update(_leg_metrics(series, win))
     if "qp_time_us" not in missing:
         qt = np.asarray(series["qp_time_us"])[ok]
         out["qp_p99_us"] = float(np.percentile(qt, 99)) if qt.size else None
@@ -132,6 +138,17 @@ def _slack_metrics(series: dict, ok) -> dict:
         return {"cbf_slack_max": float(s.max()) if s.size else 0.0,
                 "cbf_slack_ticks": int(np.count_nonzero(s.max(axis=1) > 0)) if s.size else 0}
     return {"cbf_slack_max": None, "cbf_slack_ticks": None}
+
+
+def _leg_metrics(series: dict, win) -> dict:
+    """``min_leg_distance_m`` and ``leg_contacts`` over the window ``win`` (module docstring)."""
+    out: dict = {"min_leg_distance_m": None, "leg_contacts": None}
+    dist, con = series.get("leg_distance"), series.get("leg_contacts")
+    if dist is not None and len(dist) and np.any(win):
+        out["min_leg_distance_m"] = float(np.min(np.asarray(dist, dtype=float)[win]))
+    if con is not None and len(con) and np.any(win):
+        out["leg_contacts"] = int(np.count_nonzero(np.asarray(con)[win] > 0))
+    return out
 
 
 def roll_pitch_from_quat_xyzw(quat: np.ndarray) -> np.ndarray:

@@ -3,8 +3,10 @@
 ``build_spec`` loads the URDF with ``mujoco.MjSpec`` and adds what a URDF cannot say: the free
 joint of the base, the ground (the scenario's terrain, :mod:`legged_wbc.terrain`; friction from the robot config), torque motors on every joint, joint
 armature (the same values Pinocchio uses), foot contact parameters, an IMU site with
-orientation / gyro / accelerometer sensors, a light and a tracking camera. Only the foot spheres
-and the base box collide. ``legged-wbc export-mjcf`` writes the result as MJCF for inspection.
+orientation / gyro / accelerometer sensors, a light and a tracking camera. The foot spheres and
+the base box collide with the ground and each other; the links of neighbouring legs (femur, tibia
+and foot cylinders, foot sphere) with each other through explicit contact pairs
+(:func:`add_leg_pairs`; ``MujocoSim.robot_contacts`` counts contacts between robot bodies). ``legged-wbc export-mjcf`` writes the result as MJCF for inspection.
 
 ``actuators``: ``"ideal"`` (default: the motors are perfect torque sources, the joints have no
 friction) or ``"realistic"``: the joints also get the robot YAML's ``leg_type.actuator`` friction,
@@ -19,6 +21,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from legged_wbc.leg_neighbours import neighbour_pairs
 from legged_wbc.robot import RobotConfig, load_robot_config
 from legged_wbc.terrain import add_terrain, is_terrain_geom
 
@@ -68,6 +71,14 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
             j.limited = mujoco.mjtLimited.mjLIMITED_FALSE  # limits are the controller's business
             spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
                               ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
+    _geom_contacts(spec, cfg)
+    add_leg_pairs(spec, cfg)
+    return spec
+
+
+def _geom_contacts(spec: mujoco.MjSpec, cfg: RobotConfig) -> None:
+    """Foot spheres (named ``<foot>_sphere``, friction) and the base box collide; every other robot
+    geom not (``contype`` 0), the leg cylinders named ``<link>_link`` for :func:`add_leg_pairs`."""
     foot_links = set(cfg.foot_links)
     for g in spec.geoms:
         if is_terrain_geom(g.name):
@@ -84,7 +95,32 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
         else:
             g.contype, g.conaffinity = 0, 0
             g.rgba = [0.7, 0.5, 0.2, 1]
-    return spec
+            if g.type == mujoco.mjtGeom.mjGEOM_CYLINDER and body.name != cfg.base_link:
+                g.name = f"{body.name}_link"
+
+
+LEG_LINK_SUFFIXES = ("femur", "tibia")      # with the foot link: the links of the leg-collision pairs
+
+
+def leg_collision_geoms(cfg: RobotConfig, leg) -> list[str]:
+    """The geoms of a leg that meet a neighbouring leg's (explicit contact pairs): the femur,
+    tibia and foot cylinders and the foot sphere (the coxa, 8 cm next to the body, is left out)."""
+    foot = leg.foot_link(cfg.leg_type)
+    return [f"{leg.name}_{s}_link" for s in LEG_LINK_SUFFIXES] + [f"{foot}_link", f"{foot}_sphere"]
+
+
+def add_leg_pairs(spec: mujoco.MjSpec, cfg: RobotConfig) -> None:
+    """Contacts between neighbouring legs (consecutive around the body, as the controller's
+    leg-collision barrier sees them): an explicit ``<pair>`` for every geom of
+    :func:`leg_collision_geoms` of one leg with every one of the other's. MuJoCo checks explicit
+    pairs whatever the geoms' ``contype`` / ``conaffinity`` (which keep the links out of every
+    other contact); the foot spheres and the base box collide through those already."""
+    legs = cfg.legs
+    for a, b in neighbour_pairs([leg.mount_xyz[:2] for leg in legs]):
+        for ga in leg_collision_geoms(cfg, legs[a]):
+            for gb in leg_collision_geoms(cfg, legs[b]):
+                spec.add_pair(name=f"{ga}__{gb}", geomname1=ga, geomname2=gb, condim=3,
+                              friction=[0.5, 0.5, 0.005, 0.0001, 0.0001])
 
 
 def build_model(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP, terrain=None,

@@ -29,7 +29,9 @@ and estimator parameters applied under the scenario's own ``controller`` / ``est
 win). ``robust`` is what a sweep of randomized ``paper`` trials found best (``docs/actuators.md``): the
 barrier bounds backed off by ``cbf_margin`` 0.01 rad, and per support leg by the barrier's steady
 offset under the estimated external torque (``cbf_margin_mode: tau_ext``, the torque-aware boundary),
-and a touchdown filter trusting joint velocities less (``touchdown.sigma_dq_meas`` 0.15 rad/s); ``paper`` keeps the parameter files' values, the paper's
+a touchdown filter trusting joint velocities less (``touchdown.sigma_dq_meas`` 0.15 rad/s), and the
+leg-collision barrier on (``leg_collision_barrier``; its rows stay loose while the legs are far apart);
+``paper`` keeps the parameter files' values, the paper's
 method (``cbf_margin`` 0, ``sigma_dq_meas`` 0.05), which reproduces its Table 3.
 
 The drives: ``actuators`` (``ideal``, the default: perfect torque sources up to the joint's effort
@@ -73,8 +75,23 @@ class Push:
         return (0.0, self.force_n, 0.0)
 
 
+@dataclass(frozen=True)
+class Squeeze:
+    """Hip-yaw torques that turn two neighbouring legs towards each other (``leg_squeeze``)."""
+
+    enabled: bool
+    legs: tuple        # (leg a, leg b) names
+    torque_nm: float   # on each hip yaw joint, towards the other leg [N m]
+    start: float       # absolute start time [s]
+    duration: float
+
+    def active_window(self, t: float) -> bool:
+        return self.enabled and self.start <= t < self.start + self.duration
+
+
 # Keys a scenario file may omit (older files): filled in before the overrides are applied.
 PHYSICS_DEFAULTS = {
+    "squeeze": {"enabled": False, "legs": ["lf", "lm"], "torque_nm": 0.0, "start_offset": 0.0, "duration": 0.0},
     "ground": {"friction": None},
     "payload": {"mass_kg": 0.0},
     "push": {"enabled": False, "force_n": 0.0, "start_offset": 0.0, "duration": 0.0},
@@ -85,7 +102,7 @@ SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators
 ACTUATOR_MODELS = ("ideal", "realistic")
 # Settings presets (scenario key ``preset``): overrides under the scenario's controller / estimator blocks.
 PRESETS = {
-    "robust": {"controller": {"cbf_margin": 0.01, "cbf_margin_mode": "tau_ext"},
+    "robust": {"controller": {"cbf_margin": 0.01, "cbf_margin_mode": "tau_ext", "leg_collision_barrier": True},
                "estimator": {"touchdown": {"sigma_dq_meas": 0.15}}},
     "paper": {"controller": {}, "estimator": {}},      # the parameter files as they are: the paper's method
 }
@@ -127,6 +144,7 @@ class Scenario:
     actuators: str = "ideal"           # ideal | realistic (mujoco_bridge.sim)
     preset: str = "robust"             # robust | paper (PRESETS; already in controller / estimator)
     terrain: _terrain.Terrain = _terrain.Terrain()   # the ground (legged_wbc.terrain)
+    squeeze: Squeeze = Squeeze(False, ("lf", "lm"), 0.0, 0.0, 0.0)   # hip-yaw squeeze of two legs
 
     def physics(self) -> dict:
         """What :meth:`mujoco_bridge.sim.MujocoSim.set_physics` takes for this scenario."""
@@ -251,7 +269,12 @@ def scenario_from_dict(raw: dict) -> Scenario:
             push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),
                       start=t_s + float(raw["push"]["start_offset"]), duration=float(raw["push"]["duration"])),
             command_delay_ticks=delay, sensor_delay_ticks=sensor_delay, actuators=actuators, preset=preset,
-            terrain=_terrain.Terrain.from_dict(raw["terrain"]))
+            terrain=_terrain.Terrain.from_dict(raw["terrain"]),
+            squeeze=Squeeze(enabled=bool(raw["squeeze"]["enabled"]),
+                            legs=tuple(str(x) for x in raw["squeeze"]["legs"]),
+                            torque_nm=float(raw["squeeze"]["torque_nm"]),
+                            start=t_s + float(raw["squeeze"]["start_offset"]),
+                            duration=float(raw["squeeze"]["duration"])))
     except KeyError as exc:
         raise ConfigError(f"scenario: missing key {exc}") from exc
     except (TypeError, ValueError) as exc:
@@ -264,6 +287,10 @@ def scenario_from_dict(raw: dict) -> Scenario:
         raise ConfigError(f"scenario.disturbance.torque_nm: must be >= 0, got {sc.disturbance.torque_nm}")
     if sc.friction is not None and not sc.friction > 0:
         raise ConfigError(f"scenario.ground.friction: must be > 0 (or null), got {sc.friction}")
+    if len(sc.squeeze.legs) != 2 or sc.squeeze.legs[0] == sc.squeeze.legs[1]:
+        raise ConfigError(f"scenario.squeeze.legs: two different legs, got {list(sc.squeeze.legs)}")
+    if sc.squeeze.torque_nm < 0 or sc.squeeze.duration < 0:
+        raise ConfigError("scenario.squeeze: torque_nm and duration must be >= 0")
     if sc.push.duration < 0:
         raise ConfigError(f"scenario.push.duration: must be >= 0, got {sc.push.duration}")
     if not sc.gait_start <= sc.t_s:
@@ -276,20 +303,46 @@ class DisturbanceModel:
 
     ``torque(t, joint_pos, leg_in_support)`` [N m, Pinocchio joint order]: ``torque_nm`` along
     the unit null-space vector of the disturbed leg's ``J_p`` (sign +1 increases the relative
-    pitch), while the window is open and the leg is in the *estimated* support set."""
+    pitch), while the window is open and the leg is in the *estimated* support set; plus the
+    squeeze (:class:`Squeeze`): ``torque_nm`` on the hip yaw of each of its two legs, towards the
+    other, while its window is open and that leg is outside the estimated support set ``support``
+    (all legs, bool; None: applied) - a stance foot would slip under it instead."""
 
     def __init__(self, sc: Scenario, robot):
         self.dist = sc.disturbance
+        self.squeeze = sc.squeeze
         self.robot = robot
         names = robot.cfg.leg_names
         if self.dist.enabled and self.dist.leg not in names:
             raise ValueError(f"scenario.disturbance.leg: unknown leg {self.dist.leg!r} (legs: {names})")
         self.leg = names.index(self.dist.leg) if self.dist.leg in names else 0
+        self._squeeze_tau = self._squeeze_torque(sc.squeeze, robot) if sc.squeeze.enabled else None
+        self._squeeze_legs = [names.index(x) for x in sc.squeeze.legs] if sc.squeeze.enabled else []
+
+    @staticmethod
+    def _squeeze_torque(sq: Squeeze, robot):
+        """The squeeze's joint torque: ``torque_nm`` on each of the two legs' first joint (the hip
+        yaw), with the sign that turns its nominal foot towards the other leg's (the sign of
+        ``z . ((p_a - o_a) x (p_b - o_a))``, ``o_a`` the hip, ``p`` the nominal feet, base frame)."""
+        import numpy as np
+
+        names = robot.cfg.leg_names
+        for leg in sq.legs:
+            if leg not in names:
+                raise ValueError(f"scenario.squeeze.legs: unknown leg {leg!r} (legs: {names})")
+        a, b = (names.index(x) for x in sq.legs)
+        feet = [p for p, _ in robot.stance_targets()]
+        tau = np.zeros(robot.n)
+        for i, o in ((a, b), (b, a)):
+            hip = np.asarray(robot.cfg.legs[i].mount_xyz, dtype=float)
+            u, w = feet[i] - hip, feet[o] - hip
+            tau[robot.leg_joints[i][0]] = sq.torque_nm * np.sign(u[0] * w[1] - u[1] * w[0])
+        return tau
 
     def active(self, t: float) -> bool:
-        return self.dist.active_window(t)
+        return self.dist.active_window(t) or self.squeeze.active_window(t)
 
-    def torque(self, t: float, joint_pos, leg_in_support: bool):
+    def torque(self, t: float, joint_pos, leg_in_support: bool, support=None):
         import numpy as np
 
         from legged_wbc.model import null_vector
@@ -298,6 +351,11 @@ class DisturbanceModel:
         if self.dist.active_window(t) and leg_in_support:
             J_p, J_theta = self.robot.leg_jacobians(np.asarray(joint_pos, dtype=float), self.leg)
             tau[self.robot.leg_joints[self.leg]] = self.dist.sign * self.dist.torque_nm * null_vector(J_p, J_theta)
+        if self._squeeze_tau is not None and self.squeeze.active_window(t):
+            for i in self._squeeze_legs:          # a leg while it is outside the estimated support set
+                if support is None or not support[i]:
+                    lj = self.robot.leg_joints[i]
+                    tau[lj] += self._squeeze_tau[lj]
         return tau
 
 

@@ -92,14 +92,15 @@ class ScenarioDisturbance:
             sup = sched.support_estimate(sched.step_count // sched.steps_per_tick)
             in_support = bool(sup[self.model.leg]) if sup is not None else False
             qj = sim.joint_positions()
-            self.held = self.model.torque(t, qj, in_support)
+            self.held = self.model.torque(t, qj, in_support, sup)
         return self.held
 
 
 def scenario_disturbance(scenario, robot, sched, log):
     """The disturbance hook of the scenario: a :class:`ScenarioDisturbance` (its ``DisturbanceModel``,
     the one the headless loop uses) when the scenario enables a disturbance, else None (zero)."""
-    if scenario is None or not getattr(getattr(scenario, "disturbance", None), "enabled", False):
+    squeeze = getattr(getattr(scenario, "squeeze", None), "enabled", False)
+    if scenario is None or not (getattr(getattr(scenario, "disturbance", None), "enabled", False) or squeeze):
         return None
     try:
         from legged_wbc.scenario import DisturbanceModel
@@ -110,6 +111,10 @@ def scenario_disturbance(scenario, robot, sched, log):
     d = scenario.disturbance
     log.info(f"disturbance: {d.torque_nm:g} N m on leg {d.leg} from t = {d.start:g} s for {d.duration:g} s, "
              "while the leg is in the estimated support set")
+    if squeeze:
+        sq = scenario.squeeze
+        log.info(f"squeeze: {sq.torque_nm:g} N m on the hip yaw of legs {sq.legs[0]}, {sq.legs[1]} towards each "
+                 f"other from t = {sq.start:g} s for {sq.duration:g} s")
     return ScenarioDisturbance(DisturbanceModel(scenario, robot), sched)
 
 

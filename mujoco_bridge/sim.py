@@ -339,6 +339,16 @@ class MujocoSim:
         touching = set(self._floor_contacts())
         return np.array([g in touching for g in self.foot_geoms])
 
+    def robot_contacts(self) -> int:
+        """Contacts between two robot bodies now (links of neighbouring legs, a foot and the body;
+        evaluation only)."""
+        n = self.d.ncon
+        if n == 0:
+            return 0
+        body = self.m.geom_bodyid
+        g = self.d.contact.geom[:n]
+        return int(np.count_nonzero((body[g[:, 0]] != 0) & (body[g[:, 1]] != 0)))
+
     def base_contact(self) -> bool:
         """Whether anything but a foot touches the floor (a fall)."""
         feet = self._foot_geom_set

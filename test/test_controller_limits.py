@@ -139,8 +139,8 @@ def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
 
 # ---------------------------------------------------------------------------- the settings preset
 def test_preset_robust_is_every_scenario_s_default_and_paper_is_the_parameter_files():
-    """``preset``: robust (default) puts cbf_margin 0.01 and sigma_dq_meas 0.15 under the scenario's
-    own blocks; paper leaves the parameter files' values (the paper's method); explicit keys win;
+    """``preset``: robust (default) puts cbf_margin 0.01, sigma_dq_meas 0.15 and the leg-collision
+    barrier under the scenario's own blocks; paper leaves the parameter files' values (the paper's method); explicit keys win;
     a bad preset is one clear error."""
     from legged_wbc.robot import ConfigError
     from legged_wbc.scenario import PRESETS, load_scenario
@@ -161,7 +161,11 @@ def test_preset_robust_is_every_scenario_s_default_and_paper_is_the_parameter_fi
         assert load_estimator_config(overrides=sp.estimator).touchdown.sigma_dq_meas == 0.05
     mine = load_scenario("paper", ["controller.cbf_margin=0.02", "estimator.touchdown.sigma_dq_meas=0.1"])
     assert mine.controller["cbf_margin"] == 0.02 and mine.estimator["touchdown"]["sigma_dq_meas"] == 0.1
-    assert PRESETS["robust"]["controller"] == {"cbf_margin": 0.01, "cbf_margin_mode": "tau_ext"}  # what the docs say
+    assert PRESETS["robust"]["controller"] == {"cbf_margin": 0.01, "cbf_margin_mode": "tau_ext",
+                                               "leg_collision_barrier": True}   # what the docs say
+    assert load_wbc_config(overrides=load_scenario("paper").controller_overrides("cbf")).leg_collision_barrier
+    assert not load_wbc_config(overrides=load_scenario("paper", ["preset=paper"]).controller_overrides("cbf")
+                               ).leg_collision_barrier
     with pytest.raises(ConfigError, match="scenario.preset: must be one of robust, paper"):
         load_scenario("paper", ["preset=fast"])
 

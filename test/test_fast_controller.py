@@ -90,6 +90,8 @@ VARIANTS = [
     {"jdot_mode": "fd", "swing_pitch_projection": False, "swing_pitch_recenter": False},
     {"cbf_margin_mode": "tau_ext", "cbf_margin": 0.01},
     {"joint_limit_barrier": True, "joint_limit_kp": 1e4, "joint_limit_kd": 200.0, "torque_limit_mode": "realistic"},
+    {"leg_collision_barrier": True, "leg_collision_d_min": 0.2, "leg_collision_range": 1.0,
+     "leg_collision_kp": 3000.0, "leg_collision_kd": 110.0, "torque_limit_mode": "realistic"},
 ]
 
 
@@ -189,13 +191,16 @@ def test_ldp_solution_is_the_full_qp_optimum(walk, over):
 
 def ldp_layout(ctl):
     """The QP columns of the LDP's variables (forces f_x, f_y, f_z of each foot, nu_dot, slacks) and
-    the stacked rows of its general rows (floating-base, friction pyramids, torque, CBF)."""
+    the stacked rows of its general rows (floating-base, friction pyramids, CBF, torque, joint-limit and
+    leg-collision rows when the options are on)."""
     N, n_eq = ctl.N, ctl.n_eq
     zcol = [ctl.lam0 + 4 * i + k for i in range(N) for k in range(3)] + list(range(ctl.nv)) + \
         [ctl.nv + 4 * N + k for k in range(ctl.ns)]
     fric = [n_eq + ctl.row_fric + 5 * i + k for i in range(N) for k in range(4)]
     rows = list(range(6)) + fric + list(range(n_eq + ctl.row_cbf, n_eq + ctl.row_cbf + N)) + \
-        list(range(n_eq + ctl.row_tau, n_eq + ctl.row_tau + ctl.n))
+        list(range(n_eq + ctl.row_tau, n_eq + ctl.row_tau + ctl.n)) + \
+        list(range(n_eq + ctl.row_jl, n_eq + ctl.row_jl + ctl.n_jl)) + \
+        list(range(n_eq + ctl.row_lc, n_eq + ctl.row_lc + ctl.n_lc))
     return np.array(zcol), np.array(rows)
 
 

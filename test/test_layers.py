@@ -3,7 +3,7 @@ of a layer above them (anywhere in the file: module level or inside a function).
 
 Layers, bottom up (docs/design.md, *Code layout*):
 
-1. core: ``legged_wbc`` robot, parameters, conventions, the jit notice, gait, kinematics, model,
+1. core: ``legged_wbc`` robot, parameters, conventions, the jit notice, gait, kinematics, leg neighbours, model,
    metrics (and the terrain metrics), the MuJoCo model, scenarios, terrain;
 2. math: ``wbc_controller`` and ``state_estimator`` (but their ``node`` modules), ``mujoco_bridge``
    (but ``node``);
@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("legged_wbc", "wbc_controller", "state_estimator", "mujoco_bridge")
 CORE = {"legged_wbc", "legged_wbc.robot", "legged_wbc.params", "legged_wbc.conventions", "legged_wbc.jit",
-        "legged_wbc.gait", "legged_wbc.kinematics", "legged_wbc.model", "legged_wbc.metrics",
+        "legged_wbc.gait", "legged_wbc.kinematics", "legged_wbc.leg_neighbours", "legged_wbc.model", "legged_wbc.metrics",
         "legged_wbc.mujoco_model", "legged_wbc.scenario", "legged_wbc.terrain", "legged_wbc.terrain_metrics"}
 LOOP = {"legged_wbc.closed_loop"}
 

@@ -86,6 +86,20 @@ class WbcConfig:
     joint_limit_kd: float = param(40.0, 0.0, 1e4, "joint position barrier gain k_d", unit="1/s")
     joint_velocity_gain: float = param(200.0, 1.0, 1e4, "joint velocity barrier gain k_v (small: conservative, "
                                        "the barrier then forbids accelerating well below the limit)", unit="1/s")
+    # --- leg collisions (blocks/leg_collision.py)
+    leg_collision_barrier: bool = param(False, desc="capsule distances between neighbouring legs' links and from "
+                                        "each foot to the body kept above leg_collision_d_min by barrier rows on the "
+                                        "closest pairs; paper: off (read-only: changes the QP size)", live=False)
+    leg_collision_rows: int = param(4, 1, 60, "barrier rows: the closest candidate pairs within range (read-only: "
+                                    "the QP size)", unit="-", live=False)
+    leg_collision_d_min: float = param(0.02, 0.0, 0.2, "smallest allowed surface distance between two links", unit="m")
+    leg_collision_range: float = param(0.10, 0.0, 1.0, "a pair gets a row when its distance is below d_min + range",
+                                       unit="m")
+    leg_collision_kp: float = param(50000.0, 0.0, 1e6, "leg-collision barrier gain k_p (poles -200, -250 1/s)",
+                                    unit="1/s^2")
+    leg_collision_kd: float = param(450.0, 0.0, 1e4, "leg-collision barrier gain k_d", unit="1/s")
+    leg_collision_tau_ext: bool = param(True, desc="the barrier's bound also counts the estimated external torque "
+                                        "of swing legs (touchdown filter; its acceleration through the leg's mass block)")
     # --- solver and failure handling
     solver: str = param("daqp", desc="QP backend (read-only: swapping it rebuilds the solver workspace inside a tick)",
                        choices=("daqp", "proxqp", "osqp"), live=False)

@@ -13,7 +13,9 @@ Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with
   ``tau_min <= S[M nu_dot + h - J_c^T lambda] + tau_sw <= tau_max``; N relative-pitch CBF rows
   ``-(k_p (theta - theta_min) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
   <= k_p (theta_max - theta) - k_d theta_dot - J_theta_dot q_dot`` (support legs in ``cbf`` mode;
-  loose otherwise, so every mode and contact state has the same problem size).
+  loose otherwise, so every mode and contact state has the same problem size); with
+  ``joint_limit_barrier`` n joint-limit rows, with ``leg_collision_barrier`` k leg-collision rows
+  (:mod:`.blocks.leg_collision`; loose while the legs are apart).
 
 Cost ``1/2 ||J_T nu_dot - (x_ddot_des - J_T_dot nu)||^2_W + 1/2 ||lambda||^2_{W_lambda}`` with
 ``J_T = blockdiag(I_6, J_1..J_N)``. Torque ``tau = S[M nu_dot* + h - J_c^T lambda*] + tau_sw``.
@@ -41,6 +43,7 @@ import pinocchio as pin
 
 from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.model import RobotModel
+from legged_wbc.robot import ConfigError
 
 from .config import WbcConfig
 from .qp import DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend
@@ -83,6 +86,7 @@ class Diagnostics:
     tau_comp: np.ndarray = field(default_factory=lambda: np.zeros(0))   # null-space disturbance compensation
     body_error_rpy: np.ndarray = field(default_factory=lambda: np.zeros(3))
     cbf_slack: np.ndarray = field(default_factory=lambda: np.zeros(0))   # s per leg (cbf_slack; 0: not used)
+    leg_distance: float = math.nan   # smallest link distance within the barrier's range [m] (inf: none; nan: option off)
 
 
 @dataclass
@@ -134,9 +138,11 @@ class ControllerCore:
         self.ns = N if cfg.cbf_slack else 0
         self.n_jl = self.n if cfg.joint_limit_barrier else 0
         self.row_jl = 5 * N + self.n + N
+        self.n_lc = cfg.leg_collision_rows if cfg.leg_collision_barrier else 0
+        self.row_lc = self.row_jl + self.n_jl
         self.nx = self.nv + 4 * N + self.ns
         self.n_eq = 6 + N
-        self.n_in = 5 * N + self.n + N + self.n_jl
+        self.n_in = 5 * N + self.n + N + self.n_jl + self.n_lc
         self._problem = QpProblem(self.nx, self.n_eq, self.n_in)
         self._qp_pending = False
         self.backend = make_backend(cfg.solver, self.nx, self.n_eq, self.n_in, cfg.solver_tol, cfg.solver_max_iter)
@@ -163,12 +169,14 @@ class ControllerCore:
     def set_config(self, cfg: WbcConfig) -> None:
         """Apply new gains (validated already); takes effect on the next cycle.
 
-        Changing ``solver``, ``cbf_slack`` or ``joint_limit_barrier`` rebuilds the QP workspace (:meth:`_build`; the failure
+        Changing ``solver``, ``cbf_slack``, ``joint_limit_barrier`` or ``leg_collision_*`` (barrier, rows) rebuilds the QP workspace (:meth:`_build`; the failure
         bookkeeping and the reference's start point are kept, swings are planned anew). Every QP
         block filled outside the cycle is refilled: the friction pyramid (``mu``), the force
         weights (``w_lambda_t``, ``w_lambda_n``), bounds and gains."""
         rebuild = (cfg.solver != self.cfg.solver or cfg.cbf_slack != self.cfg.cbf_slack
-                   or cfg.joint_limit_barrier != self.cfg.joint_limit_barrier)
+                   or cfg.joint_limit_barrier != self.cfg.joint_limit_barrier
+                   or cfg.leg_collision_barrier != self.cfg.leg_collision_barrier
+                   or cfg.leg_collision_rows != self.cfg.leg_collision_rows)
         self.cfg = cfg
         self.refs.cfg = cfg
         if rebuild:
@@ -296,7 +304,9 @@ class WholeBodyController(ControllerCore):
         rm, N, n = self.rm, self.N, self.n
         self._legs_ws = rm.leg_workspace()
         self._pdata = rm.model.createData()
-        self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns, self.n_jl))
+        if self.n_lc and self._legs_ws.chain is None:
+            raise ConfigError("leg_collision_barrier: needs legs that are serial 4-joint chains on the base")
+        self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns, self.n_jl, self.n_lc))
         for name in ws.dtype.names:
             if ws.dtype[name].shape:
                 setattr(self, "_" + name, ws[name][0])
@@ -359,7 +369,7 @@ class WholeBodyController(ControllerCore):
         backend and legs that hold every joint."""
         N, n, ws = self.N, self.n, self._ws
         nz, m_a = ws.dtype["A"].shape[1], ws.dtype["A"].shape[0]
-        ms, m_free = 3 * N, m_a - n - self.n_jl
+        ms, m_free = 3 * N, m_a - n - self.n_jl - self.n_lc
         self.ldp = d = LdpProblem(nz, ms, m_a, 6)
         d.c, d.A, d.bu, d.bl = self._c, self._A, self._bu, self._bl
         # the same QP without the torque rows and the joint-limit rows (the last ones): views of the same storage
@@ -506,6 +516,8 @@ class WholeBodyController(ControllerCore):
                            tau_wbc=self._tau_wbc.copy(), tau_sw=self._tau_sw.copy(), tau_comp=self._tau_comp.copy(),
                            body_error_rpy=self._e_rpy.copy(),
                            cbf_slack=x[self.lam0 + 4 * N:].copy() if accepted else np.zeros(self.ns))
+        if self.n_lc:
+            diag.leg_distance = float(self._lc_d[0])
         self.last_x = x
         self.last_legs = lb
         t_end = clock()

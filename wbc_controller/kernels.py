@@ -41,6 +41,7 @@ from .blocks.contact import normal_force_bounds
 from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmetrize_mass
 from .blocks.friction import contact_normals, friction_rows, pyramid_coefficients, pyramid_rows
 from .blocks.joint_limits import joint_limit_rows
+from .blocks.leg_collision import collision_geometry, leg_collision_rows, leg_collision_stage
 from .blocks.swing import SWING_WORK, SwingPlan, start_swings, swing_torques
 from .blocks.tasks import attitude_task, body_reference, body_task, plane_attitude, task_cost, task_targets
 from .blocks.torque import command_torque, torque_envelope, torque_rows
@@ -69,6 +70,8 @@ PARAM_SCALARS = (
     ("tau_envelope", B1),
     # joint-limit barrier rows (blocks.joint_limits): gains, count (0 or n), first row
     ("jl_kp", F8), ("jl_kd", F8), ("jl_kv", F8), ("n_jl", I8), ("row_jl", I8),
+    # leg-collision barrier rows (blocks.leg_collision): gains, d_min, range, count (0 or k), first row
+    ("lc_kp", F8), ("lc_kd", F8), ("lc_dmin", F8), ("lc_range", F8), ("n_lc", I8), ("row_lc", I8), ("lc_tau_ext", B1),
     # torque-aware barrier boundary (blocks.cbf.disturbance_shift)
     ("margin_tau_ext", B1), ("cbf_margin_max", F8),
     # terrain: contact normal, attitude on the support plane, late touchdowns (docs/terrain.md)
@@ -85,6 +88,9 @@ PARAM_ARRAYS = (      # name, dtype, shape from (N, n)
     ("v_limit", F8, lambda N, n: (n,)), ("cbf_shift", F8, lambda N, n: (N, 2)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
     ("stance_p", F8, lambda N, n: (N, 3)), ("theta_nom", F8, lambda N, n: (N,)), ("gait_offset", F8, lambda N, n: (N,)),
     ("gait_group", I8, lambda N, n: (N,)),
+    # leg-collision candidates (blocks.leg_collision.collision_geometry): N neighbouring pairs x 9 + N feet
+    ("lc_pairs", I8, lambda N, n: (10 * N, 4)), ("lc_radius", F8, lambda N, n: (4,)),
+    ("lc_body_half", F8, lambda N, n: (3,)),
 )
 Params = namedtuple("Params", [k for k, _ in PARAM_SCALARS] + [k for k, _, _ in PARAM_ARRAYS])
 Params.__doc__ = """The controller's settings as the kernels read them (by name): every field of the
@@ -110,7 +116,13 @@ def make_params(ctl) -> Params:
     c, g, N = ctl.cfg, ctl.gait, ctl.N
     mode = c.relative_pitch_mode
     leg_j = np.array(ctl.leg_j, dtype=np.int64).reshape(N, 4)
+    geo = collision_geometry(ctl.rm)
+    if geo["lc_pairs"].shape[0] != 10 * N:       # (the workspace's size: N neighbouring pairs, N >= 3)
+        geo["lc_pairs"] = np.resize(geo["lc_pairs"], (10 * N, 4))
     return Params(
+        lc_kp=c.leg_collision_kp, lc_kd=c.leg_collision_kd, lc_dmin=c.leg_collision_d_min,
+        lc_range=c.leg_collision_range, n_lc=int(ctl.n_lc), row_lc=int(ctl.row_lc),
+        lc_tau_ext=c.leg_collision_tau_ext, **geo,
         stand_up_start=c.stand_up_start, stand_up_duration=c.stand_up_duration, stand_height=c.stand_height,
         gait_start=ctl.refs.gait_start, velocity_ramp_end=c.velocity_ramp_end, forward_velocity=c.forward_velocity,
         gait_start_time=g.cfg.start_time, gait_stop_time=g.cfg.stop_time, gait_period=g.cfg.period,
@@ -146,16 +158,16 @@ def make_params(ctl) -> Params:
 
 # ---------------------------------------------------------------------------- the workspace
 @functools.lru_cache(maxsize=None)
-def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0) -> np.dtype:
+def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0, n_lc: int = 0) -> np.dtype:
     """The fast controller cycle's workspace for N legs of 4 joints, n joints, ns slacks, n_jl
-    joint-limit rows (0 or n): model,
+    joint-limit rows (0 or n), n_lc leg-collision rows (0 or k): model,
     cycle quantities, swing plan and references' start, leg kinematics, the least-distance QP
     (:func:`.ldp.ldp_direct`), results, and the settings (:class:`Params`' fields).
 
     One dtype object per size (cached): numba's dispatch recognizes a structured array's type
     quickly only by the dtype object it compiled for (an equal but other object costs ~6 us a call)."""
     nv = n + 6
-    nz, m_a = 3 * N + nv + ns, 6 + 4 * N + n + N + n_jl
+    nz, m_a = 3 * N + nv + ns, 6 + 4 * N + n + N + n_jl + n_lc
     f, i = F8, I8
     arrays = [
         ("M", f, (nv, nv)), ("h", f, (nv,)), ("R", f, (3, 3)),                          # model
@@ -179,6 +191,11 @@ def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0) -> np.dtype:
         ("leg_dJ_theta", f, (N,)), ("leg_v_p", f, (N, 3)), ("leg_work", f, (LEG_CHAIN_WORK,)),
         ("chain_axes", f, (N, 4, 3)), ("chain_R_joint", f, (N, 4, 3, 3)), ("chain_p_joint", f, (N, 4, 3)),
         ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
+        # leg-collision rows and their work arrays (blocks.leg_collision.leg_collision_stage)
+        ("lc_O", f, (N, 4, 3)), ("lc_Z", f, (N, 4, 3)), ("lc_P", f, (N, 3)), ("lc_fO", f, (N, 4, 3)),
+        ("lc_fZ", f, (N, 4, 3)), ("lc_fP", f, (N, 3)), ("lc_dist", f, (10 * N,)), ("lc_q", f, (n,)),
+        ("lc_fcoef", f, (8,)), ("lc_dmin_all", f, (1,)), ("lc_coef", f, (n_lc, 8)), ("lc_leg", i, (n_lc, 2)),
+        ("lc_lo", f, (n_lc,)), ("lc_d", f, (n_lc,)), ("lc_cand", i, (n_lc,)), ("lc_tau", f, (n,)),
     ]
     arrays += [(k, t, shape(N, n)) for k, t, shape in PARAM_ARRAYS]
     return np.dtype([(k, t, sh) for k, t, sh in arrays] + list(PARAM_SCALARS), align=True)
@@ -259,6 +276,8 @@ def build_stage(t, q, v, support, tau_ext, compensate, ldp, ws):
     if w.tau_envelope:
         torque_envelope(v[6:], w, w.tmin_f, w.tmax_f)
     cycle_targets(t, q, v, support, tau_ext, compensate, w)
+    if w.n_lc > 0:
+        leg_collision_stage(w.qj, w.dqj, w.M, w.tau_sw_total, support, tau_ext, w)
     if not ldp:
         return False
     return ldp_direct(support, workspace_legs(w), w)
@@ -290,6 +309,8 @@ def qp_blocks(support, ws, qp):
     cbf_rows(support, legs, w, qp.C, qp.l, qp.u)
     if w.n_jl > 0:
         joint_limit_rows(w.qj, w.dqj, w, qp.C, qp.l, qp.u)
+    if w.n_lc > 0:
+        leg_collision_rows(w, qp.C, qp.l, qp.u)
     s0 = w.lam0 + 4 * legs.J.shape[0]
     for i in range(w.n_slack):                # the slack columns of the CBF rows (as ldp.ldp_slack_on)
         qp.C[w.row_cbf + i, s0 + i] = 1.0 if w.slack_on[0] else 0.0

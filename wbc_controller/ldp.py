@@ -11,8 +11,8 @@ rows vanish); the forces ``f_x, f_y, f_z`` of the feet are the first variables o
 their bounds are DAQP's simple bounds: ``0 <= f_z <= f_z,max`` of a support foot, and for a foot
 held at ``f_z = 0`` (outside the support set) all three forces at 0 (what its friction pyramid
 implies) with its pyramid rows made loose. General rows, in this order: the 6 floating-base
-equalities, the friction pyramids (4 per foot), the CBF rows (N), the torque rows (n) and the
-joint-limit rows (``joint_limit_barrier``: n) last, so that the problem without them is a prefix (the controller solves that one first, see
+equalities, the friction pyramids (4 per foot), the CBF rows (N), the torque rows (n), the
+joint-limit rows (``joint_limit_barrier``: n) and the leg-collision rows (``leg_collision_barrier``: k) last, so that the problem without them is a prefix (the controller solves that one first, see
 ``WholeBodyController._solve_ldp``).
 
 The kernels read the cycle's quantities and settings from the controller's workspace record
@@ -93,6 +93,8 @@ def ldp_direct(support, legs, w):
     _ldp_torque_and_cbf_rows(support, legs, w)
     if w.n_jl > 0:
         _ldp_joint_limit_rows(w)
+    if w.n_lc > 0:
+        _ldp_collision_rows(w)
     return True
 
 
@@ -284,6 +286,33 @@ def _ldp_joint_limit_rows(w):
 
 
 @njit(cache=True)
+def _ldp_collision_rows(w):
+    """Leg-collision rows (last, :mod:`.blocks.leg_collision`): ``coef . q_ddot`` of the row's
+    two legs, ``q_ddot`` of leg ``i`` being ``R^-1[i] y`` on its block; ``lc_lo <= . <= INF``.
+    The row's legs change from cycle to cycle: its ``nu_dot`` part is cleared first."""
+    Ay, ubu, ubl, Rinv, leg_v = w.A, w.bu, w.bl, w.Rinv, w.leg_v
+    N, nv = leg_v.shape[0], w.M.shape[0]
+    n = nv - 6
+    ms = nf = 3 * N
+    row_lc = 6 + 4 * N + N + n + w.n_jl
+    for r in range(w.n_lc):
+        a = row_lc + r
+        for c in range(nv):
+            Ay[a, nf + c] = 0.0
+        for side in range(2):
+            i = w.lc_leg[r, side]
+            if i < 0:
+                continue
+            for c in range(4):
+                s = 0.0
+                for k in range(c + 1):
+                    s += w.lc_coef[r, 4 * side + k] * Rinv[i, k, c]
+                Ay[a, nf + leg_v[i, c]] = s
+        ubl[ms + a] = w.lc_lo[r]
+        ubu[ms + a] = INF
+
+
+@njit(cache=True)
 def ldp_slack_on(ws):
     """Give the CBF rows their slacks (``cbf_slack``): the slack columns of the LDP's CBF rows and
     ``w.slack_on`` (which :func:`wbc_controller.kernels.qp_blocks` reads for the stacked QP's).
@@ -345,6 +374,9 @@ def check_direct(x, support, legs, w, cbf_act):
     if w.n_jl > 0:
         viol, jl_rows = _joint_limit_violation(x, viol, legs.J.shape[0], w)
         tau_rows = tau_rows and jl_rows
+    if w.n_lc > 0:
+        viol, lc_rows = _collision_violation(x, viol, w)
+        tau_rows = tau_rows and lc_rows
     viol = _cbf_violation(x, viol, support, legs.J, w, cbf_act)
     return True, r_eq, viol, in_bounds, tau_rows
 
@@ -420,6 +452,25 @@ def _joint_limit_violation(x, viol, N, w):
         lo, up = ubl[row_jl + j], ubu[row_jl + j]
         viol = max(viol, (lo - s) / max(1.0, abs(lo)), (s - up) / max(1.0, abs(up)))
         ok = ok and lo <= s <= up
+    return viol, ok
+
+
+@njit(cache=True)
+def _collision_violation(x, viol, w):
+    """``viol`` with the leg-collision rows' violation, and whether every one holds exactly."""
+    ok = True
+    for r in range(w.n_lc):
+        lo = w.lc_lo[r]
+        if not lo > -INF:
+            continue
+        s = 0.0
+        for side in range(2):
+            i = w.lc_leg[r, side]
+            if i >= 0:
+                for m in range(4):
+                    s += w.lc_coef[r, 4 * side + m] * x[w.leg_v[i, m]]
+        viol = max(viol, (lo - s) / max(1.0, abs(lo)))
+        ok = ok and lo <= s
     return viol, ok
 
 

@@ -25,6 +25,7 @@ from .blocks.contact import contact_rows_reference, normal_force_bounds_referenc
 from .blocks.floating_base import floating_base_index, floating_base_rows_reference
 from .blocks.friction import contact_normals_reference, pyramid_coefficients_reference, pyramid_rows_reference
 from .blocks.joint_limits import joint_limit_rows_reference
+from .blocks.leg_collision import LegCollisionReference
 from .blocks.swing import start_swings_reference, swing_torques_reference
 from .blocks.tasks import (body_task_reference, cost_index, plane_attitude_reference, task_cost_reference,
                            task_targets_reference, vee)
@@ -46,9 +47,12 @@ class ReferenceController(ControllerCore):
         self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
         self._Mll_index = (legv[:, :, None].repeat(4, axis=2), legv[:, None, :].repeat(4, axis=1))  # leg blocks of M
         self._stance_p = np.array([p for p, _ in self.stance])
+        self._lc_ref = LegCollisionReference(self.rm, self.cfg) if self.n_lc else None
         self._fill_constant_rows()
 
     def _fill_config(self) -> None:
+        if self._lc_ref is not None:
+            self._lc_ref.cfg = self.cfg
         self._fill_constant_rows()
 
     def _fill_constant_rows(self) -> None:
@@ -127,6 +131,11 @@ class ReferenceController(ControllerCore):
         self._fill_rows(lb, M, h, support, tau_sw_total)
         if self.n_jl:
             joint_limit_rows_reference(qj, dqj, cfg, rm, self.row_jl, self.problem.C, self.problem.l, self.problem.u)
+        lc_dmin = math.nan
+        if self.n_lc:
+            te = np.zeros(self.n) if inp.tau_ext is None else inp.tau_ext
+            lc_dmin = float(self._lc_ref.fill(qj, dqj, M, tau_sw_total, support, te, self.row_lc, self.problem.C,
+                                              self.problem.l, self.problem.u)[3][0])
         self._slack_columns(False)          # the hard barrier first
         res, solve_us, checks = self._solve_and_check(M, h, lb, tau_sw_total)
         x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks
@@ -150,7 +159,8 @@ class ReferenceController(ControllerCore):
                            consecutive_failures=self.consecutive_failures, total_failures=self.total_failures,
                            safe_stop=self.safe_stop, forces=lam.copy(), tau_wbc=tau_wbc, tau_sw=tau_sw,
                            tau_comp=tau_comp, body_error_rpy=0.5 * vee(E),
-                           cbf_slack=x[self.lam0 + 4 * self.N:].copy() if accepted else np.zeros(self.ns))
+                           cbf_slack=x[self.lam0 + 4 * self.N:].copy() if accepted else np.zeros(self.ns),
+                           leg_distance=lc_dmin)
         self.last_x = x
         self.last_legs = lb
         diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6

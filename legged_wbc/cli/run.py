@@ -50,7 +50,7 @@ def cmd_run(args) -> int:
         print(f"{args.controller} on {sc.name}: {m['sim_time_s']:.1f} s simulated in {m['wall_time_s']:.1f} s "
               f"({m['realtime_factor']:.2f}x real time){'  FELL: ' + res.fall_reason if res.fell else ''}")
         keys = ["max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm",
-                "torque_saturation_pct", "cbf_slack_max", "cbf_slack_ticks", "qp_p99_us", "qp_over_2ms_pct", "qp_failures", "distance_m", "first_violation_time_s"]
+                "torque_saturation_pct", "cbf_slack_max", "cbf_slack_ticks", "min_leg_distance_m", "leg_contacts", "qp_p99_us", "qp_over_2ms_pct", "qp_failures", "distance_m", "first_violation_time_s"]
         for k in keys:
             v = m.get(k)
             print(f"  {k:24s} {v:.4g}" if isinstance(v, float) else f"  {k:24s} {v}")

@@ -73,6 +73,7 @@ EXTRA_ROWS = [
     ("QP failures (whole run)", ("qp_failures",), "{:d}"),
     ("torque clipped by the actuators (% of ticks x joints)", ("torque_saturation_pct",), "{:.3g}"),
     ("CBF slack max (rad/s^2) / ticks with slack", ("cbf_slack_max", "cbf_slack_ticks"), "{:.4g}"),
+    ("smallest leg-link distance (m) / ticks with leg contacts", ("min_leg_distance_m", "leg_contacts"), "{:.4g}"),
     ("deadline misses (bridge)", ("deadline_misses",), "{:d}"),
     ("ticks commanded late or not at all (%)", ("deadline_miss_pct",), "{:.3g}"),
     ("command latency p50 / p99 (us)", ("command_latency_p50_us", "command_latency_p99_us"), "{:.0f}"),
@@ -84,8 +85,9 @@ EXTRA_ROWS = [
 ]
 # metric -> "worse" direction for the worst case of repeated runs
 WORSE_HIGH = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm", "qp_p99_us",
-              "qp_over_2ms_pct", "qp_failures", "deadline_misses", "deadline_miss_pct", "command_latency_p99_us")
-WORSE_LOW = ("distance_m",)
+              "qp_over_2ms_pct", "qp_failures", "deadline_misses", "deadline_miss_pct", "command_latency_p99_us",
+              "leg_contacts")
+WORSE_LOW = ("distance_m", "min_leg_distance_m")
 
 
 def controller_title(c: str | None) -> str:

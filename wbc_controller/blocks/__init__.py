@@ -11,6 +11,7 @@ and the tests compare kernel and reference to a few ulps of each quantity's scal
 * :mod:`.friction`: the friction pyramids;
 * :mod:`.torque`: the final-torque rows and the command torque;
 * :mod:`.cbf`: the relative-pitch control-barrier rows;
+* :mod:`.joint_limits`, :mod:`.leg_collision`: joint-limit and leg-collision barrier rows (options);
 * :mod:`.tasks`: body reference, body task, leg task targets and the cost;
 * :mod:`.swing`: swing paths, swing starts, swing PD torques;
 * :mod:`.compensation`: the null-space disturbance compensation.
