@@ -677,7 +677,7 @@ def test_swing_reference_equals_planner():
     for s in np.linspace(-0.1, 1.1, 25):
         eP, eV, eA = sp(np.arange(3), np.full(3, s), 0.08)
         for i in range(3):
-            swing.swing_reference(sp.start[i], sp.target[i], sp.v_start[i], sp.v_end[i], sp.duration[i], s, 0.08, P, V, A)
+            swing.swing_reference(sp.start[i], sp.target[i], sp.v_start[i], sp.v_end[i], sp.duration[i], s, 0.08, 0.0, P, V, A)
             np.testing.assert_allclose(np.concatenate([P, V, A]), np.concatenate([eP[i], eV[i], eA[i]]),
                                        rtol=1e-13, atol=1e-13)
 
