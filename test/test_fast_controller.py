@@ -719,7 +719,8 @@ def test_start_swings_plans_only_new_swings():
     dur, planned = np.zeros(N), np.zeros(N, dtype=bool)
     par = params(stance_p=stance, z_touchdown=-0.4, raibert_gain=0.5, support_duration=0.6, swing_duration=0.4)
     n = swing.start_swings(phases, cycles, leg_batch(p=p, v_p=v_p), R, v_ref, par,
-                           swing.SwingPlan(swing_cycle, start, target, vs, ve, dur, planned, np.zeros(N)))
+                           swing.SwingPlan(swing_cycle, start, target, vs, ve, dur, planned, np.zeros(N), np.zeros(N),
+                                           np.zeros(N)))
     assert n == 1 and planned.tolist() == [False, True, False] and swing_cycle.tolist() == [3, 4, 4]
     np.testing.assert_allclose(target[1], [3.0 + 0.5 * 0.1 * 0.6, 4.0 + 0.5 * 0.2 * 0.6, -0.4])
     np.testing.assert_array_equal(start[1], p[1])
