@@ -239,6 +239,16 @@ def _actuators(value) -> str:
     return value
 
 
+def _estimator_base(preset: str, terrain: dict | None) -> dict:
+    """The estimator settings under a scenario's own ``estimator`` block: the preset's, and off flat
+    ground (``terrain.kind`` other than flat) :data:`legged_wbc.terrain.ESTIMATOR_OFF_FLAT` over them
+    (so a terrain drawn by a sweep or set with ``--set terrain.kind=...`` gets them too)."""
+    base = PRESETS[preset]["estimator"]
+    if str((terrain or {}).get("kind", "flat")) != "flat":
+        base = _merged(base, _terrain.ESTIMATOR_OFF_FLAT)
+    return base
+
+
 def scenario_from_dict(raw: dict) -> Scenario:
     raw = with_physics_defaults(raw)
     delay = _delay_ticks(raw["command_delay_ticks"])
@@ -263,7 +273,7 @@ def scenario_from_dict(raw: dict) -> Scenario:
             fall_min_height=float(raw["fall"]["min_height"]), fall_max_tilt_deg=float(raw["fall"]["max_tilt_deg"]),
             noise=dict(raw.get("noise", {})),
             controller=_merged(PRESETS[preset]["controller"], dict(raw.get("controller") or {})),
-            estimator=_merged(PRESETS[preset]["estimator"], dict(raw.get("estimator") or {})), raw=raw,
+            estimator=_merged(_estimator_base(preset, raw["terrain"]), dict(raw.get("estimator") or {})), raw=raw,
             friction=None if raw["ground"]["friction"] is None else float(raw["ground"]["friction"]),
             payload_kg=float(raw["payload"]["mass_kg"]),
             push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),

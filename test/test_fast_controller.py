@@ -682,7 +682,7 @@ def test_swing_reference_equals_planner():
     for s in np.linspace(-0.1, 1.1, 25):
         eP, eV, eA = sp(np.arange(3), np.full(3, s), 0.08)
         for i in range(3):
-            swing.swing_reference(sp.start[i], sp.target[i], sp.v_start[i], sp.v_end[i], sp.duration[i], s, 0.08, P, V, A)
+            swing.swing_reference(sp.start[i], sp.target[i], sp.v_start[i], sp.v_end[i], sp.duration[i], s, 0.08, 0.0, P, V, A)
             np.testing.assert_allclose(np.concatenate([P, V, A]), np.concatenate([eP[i], eV[i], eA[i]]),
                                        rtol=1e-13, atol=1e-13)
 
@@ -724,7 +724,8 @@ def test_start_swings_plans_only_new_swings():
     dur, planned = np.zeros(N), np.zeros(N, dtype=bool)
     par = params(stance_p=stance, z_touchdown=-0.4, raibert_gain=0.5, support_duration=0.6, swing_duration=0.4)
     n = swing.start_swings(phases, cycles, leg_batch(p=p, v_p=v_p), R, v_ref, par,
-                           swing.SwingPlan(swing_cycle, start, target, vs, ve, dur, planned, np.zeros(N)))
+                           swing.SwingPlan(swing_cycle, start, target, vs, ve, dur, planned, np.zeros(N), np.zeros(N),
+                                           np.zeros(N)))
     assert n == 1 and planned.tolist() == [False, True, False] and swing_cycle.tolist() == [3, 4, 4]
     np.testing.assert_allclose(target[1], [3.0 + 0.5 * 0.1 * 0.6, 4.0 + 0.5 * 0.2 * 0.6, -0.4])
     np.testing.assert_array_equal(start[1], p[1])

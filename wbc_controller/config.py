@@ -62,6 +62,9 @@ class WbcConfig:
     late_descent_velocity: float = param(0.4, 0.0, 2.0, "a leg whose touchdown is late (out of the support set "
                                          "after its nominal swing) keeps descending at this speed until the "
                                          "estimator sees contact (read-only)", unit="m/s", live=False)
+    stumble_lift: float = param(0.08, 0.0, 0.3, "stumble reflex: a lifting swing foot held back by an obstacle "
+                                "(3 cm behind its reference) lifts this much higher, in this swing and the leg's "
+                                "next 3 (0 = off; read-only)", unit="m", live=False)
     fz_max: float = param(5000.0, 1.0, 1e5, "normal-force upper bound of a support foot", unit="N")
     # --- cost weights
     w_body: float = param(1.0, 0.0, 1e6, "weight of the 6 body task rows", unit="-")

@@ -318,7 +318,7 @@ class WholeBodyController(ControllerCore):
             for name, a in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self._legs_ws.chain):
                 ws["chain_" + name] = a
         sw = self.swing
-        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned", "lift"):
+        for name in ("cycle", "start", "target", "v_start", "v_end", "duration", "planned", "lift", "stumble", "delay"):
             view = getattr(self, "_sw_" + name)
             if name == "planned":
                 view = view.view(np.bool_)                   # uint8 in the record

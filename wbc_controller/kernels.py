@@ -75,7 +75,7 @@ PARAM_SCALARS = (
     # torque-aware barrier boundary (blocks.cbf.disturbance_shift)
     ("margin_tau_ext", B1), ("cbf_margin_max", F8),
     # terrain: contact normal, attitude on the support plane, late touchdowns (docs/terrain.md)
-    ("normal_estimated", B1), ("attitude_plane", B1), ("late_descent", F8),
+    ("normal_estimated", B1), ("attitude_plane", B1), ("late_descent", F8), ("stumble_lift", F8),
     # the problem's layout: first force column, first friction / torque / CBF row
     ("lam0", I8), ("row_fric", I8), ("row_tau", I8), ("row_cbf", I8),
 )
@@ -146,7 +146,7 @@ def make_params(ctl) -> Params:
         row_jl=int(ctl.row_jl), q_lower=np.asarray(ctl.rm.lower, dtype=float),
         q_upper=np.asarray(ctl.rm.upper, dtype=float), v_limit=np.asarray(ctl.rm.velocity_limit, dtype=float),
         normal_estimated=c.contact_normal == "estimated", attitude_plane=c.body_attitude == "plane",
-        late_descent=c.late_descent_velocity,
+        late_descent=c.late_descent_velocity, stumble_lift=c.stumble_lift,
         **{k: np.asarray(getattr(c, k), dtype=float) for k in ("kp_pos", "kd_pos", "kp_rot", "kd_rot", "kp_swing",
                                                                "kd_swing")},
         lam_diag_f=np.asarray(ctl._lam_diag, dtype=float), tmin_f=np.asarray(ctl._tmin, dtype=float),
@@ -179,7 +179,7 @@ def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0, n_lc: int = 0) -> np
         ("p0", f, (3,)), ("sw_cycle", i, (N,)), ("sw_start", f, (N, 3)), ("sw_target", f, (N, 3)),
         ("sw_v_start", f, (N, 3)), ("sw_v_end", f, (N, 3)), ("sw_duration", f, (N,)),
         ("sw_planned", np.uint8, (N,)),           # bool (numba takes no bool arrays in records)
-        ("sw_lift", f, (N,)),
+        ("sw_lift", f, (N,)), ("sw_stumble", f, (N,)), ("sw_delay", f, (N,)),
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
@@ -212,7 +212,7 @@ def workspace_legs(w):
 def workspace_plan(w):
     """The workspace's swing plan as a :class:`.blocks.swing.SwingPlan` (views)."""
     return SwingPlan(w.sw_cycle, w.sw_start, w.sw_target, w.sw_v_start, w.sw_v_end, w.sw_duration, w.sw_planned,
-                     w.sw_lift)
+                     w.sw_lift, w.sw_stumble, w.sw_delay)
 
 
 # ---------------------------------------------------------------------------- the stages

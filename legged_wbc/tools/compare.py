@@ -25,7 +25,9 @@ and writes into the output directory:
   - ``command_latency_hist.png``: bags whose bridge timed its commands: histogram of the command
     latency (command arrival - publication of the sample it answers, wall clock) with the 2 ms
     deadline, p50 / p99 and the share of ticks that missed it;
-  - ``gait_diagram.png``: the estimated support pattern of every leg (gait diagram).
+  - ``gait_diagram.png``: the estimated support pattern of every leg (gait diagram);
+  - ``terrain_<kind>.png``: runs off flat ground, per terrain kind: every leg's relative pitch in the
+    estimated support set with the bounds, and the body's roll and pitch from level (ground truth).
 
 :func:`summary_rows` aggregates repeated runs (``legged-wbc experiment --repeat``): mean, spread
 (standard deviation, min-max) and the worst case of each metric per controller.
@@ -596,6 +598,44 @@ def fig_gait(runs, names, path: Path) -> str | None:
     return "Support pattern (gait diagram) from the estimated support set"
 
 
+def _terrain_kind(run: RunData) -> str:
+    t = getattr(run.scenario, "terrain", None)
+    return t.kind if t is not None else "flat"
+
+
+def fig_terrain(runs, names, kind: str, path: Path) -> str | None:
+    """Off flat ground (issue 19): per run on terrain ``kind``, every leg's relative pitch while in the
+    estimated support set with the bounds, and the body's roll and pitch from level (ground truth)."""
+    sel = [(r, n) for r, n in zip(runs, names) if _terrain_kind(r) == kind and "theta" in r.series]
+    if not sel:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(2, len(sel), figsize=(6 * len(sel), 6), sharex=True, squeeze=False)
+    for j, (r, n) in enumerate(sel):
+        t, th = np.asarray(r.series["t"]), np.asarray(r.series["theta"], dtype=float)
+        sup = np.asarray(r.series.get("support", np.ones_like(th)), dtype=bool)
+        ax = axes[0, j]
+        for i in range(th.shape[1]):
+            ax.plot(t, np.where(sup[:, i], th[:, i], np.nan), lw=0.7,
+                    label=r.leg_names[i] if i < len(r.leg_names) else str(i))
+        ax.axhline(r.theta_max, color="C3", ls="--", lw=1)
+        ax.axhline(r.theta_min, color="C3", ls="--", lw=1)
+        ax.set_title(f"{controller_title(r.controller)} ({n})", fontsize=9)
+        ax.set_ylabel("relative pitch in support (rad)")
+        ax.legend(fontsize=7, ncol=3, loc="lower left")
+        if "rp_err" in r.series:
+            e = np.degrees(np.asarray(r.series["rp_err"]))
+            axes[1, j].plot(t, e[:, 0], lw=0.9, label="roll")
+            axes[1, j].plot(t, e[:, 1], lw=0.9, label="pitch")
+            axes[1, j].legend(fontsize=8, loc="lower left")
+        axes[1, j].set_ylabel("body attitude from level (deg)")
+        axes[1, j].set_xlabel("t (s)")
+        for ax in axes[:, j]:
+            ax.grid(alpha=0.3)
+    _save_figure(fig, path, f"Terrain {kind}: relative pitch (support legs, bounds dashed) and body attitude")
+    return f"Terrain {kind}: every leg's relative pitch in support with the bounds, body roll and pitch from level"
+
+
 def make_figures(runs, names, metrics, out: Path) -> tuple[list[tuple[str, str]], list[str]]:
     """Writes the figures; returns ``[(file, caption)]`` and the figures skipped (with why)."""
     figs, skipped = [], []
@@ -607,6 +647,8 @@ def make_figures(runs, names, metrics, out: Path) -> tuple[list[tuple[str, str]]
             ("command_latency_hist.png", lambda p: fig_latency_hist(runs, names, metrics, p),
              "no command timing in any bag"),
             ("gait_diagram.png", lambda p: fig_gait(runs, names, p), "no estimated support")]
+    for kind in sorted({_terrain_kind(r) for r in runs} - {"flat"}):     # one figure per terrain (issue 19)
+        jobs.append((f"terrain_{kind}.png", lambda p, k=kind: fig_terrain(runs, names, k, p), "no relative pitch"))
     for fname, fn, why in jobs:
         cap = fn(out / fname)
         if cap:

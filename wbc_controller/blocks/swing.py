@@ -12,7 +12,7 @@ from numba import njit
 
 from legged_wbc.jit import announce_compiles
 
-from legged_wbc.gait import SUPPORT
+from legged_wbc.gait import SUPPORT, SWING_UP
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
@@ -21,6 +21,10 @@ LATE_GAIN = 20.0        # velocity gain of a late leg's descent (its task accele
 STEP_TOLERANCE = 0.03   # a swing starting this far above its target or less gets the plain lift height [m]
 FOOTHOLD_TOLERANCE = 0.02   # a last foothold this far below the nominal target or less is ignored [m]
 RISE_TOLERANCE = 0.01   # a foothold this much higher than the last one or less adds no lift [m]
+STUMBLE_ERROR = 0.03    # a lifting swing foot this far (horizontally) behind its reference has met an obstacle [m]
+STUMBLE_SWINGS = 6      # each leg's swings after a stumble (of any leg) that have the raised lift
+STUMBLE_RETRACT = 0.02  # a stumbling foot's horizontal reference backs off this far from where it is held [m]
+STUMBLE_DELAY = 0.5     # ... and holds there up to this swing progress (the apex), then goes on to the target
 
 
 class SwingPlan(NamedTuple):
@@ -36,24 +40,30 @@ class SwingPlan(NamedTuple):
     duration: np.ndarray    # (N,)
     planned: np.ndarray     # (N,) bool
     lift: np.ndarray        # (N,) extra lift of the swing from the last footholds' rise [m] (:func:`start_swings`)
+    stumble: np.ndarray     # (N,) swings left with the stumble lift (:func:`stumble_reflex`; > 0: this one has it)
+    delay: np.ndarray       # (N,) swing progress up to which the horizontal path holds its start (0; a stumble's)
 
 
 @njit(cache=True)
-def swing_reference(start, target, v_start, v_end, T, u, lift, P, V, A):
+def swing_reference(start, target, v_start, v_end, T, u, lift, delay, P, V, A):
     """One foot's swing reference at progress ``u`` (clipped to [0, 1]) into ``P``, ``V``, ``A``
-    (base frame; as :class:`SwingPlanner`, its numpy reference)."""
+    (base frame; as :class:`SwingPlanner`, its numpy reference). The horizontal path holds
+    ``start`` up to progress ``delay`` and runs in the rest of the swing (``delay`` 0: the whole)."""
     u = min(max(u, 0.0), 1.0)
-    u2, u3 = u * u, u * u * u
-    h0, h1, h2, h3 = 2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2
-    d0, d1 = (6 * u2 - 6 * u) / T, (3 * u2 - 4 * u + 1) / T
-    d2, d3 = (-6 * u2 + 6 * u) / T, (3 * u2 - 2 * u) / T
-    T2 = T**2
-    a0, a1, a2, a3 = (12 * u - 6) / T2, (6 * u - 4) / T2, (-12 * u + 6) / T2, (6 * u - 2) / T2
+    uh = 0.0 if u <= delay else (u - delay) / (1.0 - delay)
+    Th = T * (1.0 - delay)
+    u2, u3 = uh * uh, uh * uh * uh
+    h0, h1, h2, h3 = 2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + uh, -2 * u3 + 3 * u2, u3 - u2
+    d0, d1 = (6 * u2 - 6 * uh) / Th, (3 * u2 - 4 * uh + 1) / Th
+    d2, d3 = (-6 * u2 + 6 * uh) / Th, (3 * u2 - 2 * uh) / Th
+    T2 = Th**2
+    a0, a1, a2, a3 = (12 * uh - 6) / T2, (6 * uh - 4) / T2, (-12 * uh + 6) / T2, (6 * uh - 2) / T2
     for c in range(2):
-        p0, m0, p1, m1 = start[c], v_start[c] * T, target[c], v_end[c] * T
+        p0, m0, p1, m1 = start[c], v_start[c] * Th, target[c], v_end[c] * Th
         P[c] = 0.0 + h0 * p0 + h1 * m0 + h2 * p1 + h3 * m1
         V[c] = 0.0 + d0 * p0 + d1 * m0 + d2 * p1 + d3 * m1
         A[c] = 0.0 + a0 * p0 + a1 * m0 + a2 * p1 + a3 * m1
+    u2, u3, T2 = u * u, u * u * u, T**2
     f = 10 * u3 - 15 * u2 * u2 + 6 * u3 * u2
     df = 30 * u2 - 60 * u3 + 30 * u2 * u2
     ddf = 60 * u - 180 * u2 + 120 * u3
@@ -94,6 +104,41 @@ def swing_lift(start, target, lift):
     by about ``lift``; on flat ground the start is ``touchdown_depth`` above the target and the lift
     is ``lift``)."""
     return lift + max(0.0, start[2] - target[2] - STEP_TOLERANCE)
+
+
+@njit(cache=True)
+def stumble_reflex(i, p, v_p, Pr, plan, stumble_lift):
+    """The stumble reflex of leg ``i`` lifting its foot (swing-up): a foot ``p`` more than
+    :data:`STUMBLE_ERROR` behind its reference ``Pr`` horizontally (base frame) is held by an
+    obstacle (a riser, a bump's flank; on free swings the lag is a few mm). The foot backs off: its
+    horizontal path restarts :data:`STUMBLE_RETRACT` behind where it is held (away from its target),
+    holds there up to the swing's apex (:data:`STUMBLE_DELAY`) and then runs to the target (a foot
+    pushed on against a riser wedges there by friction); the swing's lift grows by ``stumble_lift``
+    unless it has it already (the apex rises, the foot climbs over the obstacle), and every leg's
+    next :data:`STUMBLE_SWINGS` swings get it (the ground ahead is likely as high: the next riser,
+    the same obstacle for the legs behind; :func:`start_swings`). Returns whether the plan changed
+    (then the reference is to be recomputed)."""
+    if stumble_lift <= 0.0:
+        return False
+    ex, ey = Pr[0] - p[0], Pr[1] - p[1]
+    if ex * ex + ey * ey <= STUMBLE_ERROR * STUMBLE_ERROR or ex * v_p[0] + ey * v_p[1] > 0.0:
+        return False
+    for k in range(plan.stumble.shape[0]):
+        plan.stumble[k] = STUMBLE_SWINGS + 1.0   # decremented as each swing starts: > 0 then, raised
+    changed = False
+    if STUMBLE_DELAY > 0.0 and plan.delay[i] <= 0.0:     # not backed off yet in this swing
+        dx, dy = plan.target[i, 0] - p[0], plan.target[i, 1] - p[1]
+        r = max((dx * dx + dy * dy) ** 0.5, 1e-9)
+        plan.start[i, 0] = p[0] - STUMBLE_RETRACT * dx / r
+        plan.start[i, 1] = p[1] - STUMBLE_RETRACT * dy / r
+        plan.v_start[i, 0] = 0.0
+        plan.v_start[i, 1] = 0.0
+        plan.delay[i] = STUMBLE_DELAY
+        changed = True
+    if plan.lift[i] < stumble_lift:
+        plan.lift[i] += stumble_lift
+        changed = True
+    return changed
 
 
 @njit(cache=True)
@@ -138,12 +183,20 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     raibert_gain, support_duration, swing_duration = par.raibert_gain, par.support_duration, par.swing_duration
     swing_cycle, sw_start, sw_target, sw_v_start = plan.cycle, plan.start, plan.target, plan.v_start
     sw_v_end, sw_duration, planned, sw_lift = plan.v_end, plan.duration, plan.planned, plan.lift
+    stumble = plan.stumble
     started = 0
     for i in range(phases.shape[0]):
         if phases[i] == SUPPORT or cycles[i] == swing_cycle[i]:
             continue
         swing_cycle[i] = cycles[i]
         sw_lift[i] = rise_lift(p[i, 2], sw_start[i, 2], planned[i])
+        if stumble[i] > 0.0:        # a recent swing met an obstacle: raised lift
+            if sw_lift[i] > 0.0:    # and this foot has stepped up since: every leg keeps it longer
+                for k in range(stumble.shape[0]):
+                    stumble[k] = STUMBLE_SWINGS + 1.0
+            stumble[i] -= 1.0
+            if stumble[i] > 0.0:
+                sw_lift[i] = max(sw_lift[i], par.stumble_lift)
         for r in range(3):
             vb = R[0, r] * ref_v[0] + R[1, r] * ref_v[1] + R[2, r] * ref_v[2]
             sw_target[i, r] = stance_p[i, r]
@@ -155,6 +208,7 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
         sw_target[i, 2] = foothold_height(p[i, 2], z_touchdown, touchdown_depth)
         sw_v_start[i, 2] = 0.0
         sw_v_end[i, 2] = 0.0
+        plan.delay[i] = 0.0
         sw_duration[i] = swing_duration
         planned[i] = True
         started += 1
@@ -181,7 +235,7 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
     planned, sw_start, sw_target, sw_v_start = plan.planned, plan.start, plan.target, plan.v_start
     sw_v_end, sw_duration = plan.v_end, plan.duration
     lift, leg_v, leg_j, kp, kd, projection = par.lift_height, par.leg_v, par.leg_j, par.kp_swing, par.kd_swing, par.projection
-    late_descent = par.late_descent
+    late_descent, stumble_lift = par.late_descent, par.stumble_lift
     N = p.shape[0]
     for k in range(tau_sw.shape[0]):
         tau_sw[k] = 0.0
@@ -194,7 +248,11 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
             continue
         if planned[i] and phases[i] != SUPPORT:
             swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
-                            swing_lift(sw_start[i], sw_target[i], lift) + plan.lift[i], Pr, Vr, Ar)
+                            swing_lift(sw_start[i], sw_target[i], lift) + plan.lift[i], plan.delay[i], Pr, Vr, Ar)
+            if phases[i] == SWING_UP and stumble_reflex(i, p[i], v_p[i], Pr, plan, stumble_lift):
+                swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
+                                swing_lift(sw_start[i], sw_target[i], lift) + plan.lift[i], plan.delay[i], Pr, Vr,
+                                Ar)
         elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
             Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
             for c in range(3):
@@ -243,11 +301,13 @@ class SwingPlanner:
         self.duration = np.ones(n_legs)
         self.planned = np.zeros(n_legs, dtype=bool)
         self.lift = np.zeros(n_legs)                    # extra lift of each swing [m] (rise_lift)
+        self.stumble = np.zeros(n_legs)                 # swings left with the stumble lift (stumble_reflex)
+        self.delay = np.zeros(n_legs)                   # progress up to which the horizontal path holds its start
 
     def plan(self) -> SwingPlan:
         """The planner's arrays as the kernels take them (views: the kernels update this planner)."""
         return SwingPlan(self.cycle, self.start, self.target, self.v_start, self.v_end, self.duration, self.planned,
-                         self.lift)
+                         self.lift, self.stumble, self.delay)
 
     def begin(self, i: int, start, target, duration: float, v_start=None, v_end=None) -> None:
         self.start[i], self.target[i], self.duration[i] = start, target, duration
@@ -265,21 +325,23 @@ class SwingPlanner:
         k = len(legs)
         P, V, A = np.empty((k, 3)), np.empty((k, 3)), np.empty((k, 3))
         for j, (i, sj) in enumerate(zip(np.asarray(legs).tolist(), np.asarray(s).tolist())):
-            T = float(self.duration[i])
+            T, dl = float(self.duration[i]), float(self.delay[i])
             u = min(max(sj, 0.0), 1.0)
-            u2, u3 = u * u, u * u * u
-            h = (2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2)
-            dh = ((6 * u2 - 6 * u) / T, (3 * u2 - 4 * u + 1) / T, (-6 * u2 + 6 * u) / T, (3 * u2 - 2 * u) / T)
-            ddh = ((12 * u - 6) / T**2, (6 * u - 4) / T**2, (-12 * u + 6) / T**2, (6 * u - 2) / T**2)
+            uh, Th = (0.0 if u <= dl else (u - dl) / (1.0 - dl)), T * (1.0 - dl)   # horizontal: held up to dl
+            u2, u3 = uh * uh, uh * uh * uh
+            h = (2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + uh, -2 * u3 + 3 * u2, u3 - u2)
+            dh = ((6 * u2 - 6 * uh) / Th, (3 * u2 - 4 * uh + 1) / Th, (-6 * u2 + 6 * uh) / Th, (3 * u2 - 2 * uh) / Th)
+            ddh = ((12 * uh - 6) / Th**2, (6 * uh - 4) / Th**2, (-12 * uh + 6) / Th**2, (6 * uh - 2) / Th**2)
             p0, p1 = self.start[i].tolist(), self.target[i].tolist()
-            m0 = [x * T for x in self.v_start[i].tolist()]
-            m1 = [x * T for x in self.v_end[i].tolist()]
+            m0 = [x * Th for x in self.v_start[i].tolist()]
+            m1 = [x * Th for x in self.v_end[i].tolist()]
             for c in (0, 1):
                 pts = (p0[c], m0[c], p1[c], m1[c])
                 P[j, c] = sum(a * b for a, b in zip(h, pts))
                 V[j, c] = sum(a * b for a, b in zip(dh, pts))
                 A[j, c] = sum(a * b for a, b in zip(ddh, pts))
             # vertical: quintic blend 0 -> 1 plus the lift bump 16 u^2 (1-u)^2
+            u2, u3 = u * u, u * u * u
             f = 10 * u3 - 15 * u2 * u2 + 6 * u3 * u2
             df = 30 * u2 - 60 * u3 + 30 * u2 * u2
             ddf = 60 * u - 180 * u2 + 120 * u3
@@ -301,12 +363,19 @@ def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, 
         planner.cycle[i] = cycles[i]
         rise = legs.p[i, 2] - planner.start[i, 2] - RISE_TOLERANCE
         planner.lift[i] = max(0.0, rise) if planner.planned[i] else 0.0
+        if planner.stumble[i] > 0.0:
+            if planner.lift[i] > 0.0:
+                planner.stumble[:] = STUMBLE_SWINGS + 1.0
+            planner.stumble[i] -= 1.0
+            if planner.stumble[i] > 0.0:
+                planner.lift[i] = max(planner.lift[i], cfg.stumble_lift)
         target = stance[i].copy()
         low = legs.p[i, 2] - cfg.touchdown_depth
         target[2] = low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
         v_body = R.T @ ref_v
         target[:2] += cfg.raibert_gain * v_body[:2] * gait.support_duration
         planner.begin(i, legs.p[i], target, gait.swing_duration, v_start=legs.v_p[i], v_end=-v_body)
+        planner.delay[i] = 0.0
 
 
 def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner, leg_j, Mll_index) -> np.ndarray:
@@ -318,6 +387,22 @@ def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner,
         return tau_sw
     tracking = planner.planned[sw] & (phases[sw] != SUPPORT)
     p_ref, v_ref, a_ref = planner(sw, progress[sw], cfg.lift_height, step_up=True)
+    e = p_ref[:, :2] - legs.p[sw, :2]
+    held = (np.hypot(e[:, 0], e[:, 1]) > STUMBLE_ERROR) & (np.einsum("ki,ki->k", e, legs.v_p[sw, :2]) <= 0.0)
+    stumbled = tracking & (phases[sw] == SWING_UP) & held & (cfg.stumble_lift > 0.0)
+    if stumbled.any():             # stumble reflex (stumble_reflex): a foot held back backs off and lifts higher
+        planner.stumble[:] = STUMBLE_SWINGS + 1.0
+        back = sw[stumbled & (planner.delay[sw] <= 0.0)] if STUMBLE_DELAY > 0.0 else sw[:0]
+        away = planner.target[back, :2] - legs.p[back, :2]
+        away /= np.maximum(np.hypot(away[:, 0], away[:, 1]), 1e-9)[:, None]
+        planner.start[back, :2] = legs.p[back, :2] - STUMBLE_RETRACT * away
+        planner.v_start[back, :2] = 0.0
+        planner.delay[back] = STUMBLE_DELAY
+        up = sw[stumbled & (planner.lift[sw] < cfg.stumble_lift)]
+        planner.lift[up] += cfg.stumble_lift
+        new = np.union1d(back, up)
+        k = np.searchsorted(sw, new)
+        p_ref[k], v_ref[k], a_ref[k] = planner(new, progress[new], cfg.lift_height, step_up=True)
     late = planner.planned[sw] & ~tracking & (cfg.late_descent_velocity > 0.0)   # late touchdown: descend
     v_ref[late] = np.column_stack([planner.v_end[sw][late][:, :2], np.full(late.sum(), -cfg.late_descent_velocity)])
     p_ref[late], a_ref[late] = legs.p[sw][late], LATE_GAIN * (v_ref[late] - legs.v_p[sw][late])
