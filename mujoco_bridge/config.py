@@ -56,10 +56,6 @@ class BridgeConfig:
                                            "control ticks runs as soon as the command it applies is there instead "
                                            "of in its own 1 ms slot (tick samples keep their slots: one wake-up per "
                                            "tick instead of two, ~100-200 us of CPU a tick on our VMs)", live=False)
-    idle_wait: str = param("sleep", desc="realtime mode: how the bridge's thread waits for a step's slot: sleep "
-                           "(gives the core back) | spin (busy-waits: the core stays busy and its caches warm, a "
-                           "tick's work ~1.6-2x cheaper on our VMs; for a machine with a core to spare, like a "
-                           "ros2_control host with an isolated core)", choices=("sleep", "spin"), live=False)
     ground_truth_decimation: int = param(2, 1, 1000, "publish /ground_truth/* and /disturbance every N physics "
                                          "steps")
     tf_rate: float = param(10.0, 0.0, 500.0, "rate of /tf world -> base_link_ground_truth (the simulation's true "

@@ -162,14 +162,6 @@ class MonotonicClock:
     sleep = staticmethod(time.sleep)
 
     @staticmethod
-    def spin(seconds: float) -> None:
-        """Busy-wait ``seconds`` (the thread keeps its core; the GIL still passes to other threads at
-        the switch interval)."""
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            pass
-
-    @staticmethod
     def wait(cond: threading.Condition, timeout: float) -> None:
         cond.wait(timeout)
 
@@ -513,8 +505,7 @@ class BridgeScheduler:
 
     def run_realtime(self) -> None:
         self.wait_first_command_realtime()
-        monotonic = self.clock.monotonic
-        sleep = self.clock.spin if self.cfg.idle_wait == "spin" else self.clock.sleep
+        monotonic, sleep = self.clock.monotonic, self.clock.sleep
         physics_step, publish_sample, physics_dt = self.ports.physics_step, self.ports.publish_sample, 1e-3
         timing, queue, counters, cond = self.timing, self.cmd_queue, self.counters, self.cond
         spt, lag = self.steps_per_tick, self.command_delay_ticks

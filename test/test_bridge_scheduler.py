@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -421,36 +420,6 @@ def test_realtime_paces_sim_time_at_the_factor_and_a_live_change_continues_witho
     assert 0.25 <= walls[n_fast] <= 0.25 + 1e-3         # from the step after the change
     assert len(walls) == 1000 and r.sched.counters["overruns"] == 0
     assert r.sched.counters["deadline_misses"] == 0
-
-
-def test_realtime_idle_wait_spin_keeps_the_schedule_and_spins_instead_of_sleeping():
-    """``idle_wait: spin``: the same steps at the same wall times, commands and misses as ``sleep``;
-    the waits go to the clock's busy-wait."""
-    runs = {}
-    for mode in ("sleep", "spin"):
-        r = Rig(lockstep=False, duration=0.2, latency=lambda k: 3e-3 if k % 7 == 3 else 2e-4, idle_wait=mode)
-        calls = {"sleep": 0, "spin": 0}
-        advance = r.clock.sleep                  # the fake clock's own wait: both move virtual time
-
-        def counted(name):
-            def wait(dt):
-                calls[name] += 1
-                advance(dt)
-            return wait
-        r.clock.sleep, r.clock.spin = counted("sleep"), counted("spin")
-        r.run()
-        runs[mode] = (r.step_walls(), dict(r.sched.counters), calls)
-    (w0, c0, k0), (w1, c1, k1) = runs["sleep"], runs["spin"]
-    assert np.array_equal(w0, w1) and c0 == c1 and c0["deadline_misses"] > 0
-    assert k0["spin"] == 0 and k0["sleep"] > 0 and k1["sleep"] == 0 and k1["spin"] == k0["sleep"]
-
-
-def test_monotonic_clock_spin_waits_at_least_its_time():
-    from mujoco_bridge.scheduler import MonotonicClock
-
-    t0 = time.monotonic()
-    MonotonicClock.spin(2e-3)
-    assert time.monotonic() - t0 >= 2e-3
 
 
 def test_realtime_overrun_reanchors_the_schedule():
