@@ -1,4 +1,5 @@
-"""No function of the ``legged_wbc`` package is longer than 60 lines (from its ``def`` line to its last
+"""No function of the stack's packages (``legged_wbc``, ``state_estimator``, ``wbc_controller``,
+``mujoco_bridge``) is longer than 60 lines (from its ``def`` line to its last
 line; decorators and the functions nested in it count with it), so each reads as one step with a
 name. Longer ones are split into named steps; the few exceptions are listed below, each with its
 reason, and the list is checked too (an entry that got short, or went away, leaves the list)."""
@@ -9,16 +10,25 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "legged_wbc"
+PACKAGES = [ROOT / p for p in ("legged_wbc", "state_estimator", "wbc_controller", "mujoco_bridge")]
 MAX_LINES = 60
 
-# "path:qualified name" -> why it stays longer
-ALLOWED: dict[str, str] = {}
+# "path:qualified name" -> why it stays longer (not yet split: issue "one home per paper concept")
+_KERNEL = "a numba kernel: splitting it into sub-kernels must keep its outputs bit-identical and its cost; not done yet"
+ALLOWED: dict[str, str] = {
+    "state_estimator/kernels.py:estimator_tick": _KERNEL,
+    "state_estimator/kernels.py:td_filter": _KERNEL,
+    "state_estimator/kernels.py:vel_correct": _KERNEL,
+    "wbc_controller/blocks/swing.py:swing_torques": _KERNEL,
+    "wbc_controller/oracle.py:ReferenceController.update": "the numpy oracle's cycle, stage by stage; not split yet",
+    "mujoco_bridge/node.py:MujocoBridge.__init__": "the node's set-up; not split yet",
+    "mujoco_bridge/scheduler.py:BridgeScheduler.run_realtime": "the realtime loop, one step per pass; not split yet",
+}
 
 
 def function_lengths() -> dict[str, int]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(f for pkg in PACKAGES for f in pkg.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
 
         def walk(node, prefix: str) -> None:
@@ -37,7 +47,7 @@ def function_lengths() -> dict[str, int]:
 
 def test_no_function_over_60_lines():
     lengths = function_lengths()
-    assert len(lengths) > 500                      # the walk found the package's functions
+    assert len(lengths) > 800                      # the walk found the packages' functions
     long = {name: n for name, n in lengths.items() if n > MAX_LINES and name not in ALLOWED}
     assert not long, f"functions over {MAX_LINES} lines (split them into named steps): {long}"
 
