@@ -136,8 +136,11 @@ class FieldSpec:
         else:
             if isinstance(v, str):
                 parsed = _parse_text(v)
-                if isinstance(parsed, str):
-                    raise ConfigError(f"{label}: expected a number, got {v!r}")
+                if isinstance(parsed, str):      # YAML 1.1 reads "1e5" (no dot) as a string
+                    try:
+                        parsed = float(parsed.strip())
+                    except ValueError:
+                        raise ConfigError(f"{label}: expected a number, got {v!r}") from None
                 v = parsed
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ConfigError(f"{label}: expected {'an integer' if t == 'int' else 'a number'}, got {v!r}")

@@ -74,6 +74,10 @@ def test_from_flat_to_flat_replace_round_trip():
     assert flat["inner.count"] == 3 and P.from_flat(_Cfg, flat) == c
     d = P.replace(c, **{"inner.gain": "0.5", "xyz": "[4, 5, 6]"})  # CLI text
     assert d.inner.gain == 0.5 and d.xyz == (4.0, 5.0, 6.0) and P.changed_names(c, d) == ["xyz", "inner.gain"]
+    e = P.replace(c, **{"inner.gain": "1e0", "inner.count": "4e0"})   # exponent without a dot: YAML 1.1 reads a string
+    assert e.inner.gain == 1.0 and e.inner.count == 4 and isinstance(e.inner.count, int)
+    with pytest.raises(ConfigError, match=r"inner\.gain: expected a number, got 'x1'"):
+        P.replace(c, **{"inner.gain": "x1"})
     with pytest.raises(ConfigError, match=r"inner\.gain"):
         P.replace(c, **{"inner.gain": -1})
     with pytest.raises(ConfigError, match=r"inner\.gain"):
