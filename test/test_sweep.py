@@ -104,7 +104,10 @@ def test_sigint_then_resume_runs_only_the_missing(tmp_path, cluster):
     cmd = [sys.executable, "-m", "legged_wbc.cli", "sweep", "paper", "--trials", "5", "--duration", "2",
            "--out", str(out), "--workers", "2", "--dashboard", "127.0.0.1:0", "--no-figures"] + SHORT_ARGS
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Ctrl-C's default action in the sweep, whatever the test runner has: a suite started in the background
+    # (`./run_tests.sh &`) ignores SIGINT, the children inherit that, and the sweep rightly keeps it ignored
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and len(list((out / "trials").glob("*.json"))) < 2 and p.poll() is None:
@@ -139,6 +142,14 @@ def test_sigint_then_resume_runs_only_the_missing(tmp_path, cluster):
 
 
 def test_stop_signals_first_sets_the_flag_second_interrupts_ignored_stays_ignored():
+    runner = signal.signal(signal.SIGINT, signal.default_int_handler)   # the runner's may be SIG_IGN (`&`)
+    try:
+        _stop_signals_cases()
+    finally:
+        signal.signal(signal.SIGINT, runner)
+
+
+def _stop_signals_cases():
     before = signal.getsignal(signal.SIGINT)
     with sw.StopSignals() as stop:
         os.kill(os.getpid(), signal.SIGTERM)     # the handler runs at the next bytecode of the main thread
