@@ -296,9 +296,8 @@ class StopSignals:
     """Ctrl-C or SIGTERM (a batch system, ``kill``) during the sweep: the first one sets ``requested``,
     which the run loop polls every 0.1 s (it cancels what has not finished; the finished runs stay on
     disk and are summarized); a second one raises KeyboardInterrupt. A flag rather than an exception
-    raised by the handler: a sweep once ran to the end as if never interrupted, likeliest because the
-    KeyboardInterrupt landed in a destructor running in the main thread (a dask Future's ``__del__``),
-    where Python drops exceptions; a flag cannot be lost that way. A signal the process was started with ignored (a background job) stays ignored.
+    raised by the handler: an exception raised while a destructor runs in the main thread (a dask
+    Future's ``__del__``) would be dropped by Python; a flag cannot be lost. A signal the process was started with ignored (a background job) stays ignored.
     Handlers are installed from the main thread only, and restored at the end."""
 
     def __init__(self):
