@@ -87,7 +87,7 @@ class WbcNode(ros_io.TickOutputs, Node):
         self.leg_names = list(self.rm.cfg.leg_names)
         self.order = ros_io.JointOrder(self.joint_names, bounds=ros_io.joint_bounds(self.rm))
         self.legs_order = ros_io.JointOrder(self.leg_names)
-        self.plane_order = ros_io.JointOrder(list(support_plane.ROS_NAMES))
+        self.support_order = ros_io.JointOrder(self.leg_names + list(support_plane.ROS_NAMES))   # legs, normal
         # input_timing: sample (hardware stamps): inputs paired by stamp [ns], t = stamp - first tick's
         self.samples = ros_io.SampleTicks() if P.input_timing == "sample" else None
         self.sync = ros_io.TickSync(self._required_inputs(), max_pending=None if self.samples is None else 64)
@@ -176,16 +176,15 @@ class WbcNode(ros_io.TickOutputs, Node):
         return a if ros_io.all_finite(a) else self._reject(what, "NaN")
 
     def _on_support(self, msg: adapters.JointSample) -> None:
-        sup = self._finite_field(self.legs_order, msg, "support", 0)
-        if sup is None:
+        plane = support_plane.ROS_NAMES[0] in msg.names   # (a publisher without the support plane: world z)
+        pos = self._finite_field(self.support_order if plane else self.legs_order, msg,
+                                 "support and support plane normal" if plane else "support", 0)
+        if pos is None:
             return
-        key = self._tick_key(msg)
-        if support_plane.ROS_NAMES[0] in msg.names:   # (a publisher without the support plane: world z)
-            normal = self._finite_field(self.plane_order, msg, "support plane normal", 0)
-            if normal is None:
-                return
-            self._slot(key, "normal", normal)          # before "support", which may complete the tick
-        self._slot(key, "support", sup > 0.5)
+        key, n_legs = self._tick_key(msg), len(self.leg_names)
+        if plane:
+            self._slot(key, "normal", pos[n_legs:])    # before "support", which may complete the tick
+        self._slot(key, "support", pos[:n_legs] > 0.5)
 
     def _on_tau_ext(self, msg: adapters.JointSample) -> None:
         eff = self._finite_field(self.order, msg, "tau_ext", 2)
