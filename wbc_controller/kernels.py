@@ -117,8 +117,9 @@ def make_params(ctl) -> Params:
     mode = c.relative_pitch_mode
     leg_j = np.array(ctl.leg_j, dtype=np.int64).reshape(N, 4)
     geo = collision_geometry(ctl.rm)
-    if geo["lc_pairs"].shape[0] != 10 * N:       # (the workspace's size: N neighbouring pairs, N >= 3)
-        geo["lc_pairs"] = np.resize(geo["lc_pairs"], (10 * N, 4))
+    if geo["lc_pairs"].shape[0] != 10 * N:       # the workspace's size: a ring of N neighbouring pairs (N >= 3)
+        raise ValueError(f"leg-collision candidates: {geo['lc_pairs'].shape[0]} for {N} legs, the workspace "
+                         f"holds {10 * N} (a ring of neighbouring legs needs N >= 3)")
     return Params(
         lc_kp=c.leg_collision_kp, lc_kd=c.leg_collision_kd, lc_dmin=c.leg_collision_d_min,
         lc_range=c.leg_collision_range, n_lc=int(ctl.n_lc), row_lc=int(ctl.row_lc),
