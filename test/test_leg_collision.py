@@ -151,7 +151,7 @@ def test_row_entries_known_answer_and_loose_far_away(rm):
     ctl._qj[:], ctl._dqj[:] = qj, dqj
     lc.leg_collision_stage(qj, dqj, M, tau_add, support, tau_ext, ws[0])
     assert (ctl._lc_cand == -1).all() and (ctl._lc_lo == -INF).all() and not ctl._lc_coef.any()
-    assert ctl._lc_dmin_all[0] > cfg.leg_collision_d_min + cfg.leg_collision_range
+    assert ctl._lc_dmin_all[0] > cfg.leg_collision_boundary + cfg.leg_collision_range
     # near: lf and lm turned towards each other, lm swinging
     qj = squeezed(rm, 0.75)                                    # d ~ 0.049 m
     support[rm.cfg.leg_names.index("lm")] = False
@@ -170,7 +170,8 @@ def test_row_entries_known_answer_and_loose_far_away(rm):
                 t = tau_add[lj] if support[leg] else tau_add[lj] - tau_ext[lj]
                 acc[lj] = np.linalg.solve(M[np.ix_(lj + 6, lj + 6)], t)
         rate = [float(ref.jacobian(int(c), qj + s * lc.FD_STEP * dqj)[1] @ dqj) for s in (1, -1)]
-        want = (-cfg.leg_collision_kp * (d - cfg.leg_collision_d_min) - cfg.leg_collision_kd * float(J @ dqj)
+        boundary = cfg.leg_collision_d_min + cfg.leg_collision_margin
+        want = (-cfg.leg_collision_kp * (d - boundary) - cfg.leg_collision_kd * float(J @ dqj)
                 - (rate[0] - rate[1]) / (2 * lc.FD_STEP) - float(J @ acc))
         scale = max(1.0, abs(want))
         assert ctl._lc_lo[r] == pytest.approx(want, abs=1e-9 * scale)
@@ -194,7 +195,7 @@ def test_barrier_only_near_d_min_in_closed_loop_nominal():
     assert loop.wcfg.leg_collision_barrier                     # the robust preset's default
     res = loop.run(3.2)
     assert res.metrics["fell"] is False
-    assert np.min(res.series["leg_distance"]) > loop.wcfg.leg_collision_d_min + loop.wcfg.leg_collision_range
+    assert np.min(res.series["leg_distance"]) > loop.wcfg.leg_collision_boundary + loop.wcfg.leg_collision_range
     assert not res.series["leg_contacts"].any()
 
 
@@ -220,13 +221,14 @@ def test_leg_squeeze_short_with_and_without_barrier():
     assert not res_off.fell and not res_on.fell
     assert contacts_off > 0 and dmin_off < 0.0
     assert contacts_on == 0
-    assert dmin_on >= loop.wcfg.leg_collision_d_min - 0.0015
+    assert dmin_on >= loop.wcfg.leg_collision_d_min - 0.001      # the issue's promise: d_min - 1 mm
 
 
 @pytest.mark.slow
 def test_leg_squeeze_full_scenario():
     """The whole scenario (metrics over its window): with the barrier 0 leg contacts and the distance
-    >= d_min - 1.5 mm (measured 18.9 mm for d_min 20 mm); without it contacts."""
+    >= d_min - 1 mm (measured 21.0 mm for d_min 20 mm, margin 2 mm; 18.9 mm without the margin); without it
+    contacts."""
     for barrier in (False, True):
         sc = load_scenario("leg_squeeze", [f"controller.leg_collision_barrier={str(barrier).lower()}"])
         loop = ClosedLoop(sc, "cbf")
@@ -234,6 +236,6 @@ def test_leg_squeeze_full_scenario():
         assert m["fell"] is False and m["qp_failures"] == 0
         if barrier:
             assert m["leg_contacts"] == 0
-            assert m["min_leg_distance_m"] >= loop.wcfg.leg_collision_d_min - 0.0015
+            assert m["min_leg_distance_m"] >= loop.wcfg.leg_collision_d_min - 0.001
         else:
             assert m["leg_contacts"] > 0 and m["min_leg_distance_m"] < 0.0

@@ -243,6 +243,7 @@ WBC_LIVE_WITH = {"cbf_slack_weight": ({"cbf_slack": True}, 10.0, ["H"]),
                  "joint_velocity_gain": ({"joint_limit_barrier": True}, 2.0, ["l", "u"]),
                  # leg-collision rows: active for every candidate with a range of 1 m (the legs are ~0.35 m apart)
                  "leg_collision_d_min": ({"leg_collision_barrier": True, "leg_collision_range": 1.0}, 0.1, ["l"]),
+                 "leg_collision_margin": ({"leg_collision_barrier": True, "leg_collision_range": 1.0}, 0.01, ["l"]),
                  "leg_collision_range": ({"leg_collision_barrier": True}, 1.0, ["l"]),
                  "leg_collision_kp": ({"leg_collision_barrier": True, "leg_collision_range": 1.0}, 1000.0, ["l"]),
                  "leg_collision_kd": ({"leg_collision_barrier": True, "leg_collision_range": 1.0,

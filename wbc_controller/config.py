@@ -96,6 +96,9 @@ class WbcConfig:
     leg_collision_rows: int = param(4, 1, 60, "barrier rows: the closest candidate pairs within range (read-only: "
                                     "the QP size)", unit="-", live=False)
     leg_collision_d_min: float = param(0.02, 0.0, 0.2, "smallest allowed surface distance between two links", unit="m")
+    leg_collision_margin: float = param(0.002, 0.0, 0.05, "back-off of the barrier's boundary above leg_collision_d_min "
+                                        "(the rows keep d >= d_min + margin: the discrete 500 Hz barrier undershoots its "
+                                        "boundary by ~1 mm on leg_squeeze; docs/actuators.md)", unit="m")
     leg_collision_range: float = param(0.10, 0.0, 1.0, "a pair gets a row when its distance is below d_min + range",
                                        unit="m")
     leg_collision_kp: float = param(50000.0, 0.0, 1e6, "leg-collision barrier gain k_p (poles -200, -250 1/s)",
@@ -149,6 +152,11 @@ class WbcConfig:
         if (self.cbf_margin_mode == "tau_ext"
                 and self.theta_min + self.cbf_margin + self.cbf_margin_max >= self.theta_max - self.cbf_margin):
             raise ConfigError("cbf_margin_max: the tau_ext boundary move can leave an empty relative-pitch range")
+
+    @property
+    def leg_collision_boundary(self) -> float:
+        """Where the leg-collision barrier puts its boundary: ``d_min + margin`` [m] (surface distance)."""
+        return self.leg_collision_d_min + self.leg_collision_margin
 
 
 @dataclass(frozen=True)

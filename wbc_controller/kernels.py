@@ -121,7 +121,7 @@ def make_params(ctl) -> Params:
         raise ValueError(f"leg-collision candidates: {geo['lc_pairs'].shape[0]} for {N} legs, the workspace "
                          f"holds {10 * N} (a ring of neighbouring legs needs N >= 3)")
     return Params(
-        lc_kp=c.leg_collision_kp, lc_kd=c.leg_collision_kd, lc_dmin=c.leg_collision_d_min,
+        lc_kp=c.leg_collision_kp, lc_kd=c.leg_collision_kd, lc_dmin=c.leg_collision_boundary,
         lc_range=c.leg_collision_range, n_lc=int(ctl.n_lc), row_lc=int(ctl.row_lc),
         lc_tau_ext=c.leg_collision_tau_ext, **geo,
         stand_up_start=c.stand_up_start, stand_up_duration=c.stand_up_duration, stand_height=c.stand_height,

@@ -525,12 +525,12 @@ class LegCollisionReference:
         cfg = self.cfg
         k, n = cfg.leg_collision_rows, qj.shape[0]
         O, Z, P = self.frames(qj)
-        cut = cfg.leg_collision_d_min + cfg.leg_collision_range
+        cut = cfg.leg_collision_boundary + cfg.leg_collision_range
         d_all = np.full(self.pairs.shape[0], INF)        # exact where the lower bound is within range
         for c in np.flatnonzero(self.lower_bounds(O, P) < cut):
             d_all[c] = self.pair(int(c), O, P)[2]
         order = np.argsort(d_all, kind="stable")
-        sel = [int(c) for c in order if d_all[c] < cfg.leg_collision_d_min + cfg.leg_collision_range][:k]
+        sel = [int(c) for c in order if d_all[c] < cut][:k]
         cand = np.full(k, -1, dtype=np.int64)
         coef = np.zeros((k, n))
         lo = np.full(k, -INF)
@@ -549,7 +549,7 @@ class LegCollisionReference:
                     tau = tau_add[lj] if support[leg] or not cfg.leg_collision_tau_ext else tau_add[lj] - tau_ext[lj]
                     acc[lj] = np.linalg.solve(Mll, tau)
             cand[r], coef[r], dk[r] = c, Jd, dist
-            lo[r] = (-cfg.leg_collision_kp * (dist - cfg.leg_collision_d_min) - cfg.leg_collision_kd * d_dot
+            lo[r] = (-cfg.leg_collision_kp * (dist - cfg.leg_collision_boundary) - cfg.leg_collision_kd * d_dot
                      - drift - float(Jd @ acc))
         return cand, coef, lo, dk, d_all
 
