@@ -213,7 +213,7 @@ def _squeeze_run(barrier: bool, duration: float, start_offset: float | None = No
         res.series["leg_contacts"][after]))
 
 
-def test_leg_squeeze_short_with_and_without_barrier():
+def test_leg_squeeze_short_with_and_without_barrier(tmp_path):
     """The squeeze from 3.5 s (gait from 3 s), 2.5 s of it: without the barrier the swinging legs
     hit their neighbour (MuJoCo contacts), with it none and the distance stays near d_min."""
     res_off, _, dmin_off, contacts_off = _squeeze_run(False, 6.0, -2.5)
@@ -222,6 +222,15 @@ def test_leg_squeeze_short_with_and_without_barrier():
     assert contacts_off > 0 and dmin_off < 0.0
     assert contacts_on == 0
     assert dmin_on >= loop.wcfg.leg_collision_d_min - 0.001      # the issue's promise: d_min - 1 mm
+    # compare's figures of these runs: the leg distance (both), the drives' envelope (realistic), the slack
+    from matplotlib.image import imread
+    from legged_wbc.closed_loop import save_run
+    from legged_wbc.tools.compare import compare
+
+    rep = compare([save_run(res_off, tmp_path / "off"), save_run(res_on, tmp_path / "on")], tmp_path / "rep")
+    assert {"actuator_envelope.png", "cbf_slack.png", "leg_distance.png"} <= set(rep["figures"])
+    img = imread(tmp_path / "rep" / "leg_distance.png")[..., :3]
+    assert np.mean(np.any(img < 0.9, axis=-1)) > 0.03, "leg_distance.png looks blank"
 
 
 @pytest.mark.slow

@@ -28,6 +28,8 @@ and writes into the output directory:
   - ``gait_diagram.png``: the estimated support pattern of every leg (gait diagram);
   - ``terrain_<kind>.png``: runs off flat ground, per terrain kind: every leg's relative pitch in the
     estimated support set with the bounds, and the body's roll and pitch from level (ground truth).
+  - ``actuator_envelope.png``, ``cbf_slack.png``, ``leg_distance.png``: torque against the drives'
+    envelope, the barrier's slack, the legs' smallest link distance (:mod:`.compare_actuators`).
 
 :func:`summary_rows` aggregates repeated runs (``legged-wbc experiment --repeat``): mean, spread
 (standard deviation, min-max) and the worst case of each metric per controller.
@@ -47,6 +49,7 @@ import numpy as np
 
 from legged_wbc.metrics import CONTROL_DT
 from legged_wbc.tools.bag_metrics import RunData, RunInputError, eval_window, load_run, run_metrics
+from legged_wbc.tools.compare_actuators import FIGURES as ACTUATOR_FIGURES
 
 CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}
 
@@ -259,6 +262,14 @@ def _save_figure(fig, path: Path, title: str | None = None) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     _plt().close(fig)
+
+
+def _saved(made, path: Path) -> str | None:
+    """``made``: ``(figure, caption)`` or None; saves the figure (:func:`_save_figure`), returns the caption."""
+    if made is None:
+        return None
+    _save_figure(made[0], path)
+    return made[1]
 
 
 def _disturbance_window(run: RunData, leg: int | None) -> tuple[float, float] | None:
@@ -649,6 +660,8 @@ def make_figures(runs, names, metrics, out: Path) -> tuple[list[tuple[str, str]]
             ("gait_diagram.png", lambda p: fig_gait(runs, names, p), "no estimated support")]
     for kind in sorted({_terrain_kind(r) for r in runs} - {"flat"}):     # one figure per terrain (issue 19)
         jobs.append((f"terrain_{kind}.png", lambda p, k=kind: fig_terrain(runs, names, k, p), "no relative pitch"))
+    for fname, fn, why in ACTUATOR_FIGURES:                               # issue 20: drives, slack, leg distance
+        jobs.append((fname, lambda p, f=fn: _saved(f(runs, names, _plt()), p), why))
     for fname, fn, why in jobs:
         cap = fn(out / fname)
         if cap:
