@@ -314,3 +314,16 @@ def test_run_diagnostics_on_hand_made_series():
     sup[:, 1] = gt[:, 1] = True   # leg 1 stands
     d = sw.run_diagnostics({"t": t, "support": sup, "contact_gt": gt, "touchdown": td}, 0.0, 1.0)
     assert d == {"support_airborne_pct": pytest.approx(100.0 * 2 / 16), "false_touchdowns": 1}
+
+
+def test_wilson_interval_known_answers():
+    """Falls and runs over the target are counts out of n: the Wilson score interval (known values)."""
+    from legged_wbc.tools.sweep_stats import wilson_ci
+
+    lo, hi = wilson_ci(0, 100)
+    assert lo == 0.0 and hi == pytest.approx(0.0370, abs=5e-5)
+    lo, hi = wilson_ci(1, 100)
+    assert lo == pytest.approx(0.00177, abs=5e-5) and hi == pytest.approx(0.0545, abs=5e-5)
+    lo, hi = wilson_ci(15, 15)
+    assert hi == 1.0 and lo == pytest.approx(0.796, abs=5e-4)
+    assert wilson_ci(0, 0) is None

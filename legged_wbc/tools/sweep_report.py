@@ -78,6 +78,15 @@ def _f(v, fmt="{:.4g}") -> str:
     return fmt.format(v) if isinstance(v, float) else str(v)
 
 
+def _share(c: dict, key: str) -> str:
+    """``k of n (lo-hi %)``: a count among a controller's runs that finished, with its Wilson interval
+    (an old summary without the interval: the count alone)."""
+    ci = c.get(f"{key}_ci95")
+    if ci is None:
+        return str(c.get(key, "-"))
+    return f"{c[key]} of {c['ok']} ({100 * ci[0]:.1f}-{100 * ci[1]:.1f} %)"
+
+
 def report_md(summary: dict, results: dict, names: list[str], meta: dict, figs: list[str]) -> str:
     L = [f"# Sweep: {meta['scenario']}, {summary['trials']} paired trials x {len(names)} controllers", ""]
     L.append(f"Randomized: {', '.join(meta['randomize']) or 'nothing'}; {meta['duration']:g} s per run; seed "
@@ -98,7 +107,10 @@ def report_md(summary: dict, results: dict, names: list[str], meta: dict, figs: 
             cells.append(f"{_f(s['mean'])} / {_f(s['median'])} / {_f(s['p95'])} / **{_f(s['max'])}** "
                          f"CI {_f(s['ci95'])}")
         L.append(f"| {m} | " + " | ".join(cells) + " |")
-    for key, title in (("falls", "falls"), ("qp_failures", "QP failures (ticks)"), ("qp_failure_runs", "runs with a QP failure"),
+    for key, title in (("falls", "falls"), ("over_target", f"runs over {BARRIER_TARGET_RAD} rad")):
+        L.append(f"| {title} (of runs ok, 95 % Wilson interval) | " + " | ".join(
+            _share(summary["controllers"][n], key) for n in names) + " |")
+    for key, title in (("qp_failures", "QP failures (ticks)"), ("qp_failure_runs", "runs with a QP failure"),
                        ("failed", "failed runs"), ("ok", "runs ok")):
         L.append(f"| {title} | " + " | ".join(str(summary["controllers"][n][key]) for n in names) + " |")
     for k in DIAGNOSTICS:

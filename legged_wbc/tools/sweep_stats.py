@@ -30,6 +30,17 @@ def bootstrap_ci(x, level: float = 0.95, n_boot: int = 10000, seed: int = 0, sta
     return [float(lo), float(hi)]
 
 
+def wilson_ci(k: int, n: int, z: float = 1.959964) -> list[float] | None:
+    """95 % Wilson score interval of a proportion ``k / n`` (as fractions; None for ``n == 0``): sound at
+    0 or n successes, where the normal approximation collapses to a point."""
+    if n <= 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
 def describe(x, seed: int = 0) -> dict:
     """mean, median, p95, max, ci95 (bootstrap of the mean), n of the finite values of ``x``."""
     a = np.asarray([v for v in x if v is not None and np.isfinite(v)], dtype=float)
@@ -86,6 +97,9 @@ def _controller_stats(runs: dict[int, dict]) -> dict:
     c["ok"] = len(ok)
     c["failed"] = len(runs) - len(ok)
     c["falls"] = sum(1 for r in ok if r.get("fell") or (r.get("metrics") or {}).get("fell"))
+    c["falls_ci95"] = wilson_ci(c["falls"], len(ok))
+    c["over_target"] = sum(1 for r in ok if (_metric(r, "max_violation_rad") or 0.0) > BARRIER_TARGET_RAD)
+    c["over_target_ci95"] = wilson_ci(c["over_target"], len(ok))
     c["qp_failures"] = int(sum(int((r.get("metrics") or {}).get("qp_failures") or 0) for r in ok))
     c["qp_failure_runs"] = sum(1 for r in ok if int((r.get("metrics") or {}).get("qp_failures") or 0) > 0)
     c["barrier_ok"] = (c["max_violation_rad"]["max"] is not None and c["max_violation_rad"]["max"] <= BARRIER_TARGET_RAD
