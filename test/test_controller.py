@@ -161,6 +161,43 @@ def test_cbf_rows_only_on_support_legs(rm):
     assert ctl.problem.u[rc] >= INF and ctl.problem.l[rc] <= -INF
 
 
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_cbf_row_on_a_late_leg(rm, impl):
+    """A late leg (out of the support set after a planned swing, its nominal phase back at support:
+    the swing kernel keeps it descending) carries the CBF row, as it may join the support set at any
+    tick: moving towards its upper bound, its pitch acceleration is held to the barrier's limit
+    (the swing-pitch task alone would let it pass); with ``late_descent_velocity`` 0 (no late
+    branch: the foot is held) the row is loose as on any swing leg. The compiled controller and the
+    numpy oracle build the same row."""
+    from legged_wbc.closed_loop import make_controller
+
+    leg = 2
+    inp = set_leg_pitch(rm, standing_input(rm), leg, 0.29, 1.0)
+    inp.support[leg] = False
+    gait = GaitConfig.from_dict(dict(rm.cfg.gait, start_time=100.0))   # nominal phase: support
+    rows = {}
+    for late_v in (0.4, 0.0):
+        cfg = load_wbc_config(overrides={"relative_pitch_mode": "cbf", "late_descent_velocity": late_v})
+        ctl = make_controller(rm, cfg, gait, impl)
+        ctl.reset(rm.stance_configuration())
+        ctl.swing.planned[leg] = True          # its swing was planned and has ended without a touchdown
+        out = ctl.update(inp)
+        rc = ctl.row_cbf + leg
+        rows[late_v] = (ctl.problem.l[rc], ctl.problem.u[rc])
+        assert out.diag.qp_accepted and not out.diag.support[leg]
+        if late_v == 0.0:
+            assert rows[late_v] == (-INF, INF) and not out.diag.cbf_active[leg]
+            continue
+        lb, c = ctl.last_legs, ctl.cfg
+        theta_ddot = lb.J[leg, 3] @ ctl.last_x[rm.leg_slice_v(leg)] + lb.dJ_theta_dq[leg]
+        bound = c.kp_b * (c.theta_max - c.cbf_margin - lb.theta[leg]) - c.kd_b * lb.theta_dot[leg]
+        assert rows[late_v][1] == pytest.approx(bound - lb.dJ_theta_dq[leg], rel=1e-12)
+        assert out.diag.cbf_active[leg]
+        assert abs(theta_ddot - bound) < 1e-4          # binding: the swing-pitch task wanted more
+        recenter = c.kp_swing_pitch * (ctl.theta_nominal[leg] - lb.theta[leg]) - c.kd_swing_pitch * lb.theta_dot[leg]
+        assert recenter > bound + 1.0
+
+
 def test_same_problem_size_in_every_mode_and_contact_state(rm):
     sizes = set()
     for mode in ("none", "damping", "cbf"):

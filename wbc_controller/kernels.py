@@ -35,7 +35,7 @@ from legged_wbc.gait import gait_state
 from legged_wbc.jit import announce_compiles
 from legged_wbc.kinematics import LEG_CHAIN_WORK, LegBatch, chain_legs, legs_dtype, legs_from_frames
 
-from .blocks.cbf import cbf_active, cbf_rows, disturbance_shift
+from .blocks.cbf import barrier_legs, cbf_active, cbf_rows, disturbance_shift
 from .blocks.compensation import null_space_compensation
 from .blocks.contact import normal_force_bounds
 from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmetrize_mass
@@ -181,6 +181,7 @@ def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0, n_lc: int = 0) -> np
         ("sw_v_start", f, (N, 3)), ("sw_v_end", f, (N, 3)), ("sw_duration", f, (N,)),
         ("sw_planned", np.uint8, (N,)),           # bool (numba takes no bool arrays in records)
         ("sw_lift", f, (N,)), ("sw_stumble", f, (N,)), ("sw_delay", f, (N,)),
+        ("cbf_leg", np.uint8, (N,)),              # the legs with a CBF row this cycle (blocks.cbf.barrier_legs)
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
@@ -252,6 +253,7 @@ def cycle_targets(t, q, v, support, tau_ext, compensate, w):
     task_targets(support, legs, w.acc_body, v[3:6], w.theta_nom, w, w.W, w.b)
     start_swings(w.phases, w.cycles, legs, w.R, w.ref_v, w, plan)
     swing_torques(support, w.phases, w.progress, plan, legs, w.M, w, w.b, w.tau_sw, w.swing_work)
+    barrier_legs(support, w.phases, plan.planned, w.late_descent, w.cbf_leg)
     tau_comp, tau_sw_total = w.tau_comp, w.tau_sw_total
     if w.margin_tau_ext:
         disturbance_shift(support, legs.J, w.M, w.leg_v, w.leg_j, tau_ext, w, w.cbf_shift, w.nvec_work)
@@ -307,7 +309,7 @@ def qp_blocks(support, ws, qp):
     floating_base_rows(w.M, w.h, legs.p, w.lam0, qp.A_eq, qp.b_eq)
     normal_force_bounds(support, w.fz_max, w.row_fric, qp.u)
     torque_rows(w.M, w.h, legs.J, w.tau_sw_total, w, qp.C, qp.l, qp.u)
-    cbf_rows(support, legs, w, qp.C, qp.l, qp.u)
+    cbf_rows(w.cbf_leg, legs, w, qp.C, qp.l, qp.u)
     if w.n_jl > 0:
         joint_limit_rows(w.qj, w.dqj, w, qp.C, qp.l, qp.u)
     if w.n_lc > 0:
@@ -333,7 +335,7 @@ def check_solution(qp, x, support, ws, cbf_act):
         eq_res, viol = np.inf, np.inf
     in_bounds = command_torque(w.M, w.h, w.leg_J, x, w.tau_sw_total, w, w.tau_wbc, w.tau)
     if w.cbf_on:
-        cbf_active(support, qp.C, qp.l, qp.u, x, w.row_cbf, cbf_act)
+        cbf_active(w.cbf_leg, qp.C, qp.l, qp.u, x, w.row_cbf, cbf_act)
     else:
         for i in range(cbf_act.shape[0]):
             cbf_act[i] = False

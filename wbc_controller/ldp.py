@@ -90,7 +90,7 @@ def ldp_direct(support, legs, w):
     if not ok or not _ldp_leg_factors(legs.J, reg, tol, w):
         return False
     _ldp_base_and_friction_rows(support, legs.p, w)
-    _ldp_torque_and_cbf_rows(support, legs, w)
+    _ldp_torque_and_cbf_rows(legs, w)
     if w.n_jl > 0:
         _ldp_joint_limit_rows(w)
     if w.n_lc > 0:
@@ -231,9 +231,10 @@ def _ldp_base_and_friction_rows(support, P, w):
 
 
 @njit(cache=True)
-def _ldp_torque_and_cbf_rows(support, legs, w):
+def _ldp_torque_and_cbf_rows(legs, w):
     """Torque rows (last): ``M[6 + j] nu_dot - J_i^T f_i`` in ``[tau_min, tau_max] - h - tau_sw``;
-    CBF rows ``J_theta,i q_ddot_i (+ s_i)`` with the bounds of :func:`.blocks.cbf.cbf_bounds`."""
+    CBF rows ``J_theta,i q_ddot_i (+ s_i)`` with the bounds of :func:`.blocks.cbf.cbf_bounds` on the
+    legs of ``w.cbf_leg`` (:func:`.blocks.cbf.barrier_legs`), loose on the others."""
     Ay, ubu, ubl, dinv, Rinv, M, h = w.A, w.bu, w.bl, w.dinv, w.Rinv, w.M, w.h
     leg_j, leg_v, tmin, tmax, tau_sw_total = w.leg_j, w.leg_v, w.tmin_f, w.tmax_f, w.tau_sw_total
     J = legs.J
@@ -259,7 +260,7 @@ def _ldp_torque_and_cbf_rows(support, legs, w):
             Ay[a, nf + leg_v[i, r]] = s
         if w.n_slack > 0:               # the slack's column: 0 until a solve needs it (ldp_slack_on)
             Ay[a, nf + nv + i] = dinv[nf + nv + i] if w.slack_on[0] else 0.0
-        if w.cbf_on and support[i]:
+        if w.cbf_on and w.cbf_leg[i] != 0:         # support and late legs (blocks.cbf.barrier_legs)
             ubl[ms + a], ubu[ms + a] = cbf_bounds(w, i, legs.theta[i], legs.theta_dot[i], legs.dJ_theta_dq[i])
         else:
             ubl[ms + a] = -INF
@@ -377,7 +378,7 @@ def check_direct(x, support, legs, w, cbf_act):
     if w.n_lc > 0:
         viol, lc_rows = _collision_violation(x, viol, w)
         tau_rows = tau_rows and lc_rows
-    viol = _cbf_violation(x, viol, support, legs.J, w, cbf_act)
+    viol = _cbf_violation(x, viol, legs.J, w, cbf_act)
     return True, r_eq, viol, in_bounds, tau_rows
 
 
@@ -475,7 +476,7 @@ def _collision_violation(x, viol, w):
 
 
 @njit(cache=True)
-def _cbf_violation(x, viol, support, J, w, cbf_act):
+def _cbf_violation(x, viol, J, w, cbf_act):
     """``viol`` with the CBF rows' violation; the binding rows into ``cbf_act`` (``cbf`` mode)."""
     ubl, ubu, leg_v, n_slack, cbf_on = w.bl, w.bu, w.leg_v, w.n_slack, w.cbf_on
     N = J.shape[0]
@@ -494,5 +495,5 @@ def _cbf_violation(x, viol, support, J, w, cbf_act):
             viol = max(viol, (s - up) / max(1.0, abs(up)))
         if cbf_on:
             t = 1e-6 * max(1.0, abs(up))
-            cbf_act[i] = support[i] and (s >= up - t or s <= lo + t)
+            cbf_act[i] = w.cbf_leg[i] != 0 and (s >= up - t or s <= lo + t)
     return viol

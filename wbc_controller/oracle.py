@@ -19,7 +19,8 @@ import numpy as np
 
 from legged_wbc.conventions import rotation_from_quat_xyzw
 
-from .blocks.cbf import cbf_active_reference, cbf_index, cbf_rows_reference, disturbance_shift_reference
+from .blocks.cbf import (barrier_legs_reference, cbf_active_reference, cbf_index, cbf_rows_reference,
+                         disturbance_shift_reference)
 from .blocks.compensation import null_space_compensation_reference
 from .blocks.contact import contact_rows_reference, normal_force_bounds_reference
 from .blocks.floating_base import floating_base_index, floating_base_rows_reference
@@ -117,6 +118,7 @@ class ReferenceController(ControllerCore):
         start_swings_reference(phases, cycles, lb, R, ref.v, self._stance_p, z_td, cfg, self.gait, self.swing)
         tau_sw = swing_torques_reference(lb, M, support, phases, progress, b, cfg, self.swing, self.leg_j,
                                          self._Mll_index)
+        self._barrier = barrier_legs_reference(support, phases, self.swing.planned, cfg.late_descent_velocity)
         tau_comp = np.zeros(self.n)
         if cfg.null_space_compensation and inp.tau_ext is not None:
             tau_comp = null_space_compensation_reference(support, lb.J, self.leg_j, inp.tau_ext, cfg.compensation_limit)
@@ -153,7 +155,7 @@ class ReferenceController(ControllerCore):
         E = ref.R.T @ R - R.T @ ref.R
         lam = x[self.lam0:self.lam0 + 4 * self.N]
         diag = Diagnostics(theta=lb.theta.copy(), theta_dot=lb.theta_dot.copy(),
-                           cbf_active=self._cbf_active(x, support, accepted), support=support.copy(),
+                           cbf_active=self._cbf_active(x, accepted), support=support.copy(),
                            qp_status=status, qp_accepted=bool(accepted), qp_iterations=res.iterations,
                            qp_time_us=qp_us, solve_time_us=solve_us, eq_residual=eq_res, ineq_violation=viol,
                            consecutive_failures=self.consecutive_failures, total_failures=self.total_failures,
@@ -182,7 +184,7 @@ class ReferenceController(ControllerCore):
         normal_force_bounds_reference(support, cfg.fz_max, self._fz_rows, p.u)
         tmin, tmax = self.tau_bounds()
         torque_rows_reference(M, h, lb.J, tau_sw_total, self._torque_index, self.row_tau, tmin, tmax, p.C, p.l, p.u)
-        cbf_rows_reference(support, lb, cfg, self._cbf_index, self.row_cbf, p.C, p.l, p.u, self._cbf_shift)
+        cbf_rows_reference(self._barrier, lb, cfg, self._cbf_index, self.row_cbf, p.C, p.l, p.u, self._cbf_shift)
 
     def _solve_and_check(self, M, h, lb, tau_sw_total):
         """Solve; the solution's residuals and its command torque. Returns ``(result, solve time
@@ -202,9 +204,9 @@ class ReferenceController(ControllerCore):
         in_bounds = bool(((tau >= tmin - self._tau_tol) & (tau <= tmax + self._tau_tol)).all())
         return res, solve_us, (x, finite, eq_res, viol, tau_wbc, tau, in_bounds)
 
-    def _cbf_active(self, x, support, accepted) -> np.ndarray:
-        """Per leg: a CBF bound binds at the accepted solution (support legs, ``cbf`` mode)."""
+    def _cbf_active(self, x, accepted) -> np.ndarray:
+        """Per leg: a CBF bound binds at the accepted solution (legs with a row, ``cbf`` mode)."""
         if self.cfg.relative_pitch_mode != "cbf" or not accepted:
             return np.zeros(self.N, dtype=bool)
         p = self.problem
-        return cbf_active_reference(support, p.C, p.l, p.u, x, self.row_cbf)
+        return cbf_active_reference(self._barrier, p.C, p.l, p.u, x, self.row_cbf)

@@ -1,9 +1,24 @@
-"""Relative-pitch control-barrier rows (paper sec. 4.3): on support legs in ``cbf`` mode
+"""Relative-pitch control-barrier rows (paper sec. 4.3): on support legs and late legs in ``cbf`` mode
 
 ``-(k_p (theta - theta_lo) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
 <= k_p (theta_hi - theta) - k_d theta_dot - J_theta_dot q_dot``,
 
 loose (``+-INF``) otherwise, so every mode and contact state has the same problem size.
+
+The paper puts the rows on support legs only. We also put them on **late** legs (:func:`barrier_legs`):
+a leg out of the support set after its nominal swing, which the swing kernel keeps descending
+(``late_descent``, :func:`.swing.swing_torques`) and which joins the support set at whatever tick
+its touchdown is seen; with only the soft swing-pitch task (``kp_swing_pitch``) on it, it could
+land with its pitch already past a bound. The row is as valid for such a leg as for a support leg:
+its pitch acceleration is ``J_theta q_ddot + J_theta_dot q_dot`` with the QP's ``q_ddot`` (which the
+torque rows realize) plus what the swing PD torque ``tau_sw``, added outside the QP, gives; with
+``swing_pitch_projection`` (the default) ``tau_sw`` is projected so that ``J_theta M_ll^-1 tau_sw =
+0``, i.e. it gives none, to the leg-block approximation of the mass matrix (the leg's coupling to
+the base and other legs through ``M`` neglected, as the projection does). The leg has no contact
+force (its ``f_z`` bound is 0, so the pyramid holds its force at 0), so nothing else acts on it. With
+the projection off, ``tau_sw`` moves the pitch and the row bounds only the QP's part of it. Legs in
+a nominal swing keep no row (the paper's; they are far from touchdown and their pitch task
+re-centres them).
 ``par`` fields: ``cbf_on``, ``kp_b``, ``kd_b``, ``th_lo``, ``th_hi`` (the bounds with the margin),
 ``cbf_shift`` (N, 2): per leg, how far the lower / upper bound moves inwards this cycle
 (``cbf_margin_mode: tau_ext``, :func:`disturbance_shift`; else 0), ``leg_v`` (N, 4) columns of each
@@ -23,6 +38,7 @@ from numba import njit
 
 from legged_wbc.jit import announce_compiles
 
+from legged_wbc.gait import SUPPORT
 from legged_wbc.model import null_vectors
 
 from ..qp import INF
@@ -32,8 +48,23 @@ announce_compiles(__name__)          # one line on stderr if this process has to
 
 
 @njit(cache=True)
+def barrier_legs(support, phases, planned, late_descent, out):
+    """``out[i]`` (N; 1 / 0): leg ``i`` carries a CBF row this cycle: it is in the support set, or it
+    is late (out of it with its nominal phase back at ``SUPPORT`` after a planned swing, and
+    ``late_descent`` > 0: the swing kernel's late branch, :func:`.swing.swing_torques`)."""
+    for i in range(support.shape[0]):
+        late = planned[i] != 0 and phases[i] == SUPPORT and late_descent > 0.0
+        out[i] = 1 if support[i] or late else 0
+
+
+def barrier_legs_reference(support, phases, planned, late_descent) -> np.ndarray:
+    """:func:`barrier_legs` in numpy (bool, N)."""
+    return support | (np.asarray(planned, bool) & (phases == SUPPORT) & (late_descent > 0.0))
+
+
+@njit(cache=True)
 def cbf_bounds(par, i, theta, theta_dot, dJ_theta):
-    """``(lower, upper)`` bound of support leg ``i``'s row ``J_theta q_ddot`` (the one formula of the
+    """``(lower, upper)`` bound of barrier leg ``i``'s row ``J_theta q_ddot`` (the one formula of the
     stacked rows, :func:`cbf_rows`, and of the least-distance form, ``kernels.ldp_direct``)."""
     lo = -(par.kp_b * (theta - (par.th_lo + par.cbf_shift[i, 0])) + par.kd_b * theta_dot + dJ_theta)
     hi = par.kp_b * ((par.th_hi - par.cbf_shift[i, 1]) - theta) - par.kd_b * theta_dot - dJ_theta
@@ -88,15 +119,16 @@ def disturbance_shift_reference(support, J, M, leg_v, leg_j, tau_ext, kp_b, marg
 
 
 @njit(cache=True)
-def cbf_rows(support, legs, par, C, l, u):
+def cbf_rows(barrier, legs, par, C, l, u):
     """The CBF rows ``row_cbf + i``: ``J_theta,i`` on leg ``i``'s columns, bounds as the module says
-    (``legs``: ``J``, ``theta``, ``theta_dot``, ``dJ_theta_dq`` of :class:`LegBatch`)."""
+    on the legs with ``barrier[i]`` (:func:`barrier_legs`), loose on the others (``legs``: ``J``,
+    ``theta``, ``theta_dot``, ``dJ_theta_dq`` of :class:`LegBatch`)."""
     J, leg_v, row_cbf, on = legs.J, par.leg_v, par.row_cbf, par.cbf_on
     for i in range(J.shape[0]):
         row = row_cbf + i
         for k in range(4):
             C[row, leg_v[i, k]] = J[i, 3, k]
-        if on and support[i]:
+        if on and barrier[i] != 0:
             l[row], u[row] = cbf_bounds(par, i, legs.theta[i], legs.theta_dot[i], legs.dJ_theta_dq[i])
         else:
             l[row] = -INF
@@ -104,16 +136,17 @@ def cbf_rows(support, legs, par, C, l, u):
 
 
 @njit(cache=True)
-def cbf_active(support, C, l, u, x, row_cbf, active):
-    """Per leg: a CBF bound is binding at ``x`` (within ``1e-6 max(1, |u|)``), support legs only."""
+def cbf_active(barrier, C, l, u, x, row_cbf, active):
+    """Per leg: a CBF bound is binding at ``x`` (within ``1e-6 max(1, |u|)``), legs with a row
+    (``barrier``, :func:`barrier_legs`) only."""
     n = x.shape[0]
-    for i in range(support.shape[0]):
+    for i in range(barrier.shape[0]):
         row = row_cbf + i
         s = 0.0
         for c in range(n):
             s += C[row, c] * x[c]
         tol = 1e-6 * max(1.0, abs(u[row]))
-        active[i] = support[i] and (s >= u[row] - tol or s <= l[row] + tol)
+        active[i] = barrier[i] != 0 and (s >= u[row] - tol or s <= l[row] + tol)
 
 
 def cbf_index(leg_v, row_cbf):
@@ -122,9 +155,10 @@ def cbf_index(leg_v, row_cbf):
     return np.repeat(row_cbf + np.arange(leg_v.shape[0]), 4), leg_v.reshape(-1)
 
 
-def cbf_rows_reference(support, legs, cfg, index, row_cbf, C, l, u, shift=None) -> None:
-    """:func:`cbf_rows` in numpy, from the configuration ``cfg`` (:class:`WbcConfig`); ``index``:
-    :func:`cbf_index`; ``shift`` (N, 2): :func:`disturbance_shift_reference` (None: 0)."""
+def cbf_rows_reference(barrier, legs, cfg, index, row_cbf, C, l, u, shift=None) -> None:
+    """:func:`cbf_rows` in numpy, from the configuration ``cfg`` (:class:`WbcConfig`); ``barrier``:
+    :func:`barrier_legs_reference`; ``index``: :func:`cbf_index`; ``shift`` (N, 2):
+    :func:`disturbance_shift_reference` (None: 0)."""
     N = legs.J.shape[0]
     C[index] = legs.J[:, 3].reshape(-1)
     rc = slice(row_cbf, row_cbf + N)
@@ -134,15 +168,15 @@ def cbf_rows_reference(support, legs, cfg, index, row_cbf, C, l, u, shift=None) 
             th_lo, th_hi = th_lo + shift[:, 0], th_hi - shift[:, 1]
         lo = -(cfg.kp_b * (legs.theta - th_lo) + cfg.kd_b * legs.theta_dot + legs.dJ_theta_dq)
         hi = cfg.kp_b * (th_hi - legs.theta) - cfg.kd_b * legs.theta_dot - legs.dJ_theta_dq
-        l[rc] = np.where(support, lo, -INF)
-        u[rc] = np.where(support, hi, INF)
+        l[rc] = np.where(barrier, lo, -INF)
+        u[rc] = np.where(barrier, hi, INF)
     else:
         l[rc], u[rc] = -INF, INF
 
 
-def cbf_active_reference(support, C, l, u, x, row_cbf) -> np.ndarray:
+def cbf_active_reference(barrier, C, l, u, x, row_cbf) -> np.ndarray:
     """:func:`cbf_active` in numpy."""
-    rc = slice(row_cbf, row_cbf + support.shape[0])
+    rc = slice(row_cbf, row_cbf + barrier.shape[0])
     Cx = C[rc] @ x
     tol = 1e-6 * np.maximum(1.0, np.abs(u[rc]))
-    return support & ((Cx >= u[rc] - tol) | (Cx <= l[rc] + tol))
+    return barrier & ((Cx >= u[rc] - tol) | (Cx <= l[rc] + tol))
