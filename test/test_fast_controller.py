@@ -592,6 +592,22 @@ def test_cbf_rows_known_entries():
     np.testing.assert_array_equal(act, [True, False, False])
 
 
+def test_barrier_legs_support_and_late_legs():
+    """The legs with a CBF row: the support set, and the late legs (out of it, a planned swing, nominal
+    phase back at support, ``late_descent`` > 0); not a leg in its nominal swing, nor one never planned
+    (held). Compiled == numpy."""
+    from legged_wbc.gait import SUPPORT, SWING_DOWN, SWING_UP
+
+    support = np.array([True, False, False, False, False, True])
+    phases = np.array([SUPPORT, SUPPORT, SWING_DOWN, SWING_UP, SUPPORT, SWING_DOWN], dtype=np.int64)
+    planned = np.array([1, 1, 1, 1, 0, 0], dtype=np.uint8)
+    out = np.zeros(6, dtype=np.uint8)
+    for late_v, expect in ((0.4, [1, 1, 0, 0, 0, 1]), (0.0, [1, 0, 0, 0, 0, 1])):
+        cbf.barrier_legs(support, phases, planned, late_v, out)
+        np.testing.assert_array_equal(out, expect)
+        np.testing.assert_array_equal(cbf.barrier_legs_reference(support, phases, planned, late_v), np.array(expect, bool))
+
+
 def test_task_cost_known_entries():
     """Identity leg Jacobians: leg blocks diag(W_i), gradient -W_i b_i; body rows w_body I, force
     weights on the lambda diagonal, slack weight, then + hessian_reg * max diag (of the rest)."""
