@@ -16,6 +16,14 @@ Units and frames are those of the reference modules: joint velocities [rad/s], t
 ``dt`` [s], base velocity [m/s] in the world frame, foot points [m] in the base frame, IMU in
 the base frame. Array shapes: ``L`` legs, ``k`` joints per leg, ``n = 2 k`` touchdown states per leg.
 
+The longer kernels are written as steps named after the filters' concepts: the touchdown filter's
+:func:`td_predict` / :func:`td_update` / :func:`td_score` (:func:`td_filter`), the velocity filter's
+:func:`vel_soft_gating` / :func:`vel_update` (:func:`vel_correct`), the cycle's steps
+(:func:`estimator_tick`). Each step is its own ``@njit`` function with ``inline="always"``: numba
+inlines it into its caller, so the caller computes the same arithmetic in the same order as when it
+was written in one piece (bit-identical outputs) and pays no call per step (a plain call per step and
+leg made the cycle kernel ~1.9x slower).
+
 Settings are read by name: ``estimator_tick`` works on one record (:func:`tick_dtype`: settings,
 state, scratch and outputs as named fields), the landing test takes a :class:`LandingTest`.
 
@@ -49,6 +57,9 @@ BAD_SHAPE = 7          # load_sample: an input is not a 1-D array of the expecte
 # every kernel: compiled once and cached on disk; error_model="numpy" leaves out the per-division
 # zero checks (every divisor here is nonzero by construction: validated inputs, checked counts)
 kernel = njit(cache=True, error_model="numpy")
+# the named steps of the longer kernels: inlined into their caller by numba (its IR), so a step costs
+# no call (array arguments, views); the arithmetic and its order are those of the step
+INLINED = dict(cache=True, error_model="numpy", inline="always")
 
 SAMPLE_FIELDS = ("joint_pos", "joint_vel", "joint_effort", "imu_quat_xyzw", "imu_gyro", "imu_accel")
 
@@ -107,6 +118,23 @@ def _inv3(a0, a1, a2, a3, a4, a5, a6, a7, a8):
     return (True, c0 * s, (a2 * a7 - a1 * a8) * s, (a1 * a5 - a2 * a4) * s,
             c3 * s, (a0 * a8 - a2 * a6) * s, (a2 * a3 - a0 * a5) * s,
             c6 * s, (a1 * a6 - a0 * a7) * s, (a0 * a4 - a1 * a3) * s)
+
+
+@njit(**INLINED)
+def _mm3(a, b):
+    """Product ``a b`` of two 3x3 matrices given as row-major 9-tuples (as :func:`.velocity._mm`)."""
+    return (a[0] * b[0] + a[1] * b[3] + a[2] * b[6], a[0] * b[1] + a[1] * b[4] + a[2] * b[7],
+            a[0] * b[2] + a[1] * b[5] + a[2] * b[8],
+            a[3] * b[0] + a[4] * b[3] + a[5] * b[6], a[3] * b[1] + a[4] * b[4] + a[5] * b[7],
+            a[3] * b[2] + a[4] * b[5] + a[5] * b[8],
+            a[6] * b[0] + a[7] * b[3] + a[8] * b[6], a[6] * b[1] + a[7] * b[4] + a[8] * b[7],
+            a[6] * b[2] + a[7] * b[5] + a[8] * b[8])
+
+
+@njit(**INLINED)
+def _tr3(a):
+    """Transpose of a 3x3 matrix given as a row-major 9-tuple."""
+    return (a[0], a[3], a[6], a[1], a[4], a[7], a[2], a[5], a[8])
 
 
 # ---------------------------------------------------------------------------------- input sample
@@ -194,115 +222,168 @@ def coupled_bias(h_leg, M_lb, a_b, out):
 # ---------------------------------------------------------------------------------- touchdown
 @kernel
 def td_filter(x, P, M_inv, tau, h, dq_meas, dt, dt_nom, q_diag, r, score, work):
-    """One predict + correct step of every leg's touchdown Kalman filter, in place
-    (:meth:`.touchdown.TouchdownDetector.filter`).
+    """One predict + update step of every leg's touchdown Kalman filter, in place
+    (:meth:`.touchdown.TouchdownDetector.filter`): per leg :func:`td_predict`, :func:`td_update`,
+    :func:`td_score`.
 
     ``x`` ``(L, 2k)`` ``[q_dot (k) rad/s; tau_ext (k) N m]``, ``P`` ``(L, 2k, 2k)``; ``M_inv``
     ``(L, k, k)``, ``tau`` applied torques, ``h`` bias torques (``(L, k)``, N m), ``dq_meas``
     measured joint velocities ``(L, k)`` [rad/s]; ``dt`` step [s] (> 0), ``dt_nom`` nominal step
     (the process noise ``q_diag`` ``(2k,)``, the diagonal of ``Q``, is per nominal step and scaled
     by ``dt / dt_nom``), ``r`` = ``sigma_dq_meas^2``. Writes ``score`` ``(L,)`` =
-    ``||tau_ext - tau_ext_prev|| / dt`` [N m/s]. ``work`` ``(6, 2k, 2k)`` scratch.
-    Returns ``OK`` or ``SINGULAR``.
+    ``||tau_ext - tau_ext_prev|| / dt`` [N m/s]. ``work`` ``(6, 2k, 2k)`` scratch shared by the
+    steps: ``[0]`` ``B = dt M^-1`` (top-left ``(k, k)``), ``[1]`` the predicted covariance ``Pn``,
+    ``[2]`` the gain ``K`` (first ``k`` columns), ``[3]`` ``(I - K H) Pn``, ``[4]`` the innovation
+    covariance (top-left ``(k, k)``; row ``k``: ``tau_ext`` before the step, row ``k + 1``: a
+    scratch vector), ``[5]`` its inverse. Returns ``OK`` or ``SINGULAR`` (the legs before the
+    singular one are updated then).
 
     The structure of the model is used instead of full ``2k x 2k`` products (same matrices; only
-    the rounding differs): with ``B = dt M^-1``, ``F = [[I, -B], [0, I]]``, so
-    ``F P F^T = [[P11 - B P21 - P12' B^T, P12'], [P12'^T, P22]]`` with ``P12' = P12 - B P22``;
-    ``H = [I 0]``, so the Joseph update ``A Pn A^T + r K K^T`` (``A = I - K H``) is
-    ``AP = Pn - K Pn[:k, :]``, ``AP - AP[:, :k] K^T + r K K^T``. Covariances are symmetric by
-    construction (the upper triangle is computed and mirrored)."""
-    L, n = x.shape
-    k = n // 2
+    the rounding differs); covariances are symmetric by construction (the upper triangle is
+    computed and mirrored)."""
+    n = x.shape[1]
     qs = 1.0 if dt == dt_nom else dt / dt_nom
-    B = work[0]                  # dt M^-1 (k, k) in the top-left corner
-    Pn = work[1]                 # predicted covariance
-    K = work[2]                  # Kalman gain (n, k) in the first k columns
-    AP = work[3]                 # (I - K H) Pn
-    S = work[4]                  # innovation covariance, then rows k..: scratch vectors
-    Sinv = work[5]
-    for i in range(L):
-        xi = x[i]
-        Pi = P[i]
-        for a in range(k):
-            for b in range(k):
-                B[a, b] = dt * M_inv[i, a, b]
-        # ---- predict: x <- F x + B u, u = tau - h (tau_ext before the step kept in S[k])
-        for a in range(k):
-            S[k, a] = xi[k + a]
-            S[k + 1, a] = tau[i, a] - h[i, a] - xi[k + a]
-        for a in range(k):
-            s = 0.0
-            for b in range(k):
-                s += B[a, b] * S[k + 1, b]
-            xi[a] += s
-        # rows < k of F P: P[a, :] - B[a, :] P[k:, :]  (into Pn, first k rows)
-        for a in range(k):
-            for c in range(n):
-                Pn[a, c] = Pi[a, c]
-            for b in range(k):
-                f = B[a, b]
-                for c in range(n):
-                    Pn[a, c] -= f * Pi[k + b, c]
-        # top-left block of F P F^T: (F P)[:k, :k] - (F P)[:k, k:] B^T (upper triangle)
-        for a in range(k):
-            for c in range(a, k):
-                s = 0.0
-                for b in range(k):
-                    s += Pn[a, k + b] * B[c, b]
-                Pn[a, c] -= s
-        for a in range(k):                       # mirror the first k rows (top-left upper, P12')
-            for c in range(a + 1, n):
-                Pn[c, a] = Pn[a, c]
-        for a in range(k, n):                    # the bottom-right block is P22
-            for c in range(a, n):
-                Pn[a, c] = Pi[a, c]
-                Pn[c, a] = Pi[a, c]
-        for a in range(n):
-            Pn[a, a] += q_diag[a] * qs if qs != 1.0 else q_diag[a]
-        # ---- correct with y = q_dot (H = [I 0]): K = Pn[:, :k] (Pn[:k, :k] + r I)^-1
-        for a in range(k):
-            for b in range(k):
-                S[a, b] = Pn[a, b]
-            S[a, a] += r
-        if not inv_small(S[:k, :k], Sinv[:k, :k], AP[:k, :k]):
+    for i in range(x.shape[0]):
+        td_predict(x[i], P[i], M_inv[i], tau[i], h[i], dt, qs, q_diag, work)
+        if not td_update(x[i], P[i], dq_meas[i], r, work):
             return SINGULAR
-        for a in range(n):
-            for b in range(k):
-                s = 0.0
-                for c in range(k):
-                    s += Pn[a, c] * Sinv[c, b]
-                K[a, b] = s
-        for a in range(k):
-            S[k + 1, a] = dq_meas[i, a] - xi[a]
-        for a in range(n):
+        score[i] = td_score(x[i], work[4, n // 2], dt)
+    return OK
+
+
+@njit(**INLINED)
+def td_predict(x, P, M_inv, tau, h, dt, qs, q_diag, work):
+    """Kalman predict of one leg's touchdown filter: ``x <- F x + B u`` in place and
+    ``Pn = F P F^T + qs Q`` into ``work[1]`` (:func:`td_predict_covariance`; ``P`` is read), with
+    ``B = dt M^-1`` (into ``work[0]``), ``u = tau - h`` and ``F = [[I, -B], [0, I]]``: ``q_dot``
+    [rad/s] integrates the joint acceleration ``M^-1 (tau - h - tau_ext)``, ``tau_ext`` [N m] is a
+    random walk. ``x`` ``(2k,)``, ``P`` ``(2k, 2k)``; ``M_inv`` ``(k, k)`` [1/(kg m^2)]; ``tau``,
+    ``h`` ``(k,)`` [N m]; ``dt`` [s]; ``qs`` the process-noise scale ``dt / dt_nom`` (exactly 1.0
+    at the nominal step); ``q_diag`` ``(2k,)`` the diagonal of ``Q``. Keeps ``tau_ext`` before the
+    step in ``work[4, k]`` (for :func:`td_score`)."""
+    k = M_inv.shape[0]
+    B = work[0]
+    S = work[4]
+    for a in range(k):
+        for b in range(k):
+            B[a, b] = dt * M_inv[a, b]
+    for a in range(k):
+        S[k, a] = x[k + a]
+        S[k + 1, a] = tau[a] - h[a] - x[k + a]
+    for a in range(k):
+        s = 0.0
+        for b in range(k):
+            s += B[a, b] * S[k + 1, b]
+        x[a] += s
+    td_predict_covariance(P, B, qs, q_diag, work[1])
+
+
+@njit(**INLINED)
+def td_predict_covariance(P, B, qs, q_diag, Pn):
+    """``Pn = F P F^T + qs diag(q_diag)`` for ``F = [[I, -B], [0, I]]`` (``B`` the top-left
+    ``(k, k)`` of its array; ``P``, ``Pn`` ``(2k, 2k)``, units of ``[q_dot; tau_ext]`` squared), on
+    the blocks: ``F P F^T = [[P11 - B P21 - P12' B^T, P12'], [P12'^T, P22]]`` with
+    ``P12' = P12 - B P22``. The upper triangle is computed and mirrored."""
+    n = P.shape[0]
+    k = n // 2
+    # rows < k of F P: P[a, :] - B[a, :] P[k:, :]  (into Pn, first k rows)
+    for a in range(k):
+        for c in range(n):
+            Pn[a, c] = P[a, c]
+        for b in range(k):
+            f = B[a, b]
+            for c in range(n):
+                Pn[a, c] -= f * P[k + b, c]
+    # top-left block of F P F^T: (F P)[:k, :k] - (F P)[:k, k:] B^T (upper triangle)
+    for a in range(k):
+        for c in range(a, k):
             s = 0.0
             for b in range(k):
-                s += K[a, b] * S[k + 1, b]
-            xi[a] += s
-        # Joseph form: AP = Pn - K Pn[:k, :]; P = AP - AP[:, :k] K^T + r K K^T (upper, mirrored)
-        for a in range(n):
+                s += Pn[a, k + b] * B[c, b]
+            Pn[a, c] -= s
+    for a in range(k):                       # mirror the first k rows (top-left upper, P12')
+        for c in range(a + 1, n):
+            Pn[c, a] = Pn[a, c]
+    for a in range(k, n):                    # the bottom-right block is P22
+        for c in range(a, n):
+            Pn[a, c] = P[a, c]
+            Pn[c, a] = P[a, c]
+    for a in range(n):
+        Pn[a, a] += q_diag[a] * qs if qs != 1.0 else q_diag[a]
+
+
+@njit(**INLINED)
+def td_update(x, P, dq_meas, r, work):
+    """Kalman update of one leg's touchdown filter after :func:`td_predict` (``Pn`` in ``work[1]``)
+    with the measured joint velocities ``dq_meas`` ``(k,)`` [rad/s]: ``y = q_dot + v``,
+    ``H = [I 0]``, ``r = sigma_dq_meas^2`` [(rad/s)^2]. Gain ``K = Pn[:, :k] (Pn[:k, :k] + r I)^-1``
+    (into ``work[2]``), ``x += K (y - q_dot)`` in place, ``P`` = the Joseph form
+    (:func:`td_joseph_covariance`). Returns False (``P`` not written) if the innovation covariance
+    is singular."""
+    n = x.shape[0]
+    k = n // 2
+    Pn, K, AP, S, Sinv = work[1], work[2], work[3], work[4], work[5]
+    for a in range(k):
+        for b in range(k):
+            S[a, b] = Pn[a, b]
+        S[a, a] += r
+    if not inv_small(S[:k, :k], Sinv[:k, :k], AP[:k, :k]):
+        return False
+    for a in range(n):
+        for b in range(k):
+            s = 0.0
+            for c in range(k):
+                s += Pn[a, c] * Sinv[c, b]
+            K[a, b] = s
+    for a in range(k):
+        S[k + 1, a] = dq_meas[a] - x[a]
+    for a in range(n):
+        s = 0.0
+        for b in range(k):
+            s += K[a, b] * S[k + 1, b]
+        x[a] += s
+    td_joseph_covariance(Pn, K, r, AP, P)
+    return True
+
+
+@njit(**INLINED)
+def td_joseph_covariance(Pn, K, r, AP, P):
+    """``P = A Pn A^T + r K K^T`` with ``A = I - K H``, ``H = [I 0]`` (Joseph form; ``Pn``, ``P``
+    ``(2k, 2k)``, ``K`` the first ``k`` columns of its array, ``r`` [(rad/s)^2]): with
+    ``AP = Pn - K Pn[:k, :]`` (into ``AP``), ``P = AP - AP[:, :k] K^T + r K K^T``, the upper
+    triangle computed and mirrored."""
+    n = Pn.shape[0]
+    k = n // 2
+    for a in range(n):
+        for c in range(n):
+            AP[a, c] = Pn[a, c]
+        for b in range(k):
+            f = K[a, b]
             for c in range(n):
-                AP[a, c] = Pn[a, c]
+                AP[a, c] -= f * Pn[b, c]
+    for a in range(n):
+        for c in range(a, n):
+            s = 0.0
+            t = 0.0
             for b in range(k):
-                f = K[a, b]
-                for c in range(n):
-                    AP[a, c] -= f * Pn[b, c]
-        for a in range(n):
-            for c in range(a, n):
-                s = 0.0
-                t = 0.0
-                for b in range(k):
-                    s += AP[a, b] * K[c, b]
-                    t += K[a, b] * K[c, b]
-                m = (AP[a, c] - s) + r * t
-                Pi[a, c] = m
-                Pi[c, a] = m
-        ss = 0.0
-        for a in range(k):
-            d = xi[k + a] - S[k, a]
-            ss += d * d
-        score[i] = math.sqrt(ss) / dt
-    return OK
+                s += AP[a, b] * K[c, b]
+                t += K[a, b] * K[c, b]
+            m = (AP[a, c] - s) + r * t
+            P[a, c] = m
+            P[c, a] = m
+
+
+@njit(**INLINED)
+def td_score(x, tau_prev, dt):
+    """The touchdown score of one leg: ``||tau_ext - tau_prev|| / dt`` [N m/s], ``x`` ``(2k,)`` the
+    filter state after the step, ``tau_prev`` (first ``k`` entries) ``tau_ext`` before it [N m],
+    ``dt`` [s]."""
+    k = x.shape[0] // 2
+    ss = 0.0
+    for a in range(k):
+        d = x[k + a] - tau_prev[a]
+        ss += d * d
+    return math.sqrt(ss) / dt
 
 
 class LandingTest(NamedTuple):
@@ -392,18 +473,41 @@ def vel_reliable(support, prev_support, cycles_old, n_ex, cycles, usable, exclud
 @kernel
 def vel_correct(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, used):
     """Soft-gated, information-weighted leg-kinematics correction, in place
-    (:meth:`.velocity.BaseVelocityFilter.correct`): ``z`` ``(L, 3)`` per-foot velocity
-    measurements [m/s, world], ``usable`` feet corrected with, ``evaluate`` feet whose ``d2`` is
-    computed (``usable | support``); ``r = sigma_meas^2``; writes ``d2`` (NaN when not evaluated),
-    ``inflation`` (``clip(d2 / gate, 1, cap)`` if ``gating`` else 1) and ``used``.
+    (:meth:`.velocity.BaseVelocityFilter.correct`): :func:`vel_soft_gating` of the feet, then one
+    :func:`vel_update` with their weighted mean. ``v`` (3,) base velocity [m/s, world], ``P``
+    (3, 3) its covariance [(m/s)^2]; ``z`` ``(L, 3)`` per-foot velocity measurements [m/s, world],
+    ``usable`` feet corrected with, ``evaluate`` feet whose ``d2`` is computed
+    (``usable | support``); ``r = sigma_meas^2`` [(m/s)^2]; writes ``d2`` (NaN when not
+    evaluated), ``inflation`` (``clip(d2 / gate, 1, cap)`` if ``gating`` else 1) and ``used``.
     Returns ``OK`` or ``SINGULAR`` (``v``, ``P`` untouched then)."""
+    ok, wsum, zb0, zb1, zb2 = vel_soft_gating(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation,
+                                              used)
+    if not ok:
+        return SINGULAR
+    if wsum == 0.0:
+        return OK
+    # all feet measure the same state (H = I): one update with the information-weighted mean
+    if not vel_update(v, P, r / wsum, zb0 / wsum, zb1 / wsum, zb2 / wsum):
+        return SINGULAR
+    return OK
+
+
+@njit(**INLINED)
+def vel_soft_gating(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, used):
+    """Chi-square soft gating of the feet's velocity measurements (arguments as :func:`vel_correct`):
+    with ``S = P + r I`` and the residual ``e_i = z_i - v``, ``d2_i = e_i^T S^-1 e_i`` (Mahalanobis
+    distance squared, chi-square with 3 DoF) for the ``evaluate`` feet, the measurement noise of
+    foot ``i`` inflated by ``c_i = clip(d2_i / gate, 1, cap)`` (1 without ``gating``). Writes
+    ``d2``, ``inflation``, ``used = usable``; returns ``(ok, sum of 1 / c_i, sum of z_i / c_i)``
+    over the usable feet (the latter as 3 floats [m/s]). ``ok`` False: ``S`` singular, nothing
+    written."""
     p0, p1, p2 = P[0, 0], P[0, 1], P[0, 2]
     p3, p4, p5 = P[1, 0], P[1, 1], P[1, 2]
     p6, p7, p8 = P[2, 0], P[2, 1], P[2, 2]
     v0, v1, v2 = v[0], v[1], v[2]
     ok, s0, s1, s2, s3, s4, s5, s6, s7, s8 = _inv3(p0 + r, p1, p2, p3, p4 + r, p5, p6, p7, p8 + r)
     if not ok:
-        return SINGULAR
+        return False, 0.0, 0.0, 0.0, 0.0
     wsum = zb0 = zb1 = zb2 = 0.0
     for i in range(z.shape[0]):
         used[i] = usable[i]
@@ -424,53 +528,38 @@ def vel_correct(v, P, z, usable, evaluate, r, gate, cap, gating, d2, inflation, 
             zb0 += w * za
             zb1 += w * zb
             zb2 += w * zc
-    if wsum == 0.0:
-        return OK
-    rho = r / wsum
-    e0, e1, e2 = zb0 / wsum - v0, zb1 / wsum - v1, zb2 / wsum - v2
-    ok, g0, g1, g2, g3, g4, g5, g6, g7, g8 = _inv3(p0 + rho, p1, p2, p3, p4 + rho, p5, p6, p7, p8 + rho)
+    return True, wsum, zb0, zb1, zb2
+
+
+@njit(**INLINED)
+def vel_update(v, P, rho, m0, m1, m2):
+    """Kalman update of the base velocity ``v`` (3,) [m/s, world] and its covariance ``P`` (3, 3)
+    [(m/s)^2], in place, with one measurement ``m = (m0, m1, m2)`` [m/s, world] of ``v`` itself
+    (``H = I``) of noise ``rho I`` [(m/s)^2]: ``K = P (P + rho I)^-1``, ``v += K (m - v)``,
+    ``P = (I - K) P (I - K)^T + rho K K^T`` (Joseph form), symmetrized. Returns False (``v``,
+    ``P`` untouched) if ``P + rho I`` is singular."""
+    p = (P[0, 0], P[0, 1], P[0, 2], P[1, 0], P[1, 1], P[1, 2], P[2, 0], P[2, 1], P[2, 2])
+    v0, v1, v2 = v[0], v[1], v[2]
+    e0, e1, e2 = m0 - v0, m1 - v1, m2 - v2
+    ok, g0, g1, g2, g3, g4, g5, g6, g7, g8 = _inv3(p[0] + rho, p[1], p[2], p[3], p[4] + rho, p[5], p[6], p[7],
+                                                   p[8] + rho)
     if not ok:
-        return SINGULAR
-    # K = P G
-    k0 = p0 * g0 + p1 * g3 + p2 * g6
-    k1 = p0 * g1 + p1 * g4 + p2 * g7
-    k2 = p0 * g2 + p1 * g5 + p2 * g8
-    k3 = p3 * g0 + p4 * g3 + p5 * g6
-    k4 = p3 * g1 + p4 * g4 + p5 * g7
-    k5 = p3 * g2 + p4 * g5 + p5 * g8
-    k6 = p6 * g0 + p7 * g3 + p8 * g6
-    k7 = p6 * g1 + p7 * g4 + p8 * g7
-    k8 = p6 * g2 + p7 * g5 + p8 * g8
-    v[0] = v0 + (k0 * e0 + k1 * e1 + k2 * e2)
-    v[1] = v1 + (k3 * e0 + k4 * e1 + k5 * e2)
-    v[2] = v2 + (k6 * e0 + k7 * e1 + k8 * e2)
-    # Joseph form: A P A^T + rho K K^T, A = I - K
-    a0, a1, a2, a3, a4, a5, a6, a7, a8 = 1.0 - k0, -k1, -k2, -k3, 1.0 - k4, -k5, -k6, -k7, 1.0 - k8
-    # AP = A P
-    b0 = a0 * p0 + a1 * p3 + a2 * p6
-    b1 = a0 * p1 + a1 * p4 + a2 * p7
-    b2 = a0 * p2 + a1 * p5 + a2 * p8
-    b3 = a3 * p0 + a4 * p3 + a5 * p6
-    b4 = a3 * p1 + a4 * p4 + a5 * p7
-    b5 = a3 * p2 + a4 * p5 + a5 * p8
-    b6 = a6 * p0 + a7 * p3 + a8 * p6
-    b7 = a6 * p1 + a7 * p4 + a8 * p7
-    b8 = a6 * p2 + a7 * p5 + a8 * p8
-    # (AP) A^T + rho K K^T
-    q0 = (b0 * a0 + b1 * a1 + b2 * a2) + rho * (k0 * k0 + k1 * k1 + k2 * k2)
-    q1 = (b0 * a3 + b1 * a4 + b2 * a5) + rho * (k0 * k3 + k1 * k4 + k2 * k5)
-    q2 = (b0 * a6 + b1 * a7 + b2 * a8) + rho * (k0 * k6 + k1 * k7 + k2 * k8)
-    q3 = (b3 * a0 + b4 * a1 + b5 * a2) + rho * (k3 * k0 + k4 * k1 + k5 * k2)
-    q4 = (b3 * a3 + b4 * a4 + b5 * a5) + rho * (k3 * k3 + k4 * k4 + k5 * k5)
-    q5 = (b3 * a6 + b4 * a7 + b5 * a8) + rho * (k3 * k6 + k4 * k7 + k5 * k8)
-    q6 = (b6 * a0 + b7 * a1 + b8 * a2) + rho * (k6 * k0 + k7 * k1 + k8 * k2)
-    q7 = (b6 * a3 + b7 * a4 + b8 * a5) + rho * (k6 * k3 + k7 * k4 + k8 * k5)
-    q8 = (b6 * a6 + b7 * a7 + b8 * a8) + rho * (k6 * k6 + k7 * k7 + k8 * k8)
+        return False
+    K = _mm3(p, (g0, g1, g2, g3, g4, g5, g6, g7, g8))
+    v[0] = v0 + (K[0] * e0 + K[1] * e1 + K[2] * e2)
+    v[1] = v1 + (K[3] * e0 + K[4] * e1 + K[5] * e2)
+    v[2] = v2 + (K[6] * e0 + K[7] * e1 + K[8] * e2)
+    A = (1.0 - K[0], -K[1], -K[2], -K[3], 1.0 - K[4], -K[5], -K[6], -K[7], 1.0 - K[8])     # I - K
+    APA = _mm3(_mm3(A, p), _tr3(A))
+    KK = _mm3(K, _tr3(K))
+    q0, q1, q2 = APA[0] + rho * KK[0], APA[1] + rho * KK[1], APA[2] + rho * KK[2]
+    q3, q4, q5 = APA[3] + rho * KK[3], APA[4] + rho * KK[4], APA[5] + rho * KK[5]
+    q6, q7, q8 = APA[6] + rho * KK[6], APA[7] + rho * KK[7], APA[8] + rho * KK[8]
     q01, q02, q12 = 0.5 * (q1 + q3), 0.5 * (q2 + q6), 0.5 * (q5 + q7)
     P[0, 0], P[0, 1], P[0, 2] = q0, q01, q02
     P[1, 0], P[1, 1], P[1, 2] = q01, q4, q12
     P[2, 0], P[2, 1], P[2, 2] = q02, q12, q8
-    return OK
+    return True
 
 
 # ---------------------------------------------------------------------------------- one cycle
@@ -537,27 +626,49 @@ def estimator_tick(ws, phase, cycle, p_foot, v_rel, first, dt, step, height_init
     Writes the outputs ``q`` ``(7 + n,)``, ``v`` ``(6 + n,)`` (Pinocchio conventions, base velocity
     in the base frame), ``v_world`` (3,), ``support``, ``nominal``, ``td_score`` [N m/s], ``d2``,
     ``inflation``, ``used``, ``excluded``. Returns ``(status, height_raw)``: ``OK`` or ``SINGULAR``;
-    the unfiltered support-foot base height [m] (NaN with no support foot)."""
+    the unfiltered support-foot base height [m] (NaN with no support foot).
+
+    The steps: :func:`base_orientation`, :func:`imu_at_base`, 1. :func:`touchdown_step`,
+    2. :func:`support_set`, 3. :func:`velocity_step`, 4. :func:`base_height`, 5. :func:`tick_outputs`."""
     w = ws[0]
-    leg_j, buf, st = w.leg_j, w.sample, w.st
-    td_x, td_score, td_touch, td_late = w.td_x, w.td_score, w.td_touch.view(np.bool_), w.td_late
-    tau_leg, dq_leg, z = w.tau_leg, w.dq_leg, w.z
-    support, nominal, used = w.support.view(np.bool_), w.nominal.view(np.bool_), w.used.view(np.bool_)
-    vf_v, vf_P, q_out, v_out = w.vf_v, w.vf_P, w.q, w.v
-    dt_nom, g_z = w.dt_nom, w.g_z
-    L, k = leg_j.shape
-    n = q_out.shape[0] - 7
-    # ---- orientation (normalized) and rotation base -> world
-    o = 3 * n
+    n = w.q.shape[0] - 7
+    quat, R = base_orientation(w.sample, 3 * n)
+    om, acc, f = imu_at_base(w, first, step)
+    if not touchdown_step(w, phase, cycle, om, acc, f, R, first, step):
+        return SINGULAR, math.nan
+    support = w.support.view(np.bool_)
+    support_set(phase, w.td_late, w.td_touch.view(np.bool_), w.nominal.view(np.bool_), support)
+    if velocity_step(w, support, p_foot, v_rel, om, f, R, first, dt, step) != OK:
+        return SINGULAR, math.nan
+    pz, h_raw = base_height(w, support, p_foot, R, first, step, height_init)
+    tick_outputs(w, quat, om, R, pz, first, step)
+    return OK, h_raw
+
+
+@njit(**INLINED)
+def base_orientation(buf, o):
+    """The IMU quaternion ``buf[o:o + 4]`` (``xyzw``, base -> world) normalized, and the rotation
+    matrix base -> world ``R`` as a row-major 9-tuple: ``((qx, qy, qz, qw), R)``."""
     qx, qy, qz, qw = buf[o], buf[o + 1], buf[o + 2], buf[o + 3]
     qn = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
     qx, qy, qz, qw = qx / qn, qy / qn, qz / qn, qw / qn
-    r00, r01, r02 = 1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw)
-    r10, r11, r12 = 2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw)
-    r20, r21, r22 = 2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy)
-    wx, wy, wz = buf[o + 4], buf[o + 5], buf[o + 6]
-    fx, fy, fz = buf[o + 7], buf[o + 8], buf[o + 9]
-    # ---- base angular acceleration, specific force at the base origin
+    R = (1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw),
+         2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw),
+         2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy))
+    return (qx, qy, qz, qw), R
+
+
+@njit(**INLINED)
+def imu_at_base(w, first, step):
+    """The IMU sample of the record ``w`` moved to the base origin, base frame: ``(gyro [rad/s],
+    angular acceleration [rad/s^2], specific force [m/s^2])``, each a 3-tuple. The angular
+    acceleration is the gyro's difference to the previous sample (``st[3:6]``) over ``step`` [s], 0
+    on the first sample; with the IMU at ``imu_r`` [m] off the origin (``imu_offset``) the specific
+    force loses the lever arm's ``alpha x r + w x (w x r)``."""
+    buf, st = w.sample, w.st
+    o = 3 * (w.q.shape[0] - 7) + 4                  # the gyro's offset in the sample (sample_layout)
+    wx, wy, wz = buf[o], buf[o + 1], buf[o + 2]
+    fx, fy, fz = buf[o + 3], buf[o + 4], buf[o + 5]
     if first:
         ax_, ay_, az_ = 0.0, 0.0, 0.0
     else:
@@ -569,7 +680,21 @@ def estimator_tick(ws, phase, cycle, p_foot, v_rel, first, dt, step, height_init
         fx -= ay_ * rz - az_ * ry + wy * cz - wz * cy
         fy -= az_ * rx - ax_ * rz + wz * cx - wx * cz
         fz -= ax_ * ry - ay_ * rx + wx * cy - wy * cx
-    # ---- 1. touchdown filters
+    return (wx, wy, wz), (ax_, ay_, az_), (fx, fy, fz)
+
+
+@njit(**INLINED)
+def touchdown_step(w, phase, cycle, om, acc, f, R, first, step):
+    """1. The touchdown detector of every leg on the record ``w``: the legs' applied torques [N m]
+    and joint velocities [rad/s] from the sample, the leg bias (plus ``M_iB a_B`` from the IMU,
+    :func:`base_acceleration`, with ``base_coupling``), the Kalman filters (:func:`td_filter`; on
+    the first sample only the scores, 0) and the touchdown decision (:func:`td_detect`). ``om``,
+    ``acc``, ``f``, ``R`` from :func:`imu_at_base` and :func:`base_orientation`; ``step`` [s].
+    Returns False if a filter's matrix was singular (the landing test not run then)."""
+    leg_j, buf, td_score = w.leg_j, w.sample, w.td_score
+    tau_leg, dq_leg = w.tau_leg, w.dq_leg
+    L, k = leg_j.shape
+    n = w.q.shape[0] - 7
     for i in range(L):
         for a in range(k):
             j = leg_j[i, a]
@@ -581,50 +706,94 @@ def estimator_tick(ws, phase, cycle, p_foot, v_rel, first, dt, step, height_init
     else:
         h = w.h_leg
         if w.base_coupling:
-            vx, vy, vz = st[6], st[7], st[8]
-            a_b = w.a_b
-            a_b[0] = fx + g_z * r20 - (wy * vz - wz * vy)
-            a_b[1] = fy + g_z * r21 - (wz * vx - wx * vz)
-            a_b[2] = fz + g_z * r22 - (wx * vy - wy * vx)
-            a_b[3], a_b[4], a_b[5] = ax_, ay_, az_
-            coupled_bias(w.h_leg, w.M_lb, a_b, w.h_cpl)
+            base_acceleration(w, om, acc, f, R)
+            coupled_bias(w.h_leg, w.M_lb, w.a_b, w.h_cpl)
             h = w.h_cpl
-        if td_filter(td_x, w.td_P, w.M_inv, tau_leg, h, dq_leg, step, dt_nom, w.td_q_diag, w.td_r, td_score,
+        if td_filter(w.td_x, w.td_P, w.M_inv, tau_leg, h, dq_leg, step, w.dt_nom, w.td_q_diag, w.td_r, td_score,
                      w.td_work) != OK:
-            return SINGULAR, math.nan
-    td_detect(phase, cycle, td_score, LandingTest(w.gamma, w.n_land, w.late_max), td_touch, w.td_count,
-              w.td_latched, w.td_prev_phase, w.td_prev_cycle, td_late, w.td_event)
-    # ---- 2. support set (a late leg stays out of it until its contact is seen)
-    for i in range(L):
+            return False
+    td_detect(phase, cycle, td_score, LandingTest(w.gamma, w.n_land, w.late_max), w.td_touch.view(np.bool_),
+              w.td_count, w.td_latched, w.td_prev_phase, w.td_prev_cycle, w.td_late, w.td_event)
+    return True
+
+
+@njit(**INLINED)
+def base_acceleration(w, om, acc, f, R):
+    """The base's spatial acceleration ``a_B`` into ``w.a_b`` (Pinocchio's base-frame convention,
+    linear [m/s^2] then angular [rad/s^2]): the specific force plus gravity in the base frame
+    ``f + R^T g`` less ``w x v_B`` (``v_B`` the previous sample's base velocity, ``st[6:9]``),
+    and the angular acceleration ``acc``. ``om`` the gyro [rad/s]; ``R`` base -> world."""
+    st, a_b, g_z = w.st, w.a_b, w.g_z
+    wx, wy, wz = om
+    vx, vy, vz = st[6], st[7], st[8]
+    a_b[0] = f[0] + g_z * R[6] - (wy * vz - wz * vy)
+    a_b[1] = f[1] + g_z * R[7] - (wz * vx - wx * vz)
+    a_b[2] = f[2] + g_z * R[8] - (wx * vy - wy * vx)
+    a_b[3], a_b[4], a_b[5] = acc
+
+
+@njit(**INLINED)
+def support_set(phase, late, touchdown, nominal, support):
+    """2. The estimated support set ``(L,)``: ``nominal`` the gait's support phase, ``support`` a
+    nominal support leg that is not late (``late`` > 0: kept out until its contact is seen) or a
+    leg whose touchdown was detected."""
+    for i in range(phase.shape[0]):
         nominal[i] = phase[i] == SUPPORT
-        support[i] = (nominal[i] and td_late[i] == 0) or td_touch[i]
-    # ---- 3. base velocity
+        support[i] = (nominal[i] and late[i] == 0) or touchdown[i]
+
+
+@njit(**INLINED)
+def velocity_step(w, support, p_foot, v_rel, om, f, R, first, dt, step):
+    """3. The base-velocity filter on the record ``w``: prediction with the IMU
+    (``a_world = R f + g``, skipped on the first sample or with ``dt`` = 0), the support feet's
+    exclusion counters (:func:`vel_reliable`), the feet's velocity measurements
+    (:func:`leg_velocity_measurements`) and the soft-gated correction (:func:`vel_correct`).
+    ``support`` ``(L,)``; ``p_foot``, ``v_rel``, ``om``, ``f``, ``R`` as :func:`estimator_tick`,
+    :func:`imu_at_base`, :func:`base_orientation`; ``dt``, ``step`` [s]. Returns ``OK`` or
+    ``SINGULAR``."""
     if not first and dt > 0:
-        vel_predict(vf_v, vf_P, r00 * fx + r01 * fy + r02 * fz, r10 * fx + r11 * fy + r12 * fz,
-                    r20 * fx + r21 * fy + r22 * fz + g_z, step, dt_nom, w.vf_q)
-    vf_cycles = w.vf_cycles
+        vel_predict(w.vf_v, w.vf_P, R[0] * f[0] + R[1] * f[1] + R[2] * f[2],
+                    R[3] * f[0] + R[4] * f[1] + R[5] * f[2], R[6] * f[0] + R[7] * f[1] + R[8] * f[2] + w.g_z,
+                    step, w.dt_nom, w.vf_q)
+    used, vf_cycles = w.used.view(np.bool_), w.vf_cycles
     vel_reliable(support, w.vf_prev_support.view(np.bool_), vf_cycles, w.n_ex, vf_cycles, used,
                  w.excluded.view(np.bool_))
-    for i in range(L):
+    leg_velocity_measurements(p_foot, v_rel, om, R, w.z)
+    return vel_correct(w.vf_v, w.vf_P, w.z, used, support, w.vf_r, w.gate, w.cap, w.gating, w.d2, w.inflation,
+                       used)
+
+
+@njit(**INLINED)
+def leg_velocity_measurements(p_foot, v_rel, om, R, z):
+    """Each foot's measurement of the base velocity, assuming the foot at rest in the world:
+    ``z_i = R (-(w x p_i) - J_p,i dq_i)`` ``(L, 3)`` [m/s, world] from the foot points ``p_foot``
+    [m] and ``v_rel = J_p dq`` [m/s] in the base frame, the gyro ``om`` [rad/s], ``R`` base -> world."""
+    wx, wy, wz = om
+    for i in range(p_foot.shape[0]):
         px, py, pz = p_foot[i, 0], p_foot[i, 1], p_foot[i, 2]
-        # p x w - J_p dq (base frame), then to the world: R (-(w x p) - J_p dq)
+        # p x w - J_p dq (base frame), then to the world
         bx = (py * wz - pz * wy) - v_rel[i, 0]
         by = (pz * wx - px * wz) - v_rel[i, 1]
         bz = (px * wy - py * wx) - v_rel[i, 2]
-        z[i, 0] = bx * r00 + by * r01 + bz * r02
-        z[i, 1] = bx * r10 + by * r11 + bz * r12
-        z[i, 2] = bx * r20 + by * r21 + bz * r22
-    if vel_correct(vf_v, vf_P, z, used, support, w.vf_r, w.gate, w.cap, w.gating, w.d2, w.inflation, used) != OK:
-        return SINGULAR, math.nan
-    vwx, vwy, vwz = vf_v[0], vf_v[1], vf_v[2]
-    # ---- 4. height: mean over the support feet of foot_radius - (R p_i)_z, low-passed
-    px, py, pz = st[0], st[1], st[2]
+        z[i, 0] = bx * R[0] + by * R[1] + bz * R[2]
+        z[i, 1] = bx * R[3] + by * R[4] + bz * R[5]
+        z[i, 2] = bx * R[6] + by * R[7] + bz * R[8]
+
+
+@njit(**INLINED)
+def base_height(w, support, p_foot, R, first, step, height_init):
+    """4. The base height [m]: the raw height ``foot_radius - mean_i (R p_i)_z`` over the support
+    feet (NaN with none), low-passed (``alpha_nom`` at the nominal step, else from ``cutoff_hz``
+    and ``step`` [s]), integrated from the velocity filter's ``v_z`` with no support foot; on the
+    first sample ``height_init`` (NaN: the raw height, 0 with no support foot). Returns
+    ``(height, raw height)``; the previous height is ``st[2]``."""
+    pz = w.st[2]
     n_sup = 0
     zsum = 0.0
-    for i in range(L):
+    for i in range(support.shape[0]):
         if support[i]:
             n_sup += 1
-            zsum += p_foot[i, 0] * r20 + p_foot[i, 1] * r21 + p_foot[i, 2] * r22
+            zsum += p_foot[i, 0] * R[6] + p_foot[i, 1] * R[7] + p_foot[i, 2] * R[8]
     h_raw = w.foot_radius - zsum / n_sup if n_sup else math.nan
     if first:
         if not math.isnan(height_init):
@@ -632,31 +801,42 @@ def estimator_tick(ws, phase, cycle, p_foot, v_rel, first, dt, step, height_init
         else:
             pz = h_raw if n_sup else 0.0
     elif n_sup:
-        alpha = w.alpha_nom if step == dt_nom else 1.0 - math.exp(-2.0 * math.pi * w.cutoff_hz * step)
+        alpha = w.alpha_nom if step == w.dt_nom else 1.0 - math.exp(-2.0 * math.pi * w.cutoff_hz * step)
         pz += alpha * (h_raw - pz)
     else:
-        pz += step * vwz
-    # ---- 5. x, y
+        pz += step * w.vf_v[2]
+    return pz, h_raw
+
+
+@njit(**INLINED)
+def tick_outputs(w, quat, om, R, pz, first, step):
+    """5. The base position ``x``, ``y`` [m] integrated from the filtered world velocity over
+    ``step`` [s] (not on the first sample), the height ``pz`` [m]; writes the outputs ``q``, ``v``
+    (base velocity ``R^T v_world`` in the base frame [m/s], gyro ``om`` [rad/s], the joints from the
+    sample), ``v_world`` and the state carried to the next cycle ``st`` (position, gyro, base
+    velocity in the base frame)."""
+    st, buf, q_out, v_out, vf_v = w.st, w.sample, w.q, w.v, w.vf_v
+    n = q_out.shape[0] - 7
+    vwx, vwy, vwz = vf_v[0], vf_v[1], vf_v[2]
+    px, py = st[0], st[1]
     if not first:
         px += step * vwx
         py += step * vwy
-    vbx = r00 * vwx + r10 * vwy + r20 * vwz
-    vby = r01 * vwx + r11 * vwy + r21 * vwz
-    vbz = r02 * vwx + r12 * vwy + r22 * vwz
-    # ---- outputs and the state carried to the next cycle
+    vbx = R[0] * vwx + R[3] * vwy + R[6] * vwz
+    vby = R[1] * vwx + R[4] * vwy + R[7] * vwz
+    vbz = R[2] * vwx + R[5] * vwy + R[8] * vwz
     q_out[0], q_out[1], q_out[2] = px, py, pz
-    q_out[3], q_out[4], q_out[5], q_out[6] = qx, qy, qz, qw
+    q_out[3], q_out[4], q_out[5], q_out[6] = quat
     v_out[0], v_out[1], v_out[2] = vbx, vby, vbz
-    v_out[3], v_out[4], v_out[5] = wx, wy, wz
+    v_out[3], v_out[4], v_out[5] = om
     for j in range(n):
         q_out[7 + j] = buf[j]
         v_out[6 + j] = buf[n + j]
     v_world = w.v_world
     v_world[0], v_world[1], v_world[2] = vwx, vwy, vwz
     st[0], st[1], st[2] = px, py, pz
-    st[3], st[4], st[5] = wx, wy, wz
+    st[3], st[4], st[5] = om
     st[6], st[7], st[8] = vbx, vby, vbz
-    return OK, h_raw
 
 
 _warm = False
