@@ -593,16 +593,16 @@ def test_cbf_rows_known_entries():
 
 
 def test_barrier_legs_support_and_late_legs():
-    """The legs with a CBF row: the support set, and the late legs (out of it, a planned swing, nominal
-    phase back at support, ``late_descent`` > 0); not a leg in its nominal swing, nor one never planned
-    (held). Compiled == numpy."""
+    """The legs with a CBF row: the support set, and the landing legs out of it after a planned swing
+    start: in the swing-down, or late (nominal phase back at support, ``late_descent`` > 0); not a
+    leg lifting off, nor one never planned (held). Compiled == numpy."""
     from legged_wbc.gait import SUPPORT, SWING_DOWN, SWING_UP
 
     support = np.array([True, False, False, False, False, True])
     phases = np.array([SUPPORT, SUPPORT, SWING_DOWN, SWING_UP, SUPPORT, SWING_DOWN], dtype=np.int64)
     planned = np.array([1, 1, 1, 1, 0, 0], dtype=np.uint8)
     out = np.zeros(6, dtype=np.uint8)
-    for late_v, expect in ((0.4, [1, 1, 0, 0, 0, 1]), (0.0, [1, 0, 0, 0, 0, 1])):
+    for late_v, expect in ((0.4, [1, 1, 1, 0, 0, 1]), (0.0, [1, 0, 1, 0, 0, 1])):
         cbf.barrier_legs(support, phases, planned, late_v, out)
         np.testing.assert_array_equal(out, expect)
         np.testing.assert_array_equal(cbf.barrier_legs_reference(support, phases, planned, late_v), np.array(expect, bool))

@@ -260,7 +260,7 @@ def _ldp_torque_and_cbf_rows(legs, w):
             Ay[a, nf + leg_v[i, r]] = s
         if w.n_slack > 0:               # the slack's column: 0 until a solve needs it (ldp_slack_on)
             Ay[a, nf + nv + i] = dinv[nf + nv + i] if w.slack_on[0] else 0.0
-        if w.cbf_on and w.cbf_leg[i] != 0:         # support and late legs (blocks.cbf.barrier_legs)
+        if w.cbf_on and w.cbf_leg[i] != 0:         # support and landing legs (blocks.cbf.barrier_legs)
             ubl[ms + a], ubu[ms + a] = cbf_bounds(w, i, legs.theta[i], legs.theta_dot[i], legs.dJ_theta_dq[i])
         else:
             ubl[ms + a] = -INF

@@ -1,24 +1,28 @@
-"""Relative-pitch control-barrier rows (paper sec. 4.3): on support legs and late legs in ``cbf`` mode
+"""Relative-pitch control-barrier rows (paper sec. 4.3): on support legs and landing legs in ``cbf`` mode
 
 ``-(k_p (theta - theta_lo) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
 <= k_p (theta_hi - theta) - k_d theta_dot - J_theta_dot q_dot``,
 
 loose (``+-INF``) otherwise, so every mode and contact state has the same problem size.
 
-The paper puts the rows on support legs only. We also put them on **late** legs (:func:`barrier_legs`):
-a leg out of the support set after its nominal swing, which the swing kernel keeps descending
-(``late_descent``, :func:`.swing.swing_torques`) and which joins the support set at whatever tick
-its touchdown is seen; with only the soft swing-pitch task (``kp_swing_pitch``) on it, it could
-land with its pitch already past a bound. The row is as valid for such a leg as for a support leg:
+The paper puts the rows on support legs only. We also put them on **landing** legs
+(:func:`barrier_legs`): legs out of the support set in the second half of their nominal swing
+(``SWING_DOWN``: an early touchdown brings them into the support set) or late (after their nominal
+swing, kept descending by the swing kernel, ``late_descent``, :func:`.swing.swing_torques`). Such a
+leg joins the support set at whatever tick its touchdown is seen; with only the soft swing-pitch
+task (``kp_swing_pitch``) on it, it could land with its pitch already past a bound (a foot grazing a
+step's edge in the swing-down pushed one to 0.375 rad). The row is as valid for such a leg as for a
+support leg:
 its pitch acceleration is ``J_theta q_ddot + J_theta_dot q_dot`` with the QP's ``q_ddot`` (which the
 torque rows realize) plus what the swing PD torque ``tau_sw``, added outside the QP, gives; with
 ``swing_pitch_projection`` (the default) ``tau_sw`` is projected so that ``J_theta M_ll^-1 tau_sw =
 0``, i.e. it gives none, to the leg-block approximation of the mass matrix (the leg's coupling to
 the base and other legs through ``M`` neglected, as the projection does). The leg has no contact
-force (its ``f_z`` bound is 0, so the pyramid holds its force at 0), so nothing else acts on it. With
-the projection off, ``tau_sw`` moves the pitch and the row bounds only the QP's part of it. Legs in
-a nominal swing keep no row (the paper's; they are far from touchdown and their pitch task
-re-centres them).
+force (its ``f_z`` bound is 0, so the pyramid holds its force at 0), so nothing else acts on it
+but an unseen contact (a grazed edge), which the barrier then meets as it meets a disturbance on a
+support leg. With the projection off, ``tau_sw`` moves the pitch and the row bounds only the QP's
+part of it. Legs lifting off (``SWING_UP``) keep no row: they do not land, and their pitch task
+re-centres them before the swing-down.
 ``par`` fields: ``cbf_on``, ``kp_b``, ``kd_b``, ``th_lo``, ``th_hi`` (the bounds with the margin),
 ``cbf_shift`` (N, 2): per leg, how far the lower / upper bound moves inwards this cycle
 (``cbf_margin_mode: tau_ext``, :func:`disturbance_shift`; else 0), ``leg_v`` (N, 4) columns of each
@@ -38,7 +42,7 @@ from numba import njit
 
 from legged_wbc.jit import announce_compiles
 
-from legged_wbc.gait import SUPPORT
+from legged_wbc.gait import SUPPORT, SWING_DOWN
 from legged_wbc.model import null_vectors
 
 from ..qp import INF
@@ -49,17 +53,19 @@ announce_compiles(__name__)          # one line on stderr if this process has to
 
 @njit(cache=True)
 def barrier_legs(support, phases, planned, late_descent, out):
-    """``out[i]`` (N; 1 / 0): leg ``i`` carries a CBF row this cycle: it is in the support set, or it
-    is late (out of it with its nominal phase back at ``SUPPORT`` after a planned swing, and
-    ``late_descent`` > 0: the swing kernel's late branch, :func:`.swing.swing_torques`)."""
+    """``out[i]`` (N; 1 / 0): leg ``i`` carries a CBF row this cycle: it is in the support set, or, after
+    a planned swing start, it is landing: in its nominal ``SWING_DOWN``, or late (its nominal phase
+    back at ``SUPPORT`` and ``late_descent`` > 0: the swing kernel's late branch,
+    :func:`.swing.swing_torques`)."""
     for i in range(support.shape[0]):
-        late = planned[i] != 0 and phases[i] == SUPPORT and late_descent > 0.0
-        out[i] = 1 if support[i] or late else 0
+        landing = planned[i] != 0 and (phases[i] == SWING_DOWN or (phases[i] == SUPPORT and late_descent > 0.0))
+        out[i] = 1 if support[i] or landing else 0
 
 
 def barrier_legs_reference(support, phases, planned, late_descent) -> np.ndarray:
     """:func:`barrier_legs` in numpy (bool, N)."""
-    return support | (np.asarray(planned, bool) & (phases == SUPPORT) & (late_descent > 0.0))
+    late = (phases == SUPPORT) & (late_descent > 0.0)
+    return support | (np.asarray(planned, bool) & ((phases == SWING_DOWN) | late))
 
 
 @njit(cache=True)
