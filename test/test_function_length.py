@@ -19,7 +19,6 @@ ALLOWED: dict[str, str] = {
     "state_estimator/kernels.py:estimator_tick": _KERNEL,
     "state_estimator/kernels.py:td_filter": _KERNEL,
     "state_estimator/kernels.py:vel_correct": _KERNEL,
-    "mujoco_bridge/scheduler.py:BridgeScheduler.run_realtime": "the realtime loop, one step per pass; not split yet",
 }
 
 
