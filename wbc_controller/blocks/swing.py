@@ -215,7 +215,7 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     return started
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def late_descent_reference(i, p, v_p, v_end, late_descent, Pr, Vr, Ar):
     """Leg ``i`` after its nominal swing (a late touchdown; feet at ``p`` moving at ``v_p``, swing
     end velocities ``v_end``, (N, 3) each) keeps descending at ``late_descent`` [m/s]: velocity
@@ -227,7 +227,7 @@ def late_descent_reference(i, p, v_p, v_end, late_descent, Pr, Vr, Ar):
         Ar[c] = LATE_GAIN * (Vr[c] - v_p[i, c])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def hold_reference(i, p, Pr, Vr, Ar):
     """Leg ``i`` holds its foot where it is (``p``, (N, 3)): zero velocity and acceleration references."""
     for c in range(3):
@@ -236,7 +236,7 @@ def hold_reference(i, p, Pr, Vr, Ar):
         Ar[c] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def swing_pd_torque(i, p, v_p, J, Pr, Vr, kp, kd, f, t_sw):
     """Leg ``i``'s swing PD (feet at ``p`` moving at ``v_p``, leg Jacobians ``J``): the foot force
     ``f = K_p (Pr - p) + K_d (Vr - v_p)`` (base frame) and its joint torques ``t_sw = J_p^T f`` (4)."""
@@ -246,7 +246,7 @@ def swing_pd_torque(i, p, v_p, J, Pr, Vr, kp, kd, f, t_sw):
         t_sw[k] = J[i, 0, k] * f[0] + J[i, 1, k] * f[1] + J[i, 2, k] * f[2]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pitch_projection(i, J, M, leg_v, t_sw, Jt, Minv_Jt, Mll, lu):
     """Remove from leg ``i``'s torques ``t_sw`` (4, in place) the part that would accelerate its
     relative pitch: ``t' = t - J_th (J_th M_ll^-1 t) / (J_th M_ll^-1 J_th)`` with the leg block
@@ -284,7 +284,8 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
     ``projection``, ``late_descent``, ``stumble_lift``.
 
     The steps take the leg's index and arrays, not the :class:`LegBatch` / :class:`SwingPlan`
-    tuples: handing a tuple of arrays to a kernel once per leg made this one 10-30 % slower."""
+    tuples (handing a tuple of arrays to a kernel once per leg made this one 10-30 % slower), and
+    are inlined (``inline="always"``: without, a few % slower than the kernel in one piece)."""
     p, v_p, J = legs.p, legs.v_p, legs.J
     planned, sw_start, sw_target, sw_v_start = plan.planned, plan.start, plan.target, plan.v_start
     sw_v_end, sw_duration = plan.v_end, plan.duration
