@@ -10,22 +10,19 @@ act from the next tick). ``duration`` > 0: the node exits (status 0) after that 
 import signal
 import sys
 import threading
-import time
 
 import numpy as np
-from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-from legged_wbc.model import RobotModel
 from legged_wbc.robot import ConfigError
 from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, tf_publisher, io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
-from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, delay_ticks, initial_height,  # noqa: F401
-                                          load_scenario_config, scenario_disturbance, scenario_sim, sensor_noise)
+from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, bridge_simulation, delay_ticks,
+                                          scenario_disturbance)
 from mujoco_bridge.scheduler import PHYSICS_DT_NS, BridgePorts, BridgeScheduler
 from mujoco_bridge.timing import WallStamps
 
@@ -37,18 +34,25 @@ class MujocoBridge(Node):
         super().__init__("mujoco_bridge", **kwargs)
         self.params = NodeParameters(self, BridgeConfig, on_change=self._on_config)
         cfg = self.cfg = self.params.config
-        log = self.get_logger()
-        self.robot = RobotModel(cfg.robot)
-        self.scenario = load_scenario_config(cfg.scenario)
-        self.sim = scenario_sim(self.robot, self.scenario, sensor_noise(self.scenario, cfg.noise_joint_velocity,
-                                                                        cfg.noise_gyro, cfg.noise_accel, cfg.noise_seed))
-        if abs(self.sim.dt * 1e9 - PHYSICS_DT_NS) > 1e-3:
-            raise RuntimeError(f"physics step {self.sim.dt} s, the bridge expects 0.001 s")
+        self._init_simulation(cfg)
+        self._init_scheduler(cfg)
+        self._init_publishers(cfg)
+        self._init_subscriptions(cfg)
+        self._init_observers(cfg)
+        self.get_logger().info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
+                               f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario="
+                               f"{cfg.scenario}, initial base height {self.q0[2]:.3f} m")
+
+    def _init_simulation(self, cfg: BridgeConfig) -> None:
+        """Robot model, scenario and simulation, reset to the initial pose (:func:`bridge_simulation`)."""
+        self.robot, self.scenario, self.sim, self.q0 = bridge_simulation(cfg)
         self.n, self.joint_names, self.leg_names = self.robot.n, list(self.robot.joint_names), self.robot.cfg.leg_names
         self.lockstep, self.untimed = cfg.lockstep, cfg.command_timing == "untimed"
         self._wall = WallStamps() if cfg.sample_stamps == "wall" else None   # hardware emulation (BridgeConfig)
-        self.q0 = self.robot.stance_configuration(initial_height(cfg.initial_height, self.scenario))
-        self.sim.reset(self.q0)
+
+    def _init_scheduler(self, cfg: BridgeConfig) -> None:
+        """The scheduler (its ports: this node's bound methods) and the physics step with the disturbance hook."""
+        log = self.get_logger()
         self.ports = BridgePorts(None, self.publish_sample, self.sim.joint_velocities, self.peers_missing,
                                  self.settle_peers)            # what the scheduler calls: bound methods, no layer
         self.sched = BridgeScheduler(cfg, self.ports, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps,
@@ -59,11 +63,11 @@ class MujocoBridge(Node):
         self.ports.physics_step = self.physics.step
         self.request_stop = self.sched.request_stop            # from a signal handler or the container
 
+    def _init_publishers(self, cfg: BridgeConfig) -> None:
+        """The publishers; messages built once with their constant parts, filled only when wanted."""
         qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-        nz, zero_n = self.sim.noise, np.zeros(self.n)
-        # the messages, built once with their constant parts; values in, filled only for whoever needs a message
-        A = adapters
+        nz, zero_n, A = self.sim.noise, np.zeros(self.n), adapters
         published = (
             (A.JointStateAdapter(ros_io.joint_state_msg(0, self.joint_names, zero_n, zero_n, zero_n)),
              ros_io.TOPIC_JOINT_STATES),
@@ -81,6 +85,9 @@ class MujocoBridge(Node):
                                            (ros_io.TOPIC_BRIDGE_DIAGNOSTICS, ros_io.TOPIC_COMMAND_LATENCY)]
         self._pubs = [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
                       self.pub_diag, self.pub_latency]
+
+    def _init_subscriptions(self, cfg: BridgeConfig) -> None:
+        """Torque commands; with a scenario disturbance, also the estimated support set (the gating)."""
         cmd_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50,
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
         self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
@@ -88,21 +95,22 @@ class MujocoBridge(Node):
         self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                   cmd_qos, adapter=adapters.JointStateAdapter)
         self._leg_order = ros_io.JointOrder(self.leg_names)
-        self.sub_support = self.viewer = None
+        self.sub_support = None
         if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
             self.sub_support = ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT,
                                                           self._on_support, cmd_qos,
                                                           adapter=adapters.JointStateAdapter)
             self.sched.wait_for_support = True
+
+    def _init_observers(self, cfg: BridgeConfig) -> None:
+        """Off the physics path: the viewer, /diagnostics, the ground-truth /tf."""
+        self.viewer = None
         if cfg.viewer:   # its own MjData and thread (off the physics path); else one line why not, headless
             from mujoco_bridge.viewer import open_viewer
 
             self.viewer = viewer if (viewer := open_viewer(self.sim.m)).active else None
         self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
         self.gt_tf = tf_publisher.attach_ground_truth(self, cfg.tf_rate)   # /tf world -> base_link_ground_truth
-        log.info(f"{self.robot.cfg.name}: {self.n} joints, mode={cfg.mode}, control period "
-                 f"{cfg.control_period_steps} ms, duration={cfg.duration or 'inf'} s, scenario={cfg.scenario}, "
-                 f"initial base height {self.q0[2]:.3f} m")
 
     source_time = None    # realtime, split: () -> the delivered command's frame's send time [s]
     # the disturbance hook ``disturbance_fn(t, sim) -> torque | None`` (see mujoco_bridge.scenario_setup)
@@ -189,18 +197,10 @@ class MujocoBridge(Node):
         if ticks:
             self.pub_latency.publish(ros_io.command_latency_msg(ticks, latency))
 
-    def flush_publishers(self, timeout: float = 5.0) -> None:
-        """Wait until subscribers acked the last samples (exiting at once lost 3 of 501; Fast DDS acks: 3 s)."""
-        t_end = time.monotonic() + timeout
-        for pub in self._pubs:
-            left = max(0.0, t_end - time.monotonic())
-            if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
-                self.get_logger().warning(f"{pub.topic_name}: not all samples acknowledged within {timeout:g} s")
-
     def run(self) -> int:
         if self.sched.run():
             self.publish_diagnostics()
-            self.flush_publishers()
+            ros_io.wait_for_acks(self, self._pubs)   # the subscribers have the last samples before we exit
             self.get_logger().info(self.sched.summary())
         return 0
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from legged_wbc.conventions import PHYSICS_DT_NS
+from legged_wbc.model import RobotModel
 from mujoco_bridge.sim import STEPS_PER_TICK, MujocoSim, SensorNoise
 
 
@@ -61,6 +63,22 @@ def scenario_sim(robot, scenario, noise: SensorNoise) -> MujocoSim:
     if scenario is not None:
         sim.set_physics(**scenario.physics())
     return sim
+
+
+def bridge_simulation(cfg) -> tuple[RobotModel, object, MujocoSim, np.ndarray]:
+    """The bridge's robot model, scenario (:func:`load_scenario_config`, or None), simulation
+    (:func:`scenario_sim` with :func:`sensor_noise`; its physics step must be 1 ms) and initial
+    configuration (:func:`initial_height`), the simulation reset to it: ``(robot, scenario, sim,
+    q0)``. ``cfg``: the bridge's parameters (:class:`~mujoco_bridge.config.BridgeConfig`)."""
+    robot = RobotModel(cfg.robot)
+    scenario = load_scenario_config(cfg.scenario)
+    sim = scenario_sim(robot, scenario, sensor_noise(scenario, cfg.noise_joint_velocity, cfg.noise_gyro,
+                                                     cfg.noise_accel, cfg.noise_seed))
+    if abs(sim.dt * 1e9 - PHYSICS_DT_NS) > 1e-3:
+        raise RuntimeError(f"physics step {sim.dt} s, the bridge expects 0.001 s")
+    q0 = robot.stance_configuration(initial_height(cfg.initial_height, scenario))
+    sim.reset(q0)
+    return robot, scenario, sim, q0
 
 
 def delay_ticks(scenario) -> int:

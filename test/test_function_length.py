@@ -1,8 +1,8 @@
 """No function of the stack's packages (``legged_wbc``, ``state_estimator``, ``wbc_controller``,
 ``mujoco_bridge``) is longer than 60 lines (from its ``def`` line to its last
 line; decorators and the functions nested in it count with it), so each reads as one step with a
-name. Longer ones are split into named steps; the few exceptions are listed below, each with its
-reason, and the list is checked too (an entry that got short, or went away, leaves the list)."""
+name. Longer ones are split into named steps; an exception would be listed below with its reason
+(none today), and the list is checked too (an entry that got short, or went away, leaves the list)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = [ROOT / p for p in ("legged_wbc", "state_estimator", "wbc_controller", "mujoco_bridge")]
 MAX_LINES = 60
 
-# "path:qualified name" -> why it stays longer (not yet split: issue "one home per paper concept")
-_KERNEL = "a numba kernel: splitting it into sub-kernels must keep its outputs bit-identical and its cost; not done yet"
-ALLOWED: dict[str, str] = {
-    "wbc_controller/blocks/swing.py:swing_torques": _KERNEL,
-    "wbc_controller/oracle.py:ReferenceController.update": "the numpy oracle's cycle, stage by stage; not split yet",
-    "mujoco_bridge/node.py:MujocoBridge.__init__": "the node's set-up; not split yet",
-    "mujoco_bridge/scheduler.py:BridgeScheduler.run_realtime": "the realtime loop, one step per pass; not split yet",
-}
+# "path:qualified name" -> why it stays longer; empty since every function was split into named steps
+ALLOWED: dict[str, str] = {}
 
 
 def function_lengths() -> dict[str, int]:

@@ -87,69 +87,20 @@ class ReferenceController(ControllerCore):
 
     # ------------------------------------------------------------------ the cycle
     def update(self, inp: ControllerInput) -> ControllerOutput:
-        """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then)."""
+        """One control cycle. Raises :class:`InputError` on bad input (nothing is updated then).
+        Stages: model, cycle targets (references, tasks, swing and compensation torques), QP rows,
+        solve (again with the CBF slacks if refused), diagnostics."""
         self._check_input(inp)
         normal = np.array(self._normal_of(inp))
-        cfg, rm = self.cfg, self.rm
-        q, v = inp.q, inp.v
         support = np.asarray(inp.support, dtype=bool)
-        qj, dqj = q[7:], v[6:]
         t_cycle = time.perf_counter()
-        if cfg.torque_limit_mode == "realistic":     # the torque-speed envelope at the joint velocity
-            self._tmin, self._tmax = torque_envelope_reference(dqj, rm.stall_torque, rm.no_load_speed, rm.effort)
-        lb = rm.legs_batch(qj, dqj)
-        if cfg.jdot_mode == "fd":
-            self._fd_jdot(lb, qj, dqj)
-        M = rm.mass_matrix(q)
-        h = rm.bias(q, v)
-        R = rotation_from_quat_xyzw(q[3:7])
+        lb, M, h, R = self._model(inp.q, inp.v)
         t_start = time.perf_counter()  # QP time = build + solve + residual check (as the paper)
-        ref = self.refs(inp.t)
-        if cfg.body_attitude == "plane":        # on the support plane: height along its normal, aligned with it
-            ref.R = plane_attitude_reference(normal)
-            ref.p[2] *= normal[2]
-            ref.v[2] *= normal[2]
-            ref.a[2] *= normal[2]
-        acc_body = body_task_reference(cfg, ref, q[:3], R, v[:3], v[3:6])
-        self._pyramids(R, normal)
-        phases, progress, cycles = self.gait.state(inp.t)
-        W, b = task_targets_reference(support, lb, acc_body, v[3:6], self.theta_nominal, cfg)
-        z_td = -cfg.stand_height + rm.foot_radius - cfg.touchdown_depth
-        start_swings_reference(phases, cycles, lb, R, ref.v, self._stance_p, z_td, cfg, self.gait, self.swing)
-        tau_sw = swing_torques_reference(lb, M, support, phases, progress, b, cfg, self.swing, self.leg_j,
-                                         self._Mll_index)
-        self._barrier = barrier_legs_reference(support, phases, self.swing.planned, cfg.late_descent_velocity)
-        tau_comp = np.zeros(self.n)
-        if cfg.null_space_compensation and inp.tau_ext is not None:
-            tau_comp = null_space_compensation_reference(support, lb.J, self.leg_j, inp.tau_ext, cfg.compensation_limit)
+        ref, tau_sw, tau_comp = self._cycle_targets(inp, normal, support, lb, M, R)
         tau_sw_total = tau_sw + tau_comp
-        task_cost_reference(lb.J, W, b, acc_body, cfg, self._lam_diag, self.ns, self._cost_index, self.problem.H,
-                            self.problem.g)
-        self._cbf_shift = None
-        if cfg.cbf_margin_mode == "tau_ext":            # the torque-aware boundary
-            te = np.zeros(self.n) if inp.tau_ext is None else inp.tau_ext
-            self._cbf_shift = disturbance_shift_reference(support, lb.J, M, self.leg_v, self.leg_j, te, cfg.kp_b,
-                                                          cfg.cbf_margin_max)
-        self._fill_rows(lb, M, h, support, tau_sw_total)
-        if self.n_jl:
-            joint_limit_rows_reference(qj, dqj, cfg, rm, self.row_jl, self.problem.C, self.problem.l, self.problem.u)
-        lc_dmin = math.nan
-        if self.n_lc:
-            te = np.zeros(self.n) if inp.tau_ext is None else inp.tau_ext
-            lc_dmin = float(self._lc_ref.fill(qj, dqj, M, tau_sw_total, support, te, self.row_lc, self.problem.C,
-                                              self.problem.l, self.problem.u)[3][0])
-        self._slack_columns(False)          # the hard barrier first
-        res, solve_us, checks = self._solve_and_check(M, h, lb, tau_sw_total)
-        x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks
-        accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
-                    and bool(np.all(np.isfinite(tau))) and in_bounds)
-        if not accepted and self.ns and cfg.relative_pitch_mode == "cbf":   # again, with the slacks
-            self._slack_columns(True)
-            res, solve_us2, checks = self._solve_and_check(M, h, lb, tau_sw_total)
-            solve_us += solve_us2
-            x, finite, eq_res, viol, tau_wbc, tau, in_bounds = checks
-            accepted = (res.optimal and finite and eq_res <= cfg.residual_tol and viol <= cfg.residual_tol
-                        and bool(np.all(np.isfinite(tau))) and in_bounds)
+        lc_dmin = self._qp_rows(inp, support, lb, M, h, tau_sw_total)
+        res, solve_us, checks, accepted = self._solve_accepted(M, h, lb, tau_sw_total)
+        x, _, eq_res, viol, tau_wbc, tau, _ = checks
         qp_us = (time.perf_counter() - t_start) * 1e6
         out_tau, status = self._accept(res, accepted, eq_res, viol, tau)
         E = ref.R.T @ R - R.T @ ref.R
@@ -167,6 +118,87 @@ class ReferenceController(ControllerCore):
         self.last_legs = lb
         diag.cycle_time_us = (time.perf_counter() - t_cycle) * 1e6
         return ControllerOutput(tau=out_tau, diag=diag)
+
+    def _model(self, q, v):
+        """Torque envelope (``realistic``), leg kinematics (finite-difference ``J_dot`` with
+        ``jdot_mode: fd``), mass matrix ``M``, bias ``h`` and base rotation ``R`` (base -> world)."""
+        cfg, rm = self.cfg, self.rm
+        qj, dqj = q[7:], v[6:]
+        if cfg.torque_limit_mode == "realistic":     # the torque-speed envelope at the joint velocity
+            self._tmin, self._tmax = torque_envelope_reference(dqj, rm.stall_torque, rm.no_load_speed, rm.effort)
+        lb = rm.legs_batch(qj, dqj)
+        if cfg.jdot_mode == "fd":
+            self._fd_jdot(lb, qj, dqj)
+        return lb, rm.mass_matrix(q), rm.bias(q, v), rotation_from_quat_xyzw(q[3:7])
+
+    def _cycle_targets(self, inp, normal, support, lb, M, R):
+        """Body reference and task (on the support plane with ``body_attitude: plane``), friction
+        pyramids, gait state, task targets, the swings that begin, swing and compensation torques,
+        the legs with a CBF row (support and landing legs), the task cost. Returns ``(ref, tau_sw, tau_comp)``."""
+        cfg, q, v = self.cfg, inp.q, inp.v
+        ref = self.refs(inp.t)
+        if cfg.body_attitude == "plane":        # on the support plane: height along its normal, aligned with it
+            ref.R = plane_attitude_reference(normal)
+            ref.p[2] *= normal[2]
+            ref.v[2] *= normal[2]
+            ref.a[2] *= normal[2]
+        acc_body = body_task_reference(cfg, ref, q[:3], R, v[:3], v[3:6])
+        self._pyramids(R, normal)
+        phases, progress, cycles = self.gait.state(inp.t)
+        W, b = task_targets_reference(support, lb, acc_body, v[3:6], self.theta_nominal, cfg)
+        z_td = -cfg.stand_height + self.rm.foot_radius - cfg.touchdown_depth
+        start_swings_reference(phases, cycles, lb, R, ref.v, self._stance_p, z_td, cfg, self.gait, self.swing)
+        tau_sw = swing_torques_reference(lb, M, support, phases, progress, b, cfg, self.swing, self.leg_j,
+                                         self._Mll_index)
+        self._barrier = barrier_legs_reference(support, phases, self.swing.planned, cfg.late_descent_velocity)
+        tau_comp = np.zeros(self.n)
+        if cfg.null_space_compensation and inp.tau_ext is not None:
+            tau_comp = null_space_compensation_reference(support, lb.J, self.leg_j, inp.tau_ext, cfg.compensation_limit)
+        task_cost_reference(lb.J, W, b, acc_body, cfg, self._lam_diag, self.ns, self._cost_index, self.problem.H,
+                            self.problem.g)
+        return ref, tau_sw, tau_comp
+
+    def _qp_rows(self, inp, support, lb, M, h, tau_sw_total) -> float:
+        """The cycle's constraint rows: the CBF boundary's disturbance shift (``cbf_margin_mode:
+        tau_ext``), floating-base, contact, torque and CBF rows, joint-limit and leg-collision rows.
+        Returns the smallest leg distance [m] (NaN without leg-collision rows)."""
+        cfg, qj, dqj = self.cfg, inp.q[7:], inp.v[6:]
+        self._cbf_shift = None
+        if cfg.cbf_margin_mode == "tau_ext":            # the torque-aware boundary
+            te = np.zeros(self.n) if inp.tau_ext is None else inp.tau_ext
+            self._cbf_shift = disturbance_shift_reference(support, lb.J, M, self.leg_v, self.leg_j, te, cfg.kp_b,
+                                                          cfg.cbf_margin_max)
+        self._fill_rows(lb, M, h, support, tau_sw_total)
+        if self.n_jl:
+            joint_limit_rows_reference(qj, dqj, cfg, self.rm, self.row_jl, self.problem.C, self.problem.l,
+                                       self.problem.u)
+        if not self.n_lc:
+            return math.nan
+        te = np.zeros(self.n) if inp.tau_ext is None else inp.tau_ext
+        return float(self._lc_ref.fill(qj, dqj, M, tau_sw_total, support, te, self.row_lc, self.problem.C,
+                                       self.problem.l, self.problem.u)[3][0])
+
+    def _solve_accepted(self, M, h, lb, tau_sw_total):
+        """Solve with the hard barrier; if that solution is refused (``cbf`` mode with CBF rows), again
+        with the slacks. Returns ``(result, solve time [us], checks, accepted)``, ``checks`` as
+        :meth:`_solve_and_check`'s."""
+        self._slack_columns(False)          # the hard barrier first
+        res, solve_us, checks = self._solve_and_check(M, h, lb, tau_sw_total)
+        accepted = self._acceptable(res, checks)
+        if not accepted and self.ns and self.cfg.relative_pitch_mode == "cbf":   # again, with the slacks
+            self._slack_columns(True)
+            res, solve_us2, checks = self._solve_and_check(M, h, lb, tau_sw_total)
+            solve_us += solve_us2
+            accepted = self._acceptable(res, checks)
+        return res, solve_us, checks, accepted
+
+    def _acceptable(self, res, checks) -> bool:
+        """The solution is accepted: optimal, finite, residuals within ``residual_tol``, a finite
+        command torque within its bounds."""
+        _, finite, eq_res, viol, _, tau, in_bounds = checks
+        tol = self.cfg.residual_tol
+        return (res.optimal and finite and eq_res <= tol and viol <= tol and bool(np.all(np.isfinite(tau)))
+                and in_bounds)
 
     def _pyramids(self, R, normal) -> None:
         """The friction pyramids about the feet's contact normals (``contact_normal``)."""

@@ -215,22 +215,77 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     return started
 
 
+@njit(cache=True, inline="always")
+def late_descent_reference(i, p, v_p, v_end, late_descent, Pr, Vr, Ar):
+    """Leg ``i`` after its nominal swing (a late touchdown; feet at ``p`` moving at ``v_p``, swing
+    end velocities ``v_end``, (N, 3) each) keeps descending at ``late_descent`` [m/s]: velocity
+    reference ``(v_end_x, v_end_y, -late_descent)`` reached through the task acceleration
+    ``LATE_GAIN (v_ref - v_p)``, position reference where the foot is."""
+    Vr[0], Vr[1], Vr[2] = v_end[i, 0], v_end[i, 1], -late_descent
+    for c in range(3):
+        Pr[c] = p[i, c]
+        Ar[c] = LATE_GAIN * (Vr[c] - v_p[i, c])
+
+
+@njit(cache=True, inline="always")
+def hold_reference(i, p, Pr, Vr, Ar):
+    """Leg ``i`` holds its foot where it is (``p``, (N, 3)): zero velocity and acceleration references."""
+    for c in range(3):
+        Pr[c] = p[i, c]
+        Vr[c] = 0.0
+        Ar[c] = 0.0
+
+
+@njit(cache=True, inline="always")
+def swing_pd_torque(i, p, v_p, J, Pr, Vr, kp, kd, f, t_sw):
+    """Leg ``i``'s swing PD (feet at ``p`` moving at ``v_p``, leg Jacobians ``J``): the foot force
+    ``f = K_p (Pr - p) + K_d (Vr - v_p)`` (base frame) and its joint torques ``t_sw = J_p^T f`` (4)."""
+    for c in range(3):
+        f[c] = kp[c] * (Pr[c] - p[i, c]) + kd[c] * (Vr[c] - v_p[i, c])
+    for k in range(4):
+        t_sw[k] = J[i, 0, k] * f[0] + J[i, 1, k] * f[1] + J[i, 2, k] * f[2]
+
+
+@njit(cache=True, inline="always")
+def pitch_projection(i, J, M, leg_v, t_sw, Jt, Minv_Jt, Mll, lu):
+    """Remove from leg ``i``'s torques ``t_sw`` (4, in place) the part that would accelerate its
+    relative pitch: ``t' = t - J_th (J_th M_ll^-1 t) / (J_th M_ll^-1 J_th)`` with the leg block
+    ``M_ll`` of ``M`` (rows and columns ``leg_v[i]``); unchanged if ``J_th M_ll^-1 J_th`` <= 1e-12.
+    ``Jt``, ``Minv_Jt`` (4), ``Mll`` (4, 4), ``lu`` (4, 5): scratch."""
+    for r in range(4):
+        Jt[r] = J[i, 3, r]
+        for c in range(4):
+            Mll[r, c] = M[leg_v[i, r], leg_v[i, c]]
+    solve4(Mll, Jt, Minv_Jt, lu)
+    den = Jt[0] * Minv_Jt[0] + Jt[1] * Minv_Jt[1] + Jt[2] * Minv_Jt[2] + Jt[3] * Minv_Jt[3]
+    if den > 1e-12:
+        num = Minv_Jt[0] * t_sw[0] + Minv_Jt[1] * t_sw[1] + Minv_Jt[2] * t_sw[2] + Minv_Jt[3] * t_sw[3]
+        coef = num / den
+        for k in range(4):
+            t_sw[k] = t_sw[k] - Jt[k] * coef
+
+
 @njit(cache=True)
 def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work):
     """Swing-leg PD torques ``tau_sw`` (n) of the legs outside the support set, and their swing
     feed-forward accelerations added to ``b[:, :3]``.
 
-    A leg out of the support set in a nominal swing tracks its planned path (base frame); after
-    its nominal swing (a late touchdown: the estimator keeps it out of the support set until it sees
-    the contact) it keeps descending at ``late_descent`` [m/s] (velocity reference ``(v_end_x,
-    v_end_y, -late_descent)``, reached through the task acceleration ``LATE_GAIN (v_ref - v_p)``
-    and the PD; position reference where it is); with ``late_descent`` 0, or before
-    any planned swing, it holds the foot where it is. ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
-    v_p))``; with ``projection`` the part that would accelerate theta is removed with the leg
-    block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) / (J_th M_ll^-1 J_th)``.
-    ``work``: scratch of ``SWING_WORK`` floats (no allocation in the kernel). ``plan``:
-    :class:`SwingPlan`; ``legs``: :class:`LegBatch`; ``par`` fields: ``lift_height``, ``leg_v``,
-    ``leg_j``, ``kp_swing``, ``kd_swing`` (3 each), ``projection``, ``late_descent``."""
+    A leg out of the support set in a nominal swing tracks its planned path (base frame,
+    :func:`swing_reference`; evaluated again when the :func:`stumble_reflex` of a lifting foot
+    changed the plan); after its nominal swing (a late touchdown: the estimator keeps it out of the
+    support set until it sees the contact) it keeps descending at ``late_descent`` [m/s]
+    (:func:`late_descent_reference`); with ``late_descent`` 0, or before any planned swing, it holds
+    the foot where it is (:func:`hold_reference`). ``tau = J_p^T (K_p (p_ref - p) + K_d (v_ref -
+    v_p))`` (:func:`swing_pd_torque`); with ``projection`` the part that would accelerate theta is
+    removed with the leg block ``M_ll`` of the mass matrix: ``tau' = tau - J_th (J_th M_ll^-1 tau) /
+    (J_th M_ll^-1 J_th)`` (:func:`pitch_projection`). ``work``: scratch of ``SWING_WORK`` floats (no
+    allocation in the kernel). ``plan``: :class:`SwingPlan`; ``legs``: :class:`LegBatch`; ``par``
+    fields: ``lift_height``, ``leg_v``, ``leg_j``, ``kp_swing``, ``kd_swing`` (3 each),
+    ``projection``, ``late_descent``, ``stumble_lift``.
+
+    The steps take the leg's index and arrays, not the :class:`LegBatch` / :class:`SwingPlan`
+    tuples (handing a tuple of arrays to a kernel once per leg made this one 10-30 % slower), and
+    are inlined (``inline="always"``: without, a few % slower than the kernel in one piece)."""
     p, v_p, J = legs.p, legs.v_p, legs.J
     planned, sw_start, sw_target, sw_v_start = plan.planned, plan.start, plan.target, plan.v_start
     sw_v_end, sw_duration = plan.v_end, plan.duration
@@ -254,32 +309,14 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
                                 swing_lift(sw_start[i], sw_target[i], lift) + plan.lift[i], plan.delay[i], Pr, Vr,
                                 Ar)
         elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
-            Vr[0], Vr[1], Vr[2] = sw_v_end[i, 0], sw_v_end[i, 1], -late_descent
-            for c in range(3):
-                Pr[c] = p[i, c]
-                Ar[c] = LATE_GAIN * (Vr[c] - v_p[i, c])
+            late_descent_reference(i, p, v_p, sw_v_end, late_descent, Pr, Vr, Ar)
         else:
-            for c in range(3):
-                Pr[c] = p[i, c]
-                Vr[c] = 0.0
-                Ar[c] = 0.0
+            hold_reference(i, p, Pr, Vr, Ar)
         for c in range(3):
             b[i, c] += Ar[c]
-            f[c] = kp[c] * (Pr[c] - p[i, c]) + kd[c] * (Vr[c] - v_p[i, c])
-        for k in range(4):
-            t_sw[k] = J[i, 0, k] * f[0] + J[i, 1, k] * f[1] + J[i, 2, k] * f[2]
+        swing_pd_torque(i, p, v_p, J, Pr, Vr, kp, kd, f, t_sw)
         if projection:
-            for r in range(4):
-                Jt[r] = J[i, 3, r]
-                for c in range(4):
-                    Mll[r, c] = M[leg_v[i, r], leg_v[i, c]]
-            solve4(Mll, Jt, Minv_Jt, lu)
-            den = Jt[0] * Minv_Jt[0] + Jt[1] * Minv_Jt[1] + Jt[2] * Minv_Jt[2] + Jt[3] * Minv_Jt[3]
-            if den > 1e-12:
-                num = Minv_Jt[0] * t_sw[0] + Minv_Jt[1] * t_sw[1] + Minv_Jt[2] * t_sw[2] + Minv_Jt[3] * t_sw[3]
-                coef = num / den
-                for k in range(4):
-                    t_sw[k] = t_sw[k] - Jt[k] * coef
+            pitch_projection(i, J, M, leg_v, t_sw, Jt, Minv_Jt, Mll, lu)
         for k in range(4):
             tau_sw[leg_j[i, k]] = t_sw[k]
 
