@@ -60,6 +60,7 @@ def test_torque_envelope_is_the_simulation_s():
 # ---------------------------------------------------------------------------- controller on a walking state
 
 from legged_wbc.closed_loop import ClosedLoop  # noqa: E402
+from legged_wbc.gait import SWING_UP  # noqa: E402
 from legged_wbc.scenario import load_scenario  # noqa: E402
 from wbc_controller.blocks.joint_limits import joint_limit_bounds, joint_limit_bounds_reference  # noqa: E402
 from wbc_controller.controller import ControllerInput  # noqa: E402
@@ -67,20 +68,22 @@ from test_fast_controller import pair  # noqa: E402  (fast and reference control
 
 
 @pytest.fixture(scope="module")
-def walking_state():
-    """A closed-loop walking input at ~3.75 s (gait from 3 s: legs in swing and in support)."""
+def lifting_state():
+    """A closed-loop walking input from ~3.75 s (gait from 3 s) whose legs out of the support set are
+    lifting off (``SWING_UP``: no relative-pitch CBF row on them, ``blocks.cbf.barrier_legs``)."""
     loop = ClosedLoop(load_scenario("paper"), "cbf")
     seen = []
     real = loop.ctl.update
 
     def hooked(inp):
-        if inp.t >= 3.75 and not seen and (~inp.support).sum() >= 2:
+        swing = ~inp.support
+        if not seen and inp.t >= 3.75 and swing.sum() >= 2 and np.all(loop.ctl.gait.state(inp.t)[0][swing] == SWING_UP):
             seen.append(ControllerInput(t=inp.t, q=inp.q.copy(), v=inp.v.copy(), support=inp.support.copy(),
                                         tau_ext=inp.tau_ext.copy()))
         return real(inp)
 
     loop.ctl.update = hooked
-    loop.run(3.9)
+    loop.run(4.6)
     return loop, seen[0]
 
 
@@ -108,12 +111,13 @@ def test_joint_limit_bounds_known_answer():
     assert lo == hi == pytest.approx(420.0)
 
 
-def test_joint_limit_barrier_holds_a_joint_near_its_limit(walking_state):
-    """A swing leg's knee 0.01 rad below its upper limit moving up at 5 rad/s: the barrier row asks
+def test_joint_limit_barrier_holds_a_joint_near_its_limit(lifting_state):
+    """A lifting swing leg's knee 0.01 rad below its upper limit moving up at 5 rad/s: the barrier row asks
     for q_ddot <= min(400 * 0.01 - 40 * 5, 200 (12 - 5)) = -196 rad/s^2; the accepted solution meets
     it (fast cycle: found violated by the solve without the last rows, solved again with them), the
-    oracle agrees; without the option the QP accelerates the knee on towards the limit."""
-    loop, inp = walking_state
+    oracle agrees; without the option the QP accelerates the knee on towards the limit. (A lifting
+    leg: a landing one has the relative-pitch CBF row too, which this knee rate would make bind.)"""
+    loop, inp = lifting_state
     rm = loop.rm
     leg = int(np.flatnonzero(~inp.support)[0])
     j = int(rm.leg_joints[leg][2])                 # its knee

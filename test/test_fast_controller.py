@@ -605,7 +605,8 @@ def test_barrier_legs_support_and_late_legs():
     for late_v, expect in ((0.4, [1, 1, 1, 0, 0, 1]), (0.0, [1, 0, 1, 0, 0, 1])):
         cbf.barrier_legs(support, phases, planned, late_v, out)
         np.testing.assert_array_equal(out, expect)
-        np.testing.assert_array_equal(cbf.barrier_legs_reference(support, phases, planned, late_v), np.array(expect, bool))
+        ref = cbf.barrier_legs_reference(support, phases, planned, late_v)
+        np.testing.assert_array_equal(ref, np.array(expect, bool))
 
 
 def test_task_cost_known_entries():
@@ -845,7 +846,9 @@ def test_option_cbf_slack_adds_one_penalized_slack_per_barrier_row(walk):
     expect[hard.row_cbf:hard.row_cbf + N] = np.eye(N)
     np.testing.assert_array_equal(soft.problem.C[:, n0:], expect)
     s = os_.diag.cbf_slack
-    assert np.all(s[~inp.support] == 0.0) and np.all(s[inp.support] < -1e3)   # pushed below hi: s < 0
+    rows = soft.problem.u[soft.row_cbf:soft.row_cbf + N] < INF      # support and landing legs (barrier_legs)
+    assert rows[inp.support].all()
+    assert np.all(s[~rows] == 0.0) and np.all(s[rows] < -1e3)     # pushed below hi: s < 0
 
 
 def test_option_null_space_compensation_cancels_tau_ext_along_support_null_spaces(walk):

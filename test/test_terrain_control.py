@@ -202,8 +202,8 @@ def test_short_walk_per_terrain_kind(kind):
 
 def test_landing_leg_keeps_its_pitch_inside_the_bounds_on_a_step_down():
     """The terrain sweep's one WBC-CBF trial over 0.005 rad (docs/terrain.md): on a 0.075 m step down
-    leg rf (3) grazes the edge in its swing-down, comes down late, and entered the support set at
-    0.314 rad (0.0144 past the bound) while only support legs had the barrier row. With the row on
+    leg rf (3), in unseen contact with the step in its swing-down, comes down late, and entered the
+    support set at 0.314 rad (0.0144 past the bound) while only support legs had the row. With the row on
     landing legs (swing-down and late, ``blocks.cbf.barrier_legs``) its pitch stays near the bound
     out of the support set too, and the run stays within 0.005 rad. Over the ticks where the row
     binds on that landing leg, the compiled cycle equals its numpy oracle."""

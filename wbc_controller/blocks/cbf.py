@@ -10,19 +10,20 @@ The paper puts the rows on support legs only. We also put them on **landing** le
 (``SWING_DOWN``: an early touchdown brings them into the support set) or late (after their nominal
 swing, kept descending by the swing kernel, ``late_descent``, :func:`.swing.swing_torques`). Such a
 leg joins the support set at whatever tick its touchdown is seen; with only the soft swing-pitch
-task (``kp_swing_pitch``) on it, it could land with its pitch already past a bound (a foot grazing a
-step's edge in the swing-down pushed one to 0.375 rad). The row is as valid for such a leg as for a
-support leg:
-its pitch acceleration is ``J_theta q_ddot + J_theta_dot q_dot`` with the QP's ``q_ddot`` (which the
-torque rows realize) plus what the swing PD torque ``tau_sw``, added outside the QP, gives; with
-``swing_pitch_projection`` (the default) ``tau_sw`` is projected so that ``J_theta M_ll^-1 tau_sw =
-0``, i.e. it gives none, to the leg-block approximation of the mass matrix (the leg's coupling to
-the base and other legs through ``M`` neglected, as the projection does). The leg has no contact
-force (its ``f_z`` bound is 0, so the pyramid holds its force at 0), so nothing else acts on it
-but an unseen contact (a grazed edge), which the barrier then meets as it meets a disturbance on a
-support leg. With the projection off, ``tau_sw`` moves the pitch and the row bounds only the QP's
-part of it. Legs lifting off (``SWING_UP``) keep no row: they do not land, and their pitch task
-re-centres them before the swing-down.
+task (``kp_swing_pitch``) on it, it could land with its pitch already past a bound (a foot in
+unseen contact with a step in its swing-down was pushed to 0.375 rad).
+
+Why the row is valid for a swing leg: its pitch acceleration is ``J_theta q_ddot + J_theta_dot
+q_dot`` with the QP's ``q_ddot`` (which the torque rows realize) plus what the swing PD torque
+``tau_sw``, added outside the QP, gives. With ``swing_pitch_projection`` (the default) ``tau_sw`` is
+projected so that ``J_theta M_ll^-1 tau_sw = 0``: it gives none, to the leg-block approximation of
+the mass matrix (the leg's coupling to the base and other legs through ``M`` neglected, as the
+projection does). The leg has no contact force in the QP (its ``f_z`` bound is 0, so the pyramid
+holds its force at 0); an unseen contact (a foot touching the terrain before its touchdown is seen)
+is met by the barrier as a disturbance on a support leg is. With the projection off, ``tau_sw``
+moves the pitch and the row bounds only the QP's part of it. Legs lifting off (``SWING_UP``) keep
+no row: they do not land, and their pitch task re-centres them before the swing-down.
+
 ``par`` fields: ``cbf_on``, ``kp_b``, ``kd_b``, ``th_lo``, ``th_hi`` (the bounds with the margin),
 ``cbf_shift`` (N, 2): per leg, how far the lower / upper bound moves inwards this cycle
 (``cbf_margin_mode: tau_ext``, :func:`disturbance_shift`; else 0), ``leg_v`` (N, 4) columns of each
