@@ -12,8 +12,9 @@ Decision vector ``x = [nu_dot (nv); lambda_1..lambda_N (4 each); s (N, only with
   (``f_z,max = 0`` for feet outside the support set); n final-torque rows
   ``tau_min <= S[M nu_dot + h - J_c^T lambda] + tau_sw <= tau_max``; N relative-pitch CBF rows
   ``-(k_p (theta - theta_min) + k_d theta_dot + J_theta_dot q_dot) <= J_theta q_ddot
-  <= k_p (theta_max - theta) - k_d theta_dot - J_theta_dot q_dot`` (support legs in ``cbf`` mode;
-  loose otherwise, so every mode and contact state has the same problem size); with
+  <= k_p (theta_max - theta) - k_d theta_dot - J_theta_dot q_dot`` (support legs and landing legs,
+  in the swing-down or late, in ``cbf`` mode: :func:`.blocks.cbf.barrier_legs`; loose otherwise, so
+  every mode and contact state has the same problem size); with
   ``joint_limit_barrier`` n joint-limit rows, with ``leg_collision_barrier`` k leg-collision rows
   (:mod:`.blocks.leg_collision`; loose while the legs are apart).
 
