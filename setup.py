@@ -38,13 +38,13 @@ setup(
     entry_points={
         "console_scripts": [
             "legged-wbc = legged_wbc.cli:main",
-            "mujoco_bridge = mujoco_bridge.node:main",
-            "state_estimator = state_estimator.node:main",
-            "wbc_controller = wbc_controller.node:main",
-            "bag_recorder = legged_wbc.ros.recorder:main",
-            "walking_container = legged_wbc.ros.container:main",
-            "sim_container = legged_wbc.ros.container:main_sim",
-            "control_container = legged_wbc.ros.container:main_control",
+            "mujoco_bridge = legged_wbc.ros.entry:mujoco_bridge",
+            "state_estimator = legged_wbc.ros.entry:state_estimator",
+            "wbc_controller = legged_wbc.ros.entry:wbc_controller",
+            "bag_recorder = legged_wbc.ros.entry:bag_recorder",
+            "walking_container = legged_wbc.ros.entry:walking_container",
+            "sim_container = legged_wbc.ros.entry:sim_container",
+            "control_container = legged_wbc.ros.entry:control_container",
         ],
     },
 )

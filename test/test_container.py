@@ -285,3 +285,20 @@ def test_forward_command_for_ros2_control(tmp_path, ros_env):
     for (_, f), (_, c) in zip(fwd, cmd):
         assert len(f.data) == 12 and np.array_equal(np.asarray(f.data), np.asarray(c.effort)[idx])
         assert list(c.name) == js_names
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("exe", ["state_estimator", "walking_container"])
+def test_sigint_while_a_node_imports_ends_it_without_a_traceback(ros_env, exe):
+    """A launch shutting down right after another node failed sends SIGINT to nodes that may still be
+    importing their modules: the process ends (rc 130 while importing, the node's own handling after)
+    with no KeyboardInterrupt traceback (the console entry points, ``legged_wbc.ros.entry``)."""
+    import subprocess
+
+    p = subprocess.Popen([str(BIN / exe)], env=ros_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(0.15)                                   # well inside the imports (numpy, rclpy: ~1 s here)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert "Traceback" not in out, out
+    assert p.returncode in (0, 130), (p.returncode, out)

@@ -1,0 +1,46 @@
+"""The console entry points of the ROS executables (``setup.py``): each imports its node module only
+when called, so a SIGINT that arrives while that module is still importing (a launch shutting down
+right after another node failed, SIGINT to every node still running) ends the process with rc 130
+and no KeyboardInterrupt traceback; once ``main`` runs, the node's own handling applies."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+
+def _run(target: str) -> int:
+    """Import ``module:function`` and call it; 130 if interrupted while importing."""
+    module, func = target.split(":")
+    try:
+        main = getattr(import_module(module), func)
+    except KeyboardInterrupt:
+        return 130
+    return main()
+
+
+def mujoco_bridge() -> int:
+    return _run("mujoco_bridge.node:main")
+
+
+def state_estimator() -> int:
+    return _run("state_estimator.node:main")
+
+
+def wbc_controller() -> int:
+    return _run("wbc_controller.node:main")
+
+
+def bag_recorder() -> int:
+    return _run("legged_wbc.ros.recorder:main")
+
+
+def walking_container() -> int:
+    return _run("legged_wbc.ros.container:main")
+
+
+def sim_container() -> int:
+    return _run("legged_wbc.ros.container:main_sim")
+
+
+def control_container() -> int:
+    return _run("legged_wbc.ros.container:main_control")
