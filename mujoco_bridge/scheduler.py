@@ -148,6 +148,8 @@ import numpy as np
 from legged_wbc.conventions import PHYSICS_DT_NS, UNTIMED_TICK
 from mujoco_bridge.timing import CommandDelayLine, CommandQueue, CommandTiming
 
+PHYSICS_DT = PHYSICS_DT_NS / 1e9      # one physics step [s] (the same double as 1e-3)
+
 PEER_POLL_S = 0.01               # start-up: period of the subscriber check [wall s]
 
 DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
@@ -419,7 +421,7 @@ class BridgeScheduler:
         startup = not self.got_first_command
         cfg = self.cfg
         timeout = float(cfg.startup_timeout if startup else cfg.watchdog_timeout)
-        period = self.steps_per_tick * 1e-3
+        period = self.steps_per_tick * PHYSICS_DT
         monotonic, wait = self.clock.monotonic, self.clock.wait
         t0 = monotonic()
         next_republish = t0 + float(cfg.republish_period)
@@ -512,7 +514,7 @@ class BridgeScheduler:
         methods; a common step makes one call more than the loop did in one piece (~0.1 us)."""
         self.wait_first_command_realtime()
         monotonic, sleep = self.clock.monotonic, self.clock.sleep
-        physics_step, publish_sample, physics_dt = self.ports.physics_step, self.ports.publish_sample, 1e-3
+        physics_step, publish_sample, physics_dt = self.ports.physics_step, self.ports.publish_sample, PHYSICS_DT
         timing, spt, lag = self.timing, self.steps_per_tick, self.command_delay_ticks
         period = spt * physics_dt            # control period [sim s]
         wall0, step0 = monotonic(), self.step_count
@@ -547,13 +549,13 @@ class BridgeScheduler:
         """Realtime, a new ``realtime_factor`` ``new_rtf``: the schedule (slot of step ``s``: ``wall0 +
         (s - step0) * 1 ms / rtf``) goes on from step ``step``'s slot at the new factor, no jump.
         Returns the new ``(wall0, step0, rtf)``."""
-        return wall0 + (step - step0) * 1e-3 / rtf, step, float(new_rtf)
+        return wall0 + (step - step0) * PHYSICS_DT / rtf, step, float(new_rtf)
 
     def _overrun(self, delay: float, rtf: float) -> float:
         """Realtime, a tick step ``-delay`` wall seconds behind its slot, a whole control period or
         more: those periods are dropped from the schedule and each counted as a missed deadline
         (``overruns`` + 1). Returns how much later [wall s] the schedule goes on."""
-        period = self.steps_per_tick * 1e-3
+        period = self.steps_per_tick * PHYSICS_DT
         lost = int(-delay * rtf / period)
         self.counters["overruns"] += 1
         self.counters["deadline_misses"] += lost
@@ -580,7 +582,7 @@ class BridgeScheduler:
         if cmd is None:
             return None
         wd = cfg.watchdog_timeout
-        if (step - last_step) * 1e-3 > wd:
+        if (step - last_step) * PHYSICS_DT > wd:
             self._engage_watchdog(f"no command for {wd:g} s of sim time")
             return None
         self._leave_watchdog("commands resumed")
@@ -617,7 +619,7 @@ class BridgeScheduler:
         cfg = self.cfg
         now = self.clock.monotonic()
         w0, s0 = self._diag_wall
-        rtf = ((self.step_count - s0) * 1e-3) / (now - w0) if now > w0 and self.step_count > s0 else 0.0
+        rtf = ((self.step_count - s0) * PHYSICS_DT) / (now - w0) if now > w0 and self.step_count > s0 else 0.0
         self._diag_wall = (now, self.step_count)
         with self.cond:
             window, ticks, latency = self.timing.take_window()
@@ -641,7 +643,7 @@ class BridgeScheduler:
             return None
         self._progress = (now, self.step_count)
         dur = float(cfg.duration)
-        rtf = (self.step_count - s0) * 1e-3 / (now - w0)
+        rtf = (self.step_count - s0) * PHYSICS_DT / (now - w0)
         lat = window.get("command_latency_p99_us")
         if lat != lat:
             return f"t = {self.t_ns * 1e-9:.1f} s sim, {rtf:.2f}x real time, no command in the last window"
@@ -661,7 +663,7 @@ class BridgeScheduler:
         if not self.lockstep and self._run_wall0 is not None:
             wall0, step0 = self._run_wall0
             wall = self.clock.monotonic() - wall0
-            rtf = f"{(self.step_count - step0) * 1e-3 / wall:.2f}x" if wall > 0 else "n/a"
+            rtf = f"{(self.step_count - step0) * PHYSICS_DT / wall:.2f}x" if wall > 0 else "n/a"
             line += (f"; realtime: {c['deadline_misses']} deadline misses, {c['overruns']} overruns, {rtf} real time"
                      + (f", command delay {self.command_delay_ticks} ticks" if self.command_delay_ticks else ""))
         return line
