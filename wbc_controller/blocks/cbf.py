@@ -48,6 +48,7 @@ from legged_wbc.model import null_vectors
 
 from ..qp import INF
 from .compensation import leg_null_vector
+from .swing import is_late
 
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
@@ -59,7 +60,7 @@ def barrier_legs(support, phases, planned, late_descent, out):
     back at ``SUPPORT`` and ``late_descent`` > 0: the swing kernel's late branch,
     :func:`.swing.swing_torques`)."""
     for i in range(support.shape[0]):
-        landing = planned[i] != 0 and (phases[i] == SWING_DOWN or (phases[i] == SUPPORT and late_descent > 0.0))
+        landing = (planned[i] != 0 and phases[i] == SWING_DOWN) or is_late(planned[i], phases[i], late_descent)
         out[i] = 1 if support[i] or landing else 0
 
 

@@ -216,6 +216,14 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
 
 
 @njit(cache=True, inline="always")
+def is_late(planned, phase, late_descent):
+    """A leg out of the support set is late (a late touchdown): its planned swing is over (its nominal
+    ``phase`` back at ``SUPPORT``) and it is kept descending (``late_descent`` > 0 [m/s]). The one
+    test of :func:`swing_torques`' late branch and of the CBF's landing legs (``cbf.barrier_legs``)."""
+    return planned != 0 and phase == SUPPORT and late_descent > 0.0
+
+
+@njit(cache=True, inline="always")
 def late_descent_reference(i, p, v_p, v_end, late_descent, Pr, Vr, Ar):
     """Leg ``i`` after its nominal swing (a late touchdown; feet at ``p`` moving at ``v_p``, swing
     end velocities ``v_end``, (N, 3) each) keeps descending at ``late_descent`` [m/s]: velocity
@@ -308,7 +316,7 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
                 swing_reference(sw_start[i], sw_target[i], sw_v_start[i], sw_v_end[i], sw_duration[i], progress[i],
                                 swing_lift(sw_start[i], sw_target[i], lift) + plan.lift[i], plan.delay[i], Pr, Vr,
                                 Ar)
-        elif planned[i] and late_descent > 0.0:      # late touchdown: keep descending at ground speed
+        elif is_late(planned[i], phases[i], late_descent):   # late touchdown: keep descending at ground speed
             late_descent_reference(i, p, v_p, sw_v_end, late_descent, Pr, Vr, Ar)
         else:
             hold_reference(i, p, Pr, Vr, Ar)
