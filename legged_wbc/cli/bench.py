@@ -42,7 +42,8 @@ def cmd_realtime(args) -> int:
 
     try:
         res = bench_realtime(duration=52.0 if args.duration is None else args.duration, scenario=args.scenario,
-                             record=args.record, stream=sys.stderr, layout=args.layout)
+                             record=args.record, stream=sys.stderr, layout=args.layout,
+                             cpu_latency_us=args.cpu_wakeup_latency_us)
     except (BenchError, LaunchError) as exc:
         print(f"legged-wbc bench realtime: {exc}", file=sys.stderr)
         return 1
@@ -120,6 +121,9 @@ def register(sub) -> None:
                    "(realtime)")
     s.add_argument("--layout", choices=["container", "split", "processes"], default=None,
                    help="realtime: the launch file's layout (default: the launch file's default)")
+    s.add_argument("--cpu-wakeup-latency-us", type=int, default=0, metavar="US",
+                   help="realtime: the containers' PM QoS CPU wake-up latency request (launch argument "
+                   "cpu_wakeup_latency_us; default 0: idle CPUs poll), held by the paced headless loop too; -1 = none")
     s.add_argument("--slowdown", type=positive_float, default=1.0,
                    help="run on an emulated machine this many times slower: SCHED_FIFO tasks take 1 - 1/FACTOR of "
                    "every CPU in 0.3 ms slices (legged_wbc.tools.slow_cpu; needs root)")

@@ -5,7 +5,44 @@ runs in the host link's receiver thread), and the orderly end."""
 from __future__ import annotations
 
 import os
+import struct
 import time
+
+CPU_LATENCY_DEVICE = "/dev/cpu_dma_latency"
+
+
+def hold_cpu_wakeup_latency(latency_us: int, log, device: str = CPU_LATENCY_DEVICE) -> int | None:
+    """Ask the kernel (PM QoS) to keep every CPU's wake-up latency at most ``latency_us`` [us] for as long
+    as the returned file descriptor stays open (process exit closes it): idle CPUs then skip the idle
+    states that take longer to leave; 0 = they poll instead of halting (what real-time Linux set-ups do
+    by holding this same device, or booting with ``idle=poll``). On our VMs a halted vCPU comes back to
+    cold caches: the same tick costs ~1.5x the CPU after a halt (``docs/realtime.md``, *What a
+    wake-up costs*). The price is power: idle CPUs spin. ``latency_us < 0``: no request (None).
+    Without the permission (the device is root's): one warning, None."""
+    if latency_us < 0:
+        return None
+    try:
+        fd = os.open(device, os.O_WRONLY)
+    except OSError as exc:
+        log.warning(f"no CPU wake-up latency request ({exc.strerror}: {device}); idle CPUs may halt between ticks")
+        return None
+    try:
+        os.write(fd, struct.pack("i", int(latency_us)))
+    except OSError as exc:
+        os.close(fd)
+        log.warning(f"no CPU wake-up latency request ({exc.strerror}: {device}); idle CPUs may halt between ticks")
+        return None
+    log.info(f"CPU wake-up latency held at <= {int(latency_us)} us ({device})")
+    return fd
+
+
+def release_cpu_wakeup_latency(fd: int | None) -> None:
+    """End a :func:`hold_cpu_wakeup_latency` request (None: nothing to do)."""
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def set_realtime_scheduling(priority: int, cpu: int, log) -> None:
@@ -29,10 +66,14 @@ def run_control(bus, P, log, stop_event) -> int:
     thread waits until the sim part says bye (or is gone) or a signal."""
     link = bus.link
     realtime = P.mode == "realtime"
-    link.start(on_start=(lambda: set_realtime_scheduling(P.sched_priority, P.cpu, log)) if realtime else None,
-               batch_replies=True, newest_only=True)
-    while not (link.closed.wait(0.1) or stop_event.is_set()):
-        pass
+    qos = hold_cpu_wakeup_latency(P.cpu_wakeup_latency_us, log) if realtime else None
+    try:
+        link.start(on_start=(lambda: set_realtime_scheduling(P.sched_priority, P.cpu, log)) if realtime else None,
+                   batch_replies=True, newest_only=True)
+        while not (link.closed.wait(0.1) or stop_event.is_set()):
+            pass
+    finally:
+        release_cpu_wakeup_latency(qos)
     log.info("the sim part ended" if link.closed.is_set() else "stopped")
     return 0
 
@@ -47,9 +88,14 @@ def run_sim(bridge, link, P, log) -> int:
             link.start()
         else:
             bridge.ports.poll_inputs, bridge.source_time = link.poll, link.frame_time
+    qos = None
     if not bridge.lockstep:
+        qos = hold_cpu_wakeup_latency(P.cpu_wakeup_latency_us, log)
         set_realtime_scheduling(P.sched_priority, P.cpu, log)
-    rc = bridge.run()
+    try:
+        rc = bridge.run()
+    finally:
+        release_cpu_wakeup_latency(qos)
     if link is not None:
         link.flush()
         link.bye()                            # the control part answers the last sample, then says bye

@@ -13,7 +13,9 @@ scenario:=paper``, ``--params-file config/wbc_controller.yaml``): :class:`Contai
 recorder (``record``) stamps with the recorded ``/clock`` and writes its bag from a process of its own
 (:mod:`legged_wbc.ros.bag_process`: the control thread only packs each sample's numbers into shared
 memory). In realtime mode the control thread runs ``SCHED_FIFO`` (``sched_priority``; without the
-permission: one warning); the thread switch interval is 0.5 ms (Python's 5 ms would let another
+permission: one warning) and the process holds a CPU wake-up latency request
+(``cpu_wakeup_latency_us``, default 0: idle CPUs poll instead of halting, so a tick does not start on
+cold caches; without the permission: one warning); the thread switch interval is 0.5 ms (Python's 5 ms would let another
 thread hold the GIL that long); ``gc.freeze()`` after start-up keeps collections to what the run made.
 
 ``sim_container`` and ``control_container`` (``layout:=split``) are the same container holding part of
@@ -51,6 +53,9 @@ class ContainerConfig:
     sched_priority: int = param(10, 0, 99, "realtime mode: SCHED_FIFO priority of the control thread; 0 = off",
                                 live=False)
     cpu: int = param(-1, -1, 1023, "realtime mode: CPU the control thread is pinned to; -1 = none", live=False)
+    cpu_wakeup_latency_us: int = param(0, -1, 100000, "realtime mode: PM QoS request held while running (at most this "
+                                       "CPU wake-up latency [us], /dev/cpu_dma_latency; 0 = idle CPUs poll); -1 = none",
+                                       live=False)
     link: str = param("walking", desc="name of the host link joining a sim and a control part (per ROS domain)",
                       live=False)
     link_timeout: float = param(0.0, 0.0, 3600.0, "wait at most this long for the linked part [s]; 0 = forever",

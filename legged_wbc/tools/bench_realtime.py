@@ -69,6 +69,7 @@ TICK_TOPICS = ("/wbc/relative_pitch", "/wbc/diagnostics", "/estimator/support", 
 WALK_METRICS = ("fell", "max_violation_rad", "qp_failures")     # need TICK_TOPICS (or the bag)
 DOMAIN_RANGE = (101, 230)
 REFERENCE_SECONDS = 2.0
+DEFAULT_CPU_LATENCY_US = 0       # the containers' default PM QoS request (ContainerConfig.cpu_wakeup_latency_us)
 PACED_SECONDS = 10.0              # the paced headless loop runs this long (or the duration, if shorter)
 SAMPLE_PERIOD_S = 0.5
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -248,24 +249,28 @@ class _Tee:
 
 
 def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stream=None,
-              observe_walk: bool = False, layout: str | None = None) -> dict:
+              observe_walk: bool = False, layout: str | None = None, cpu_latency_us: int | None = None) -> dict:
     """Step 1 of the module docstring: the launch, its CPU per process over the walking window, its
     metrics. ``observe_walk`` (without ``record``): the monitor also takes :data:`TICK_TOPICS` for the
     walk metrics, at the cost the module docstring gives."""
     tmp = Path(tempfile.mkdtemp(prefix="bench_realtime_"))
     try:
-        return _run_stack(scenario, duration, record, domain_id, stream, observe_walk, tmp / "bag", layout)
+        return _run_stack(scenario, duration, record, domain_id, stream, observe_walk, tmp / "bag", layout,
+                          cpu_latency_us)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag: Path, layout=None) -> dict:
+def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag: Path, layout=None,
+               cpu_latency_us=None) -> dict:
     from legged_wbc.ros.launcher import Launcher, load_launch, resolve_launch_file
     from legged_wbc.ros.stack_monitor import StackMonitor
 
     args = {"controller": "cbf", "scenario": scenario, "mode": "realtime", "duration": f"{duration:g}"}
     if layout:
         args["layout"] = layout
+    if cpu_latency_us is not None:
+        args["cpu_wakeup_latency_us"] = str(int(cpu_latency_us))
     if record:
         args["record"] = str(bag)
     plan = load_launch(resolve_launch_file("walking_sim"), args)
@@ -382,7 +387,8 @@ def _window_cpu(diag_samples, tree: ProcessTree, sampler: CpuSampler) -> dict:
 
 
 # ------------------------------------------------------------------------------------ headless + reference
-def headless_and_reference(scenario: str, duration: float, reference_seconds: float = REFERENCE_SECONDS) -> dict:
+def headless_and_reference(scenario: str, duration: float, reference_seconds: float = REFERENCE_SECONDS,
+                           cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
     """Steps 2 and 3 of the module docstring (run in a process of its own by :func:`bench_realtime`)."""
     import warnings
 
@@ -395,7 +401,7 @@ def headless_and_reference(scenario: str, duration: float, reference_seconds: fl
     res = ClosedLoop(load_scenario(scenario), "cbf").run(duration, progress=False)
     ticks = len(res.series["t"])
     cpu = float(res.extra["cpu_time_s"])
-    paced = _paced_headless(scenario, min(duration, PACED_SECONDS))
+    paced = _paced_headless(scenario, min(duration, PACED_SECONDS), cpu_latency_us)
     ref = bench_cycle(seconds=reference_seconds, impl="fast", scenario=scenario, startup=False)
     return {"headless": {"ticks": ticks, "cpu_s": cpu, "wall_s": float(res.wall_time_s), "fell": bool(res.fell),
                          "per_tick_us": cpu / ticks * 1e6 if ticks else None},
@@ -404,15 +410,29 @@ def headless_and_reference(scenario: str, duration: float, reference_seconds: fl
                           "window_s": ref["window_s"], "fast_total_p50_us": ref["total"]["p50_us"]}}
 
 
-def _paced_headless(scenario: str, seconds: float) -> dict:
+def _paced_headless(scenario: str, seconds: float, cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
     """The headless loop paced by the wall clock as the realtime bridge paces it (each tick starts at its
     scheduled time, the loop sleeps in between): its CPU per tick. On our VMs a loop that sleeps 500
     times a second comes back to cold caches every tick, and the same work costs ~2x the CPU of the loop
-    run flat out; this is the floor of any realtime process doing that work, ROS or not."""
+    run flat out (~1.5x with idle CPUs polling); this is the floor of any realtime process doing that
+    work, ROS or not. It holds the same CPU wake-up latency request as the stack's containers
+    (``cpu_latency_us``; -1 none), so that the two compare."""
+    import logging
+
     from legged_wbc.closed_loop import ClosedLoop
+    from legged_wbc.ros.composition import hold_cpu_wakeup_latency, release_cpu_wakeup_latency
     from legged_wbc.scenario import load_scenario
 
-    loop = ClosedLoop(load_scenario(scenario), "cbf")
+    qos = hold_cpu_wakeup_latency(cpu_latency_us, logging.getLogger("bench_realtime"))
+    try:
+        return _paced_loop(ClosedLoop(load_scenario(scenario), "cbf"), seconds) | {
+            "cpu_wakeup_latency_us": cpu_latency_us if qos is not None else None}
+    finally:
+        release_cpu_wakeup_latency(qos)
+
+
+def _paced_loop(loop, seconds: float) -> dict:
+    """``loop`` run ``seconds`` with each tick started at its wall-clock time: ticks, CPU, wall time."""
     start = []
 
     def pace(_loop, t, *_):
@@ -439,12 +459,13 @@ def _child(conn, *args) -> None:
         conn.close()
 
 
-def run_headless_and_reference(scenario: str, duration: float) -> dict:
+def run_headless_and_reference(scenario: str, duration: float, cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(child, scenario, duration, REFERENCE_SECONDS), name="bench_headless")
+    p = ctx.Process(target=_child, args=(child, scenario, duration, REFERENCE_SECONDS, cpu_latency_us),
+                    name="bench_headless")
     p.start()
     child.close()
     try:
@@ -463,7 +484,8 @@ def _finite(x) -> bool:
 
 
 def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool = False, stream=None,
-                   observe_walk: bool = False, layout: str | None = None) -> dict:
+                   observe_walk: bool = False, layout: str | None = None,
+                   cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
     """The module docstring's three measurements, one after the other; the result's keys are
     ``legged-wbc bench realtime --json``'s. ``stream`` gets the stack's output (None: discarded)."""
     from legged_wbc.scenario import load_scenario
@@ -471,11 +493,11 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
     load_scenario(scenario)   # a bad name or file: one line (ConfigError) before anything starts
     load_before = os.getloadavg()
     stack = run_stack(scenario, duration, record, choose_domain(), stream=stream, observe_walk=observe_walk,
-                      layout=layout)
+                      layout=layout, cpu_latency_us=cpu_latency_us)
     if stream is not None:
         stream.write("[bench] headless loop and reference path ...\n")
         stream.flush()
-    other = run_headless_and_reference(scenario, duration)
+    other = run_headless_and_reference(scenario, duration, cpu_latency_us)
     load_after = os.getloadavg()
     m = stack["metrics"]
     control = next((n for n in CONTROL_PROCESSES if n in stack["cpu_per_tick_us"]), None)
@@ -497,6 +519,7 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
         "headless_paced_per_tick_us": paced,
         "overhead_ratio_paced": ctl_cpu / paced if _finite(ctl_cpu) and _finite(paced) and paced > 0 else None,
         "reference_p50_us": other["reference"]["p50_us"],
+        "cpu_wakeup_latency_us": cpu_latency_us,
         "loadavg": {"before": list(load_before), "after": list(load_after)},
         "cpu_count": os.cpu_count(),
         "control_process": control,
