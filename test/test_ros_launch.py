@@ -509,6 +509,11 @@ def test_joint_order_rejects_duplicates_and_implausible_states():
     near = q.copy()
     near[7] = rm.upper[7] + 200.0                            # WBC-0's spinning foot link (sim has no limits)
     order.arrays(ros_io.joint_state_msg(0, rm.joint_names, near, np.zeros(24), np.zeros(24)))
+    # every joint inside its bounds but all near them (the quick test's norm is > 1: the exact test passes it)
+    edge = 0.5 * (rm.lower + rm.upper) + 0.95 * (0.5 * (rm.upper - rm.lower) + 1000.0)
+    edge_v = np.full(24, 0.95 * 100.0 * 12.0)               # every joint is a leg joint (12 rad/s)
+    pos, vel, _ = order.arrays(ros_io.joint_state_msg(0, rm.joint_names, edge, edge_v, np.zeros(24)))
+    assert np.array_equal(pos, edge) and np.array_equal(vel, edge_v)
     fast = np.zeros(24)
     fast[4] = 100.0 * 12.0 + 1.0
     with pytest.raises(ValueError, match="velocity .* exceeds 100x its limit 12 rad/s"):
@@ -520,7 +525,8 @@ def test_joint_order_rejects_duplicates_and_implausible_states():
 
 def test_all_finite_known_answers_and_nan_positions_are_not_plausibility_errors():
     """The nodes' input check: every value finite, across several arrays; a NaN, +inf, -inf or
-    +inf in one array and -inf in another is caught, and so is a sum beyond the float range."""
+    +inf in one array and -inf in another is caught; huge finite values are finite (the fast test's
+    square overflows beyond 1e154: the exact one decides)."""
     f = ros_io.all_finite
     assert f(np.zeros(24), np.ones(3)) and f() and f(np.zeros(0))
     for bad in (np.nan, np.inf, -np.inf):
@@ -528,7 +534,8 @@ def test_all_finite_known_answers_and_nan_positions_are_not_plausibility_errors(
         a[5] = bad
         assert not f(np.zeros(3), a)
     assert not f(np.array([np.inf]), np.array([-np.inf]))
-    assert not f(np.array([1.7e308, 1.7e308]))              # documented: a corrupt sample either way
+    assert f(np.array([1.7e308, 1.7e308])) and f(np.array([1e200]), [1.0, 2.0])
+    assert not f(np.array([1e200, np.nan])) and not f(np.array([[0.0, np.inf]]))
     # a NaN position is left to the finiteness check (not reported as out of range)
     from legged_wbc.model import RobotModel
 

@@ -7,17 +7,17 @@ from typing import Sequence
 
 import numpy as np
 
-_sum, _max, _abs = np.add.reduce, np.maximum.reduce, np.abs
-
 
 def all_finite(*arrays) -> bool:
-    """Whether every value of the float arrays is finite: one sum per array (a NaN or an inf makes the
-    total non-finite; so would a total beyond 1.8e308, which no valid sample reaches). The inputs'
-    check on every sample: ~3x cheaper than ``np.all(np.isfinite(a))`` per array."""
-    total = 0.0
+    """Whether every value of the float arrays is finite. The inputs' check on every sample, so it is
+    fast: one dot product per array (0.5 us; a NaN or an inf makes ``a . a`` non-finite), exact only
+    when that fails (``a . a`` also overflows for |a| > 1e154: then ``np.isfinite`` decides)."""
     for a in arrays:
-        total += _sum(a)
-    return math.isfinite(total)
+        if type(a) is not np.ndarray or a.ndim != 1:
+            a = np.asarray(a, dtype=float).ravel()
+        if not math.isfinite(a.dot(a)) and not np.isfinite(a).all():
+            return False
+    return True
 
 
 # Corrupt-sample bounds. The simulation does not enforce joint limits (the controller's business), and
@@ -45,7 +45,9 @@ class JointOrder:
             lo, hi, vmax = (np.asarray(b, dtype=float) for b in bounds)
             self._bounds = (lo - POSITION_MARGIN_RAD, hi + POSITION_MARGIN_RAD, VELOCITY_FACTOR * vmax)
             self._mid = 0.5 * (self._bounds[0] + self._bounds[1])
-            self._half = 0.5 * (self._bounds[1] - self._bounds[0])
+            with np.errstate(divide="ignore"):     # a joint with no velocity bound: inf, its test exact
+                self._inv_half = 1.0 / (0.5 * (self._bounds[1] - self._bounds[0]))
+                self._inv_vmax = 1.0 / self._bounds[2]
 
     def index(self, msg_names: Sequence[str]) -> np.ndarray:
         obj, copy, idx = self._last
@@ -88,8 +90,10 @@ class JointOrder:
 
     def _check_plausible(self, pos: np.ndarray, vel: np.ndarray) -> None:
         lo, hi, vmax = self._bounds
-        if _max(_abs(pos - self._mid) - self._half) <= 0.0 and _max(_abs(vel) - vmax) <= 0.0:
-            return                          # the usual path (a NaN compares False: the slow path)
+        x = (pos - self._mid) * self._inv_half     # |x_j| <= 1: joint j within its position bounds
+        y = vel * self._inv_vmax
+        if x.dot(x) <= 1.0 and y.dot(y) <= 1.0:
+            return          # the usual path: max |x_j| <= |x|_2 <= 1 (a NaN or inf compares False: exact test)
         pos, vel = np.nan_to_num(pos, nan=self._mid), np.nan_to_num(vel, nan=0.0)  # NaN: checked later
         bad_p = np.flatnonzero((pos < lo) | (pos > hi))
         bad_v = np.flatnonzero(np.abs(vel) > vmax)
