@@ -103,6 +103,9 @@ def test_bench_realtime_smoke(ros_env):
     _check_common(res, 3.0)
     assert res["stack"]["launch_command"] == ("legged-wbc launch walking_sim controller:=cbf scenario:=paper "
                                               "mode:=realtime duration:=3")
+    assert res["cpu_wakeup_latency_us"] == 0      # the containers' default request, held by the paced loop too
+    held = os.geteuid() == 0 and os.path.exists("/dev/cpu_dma_latency")
+    assert res["headless_paced"]["cpu_wakeup_latency_us"] == (0 if held else None)
     assert all(res[k] is None for k in ("fell", "max_violation_rad", "qp_failures"))
     assert "--record" in res["stack"]["walk_metrics_unavailable"]
     assert res["stack"]["monitor"]["topics"] == ["/bridge/diagnostics", "/bridge/command_latency"]

@@ -269,7 +269,7 @@ def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag:
     args = {"controller": "cbf", "scenario": scenario, "mode": "realtime", "duration": f"{duration:g}"}
     if layout:
         args["layout"] = layout
-    if cpu_latency_us is not None:
+    if cpu_latency_us is not None and cpu_latency_us != DEFAULT_CPU_LATENCY_US:   # else the launch file's default
         args["cpu_wakeup_latency_us"] = str(int(cpu_latency_us))
     if record:
         args["record"] = str(bag)
