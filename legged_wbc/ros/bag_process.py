@@ -467,11 +467,16 @@ class PeerRecorder:
             self.taps = PeerTaps(self.sink, self, stamp_topic)
             if stamp_topic:
                 self._subscribe(stamp_topic, "rosgraph_msgs/msg/Clock", self.taps.stamp_tap(), own=False)
-        own = self.bus.own_topics()
+        own, new = self.bus.own_topics(), []
         for topic, msgtype in sorted(info["topics"].items()):
             if topic in own and topic not in self._topics:
                 self.sink.add_topic(topic, msgtype)
                 self._subscribe(topic, msgtype, self.taps.tap(topic))
+                new.append(topic)
+        if new:
+            self.node.get_logger().info(
+                f"recording {', '.join(new)} into the recorder's second ring {info['ring']}"
+                + (f", stamped by the sim part's {self.taps.stamp_topic}" if self.taps.stamp_topic else ""))
 
     def _subscribe(self, topic: str, msgtype: str, tap, own: bool = True) -> None:
         from rclpy.qos import QoSProfile
