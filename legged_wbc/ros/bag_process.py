@@ -432,6 +432,7 @@ class PeerRecorder:
         self.last_rx = 0.0
         self._clock_topic_stamps = True
         self._topics: set[str] = set()
+        self._lock = threading.Lock()            # flush (the link's receiver thread) against close
 
     def get_clock(self):                     # LocalTaps: the receive time without clock_topic stamps
         return self.node.get_clock()
@@ -500,18 +501,20 @@ class PeerRecorder:
 
     def flush(self) -> None:
         """The bus's deferred deliveries (this frame's) into the ring, published to the recorder process."""
-        if self.sink is not None and not self.closed:
-            self.bus.flush()
-            self.sink.flush()
+        with self._lock:
+            if self.sink is not None and not self.closed:
+                self.bus.flush()
+                self.sink.flush()
 
     def close(self) -> None:
         """Record what is left, close the ring (the recorder process finishes the bag once the sim part is
         done too); logs what this process recorded and dropped."""
-        if self.sink is None or self.closed:
+        with self._lock:
+            if self.sink is None or self.closed:
+                self.closed = True
+                return
+            self.bus.flush()
             self.closed = True
-            return
-        self.bus.flush()
-        self.closed = True
         counts = dict(self.sink.counts)
         dropped = self.sink.close()
         per = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)

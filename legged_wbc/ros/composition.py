@@ -74,7 +74,9 @@ def run_control(bus, P, log, stop_event) -> int:
             pass
     finally:
         release_cpu_wakeup_latency(qos)
-    log.info("the sim part ended" if link.closed.is_set() else "stopped")
+    ended = link.closed.is_set()
+    link.close()                              # no more frames: the receiver thread is done (and so is recording)
+    log.info("the sim part ended" if ended else "stopped")
     return 0
 
 
