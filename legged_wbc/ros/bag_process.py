@@ -50,6 +50,8 @@ _SUB = struct.Struct("<IIq")   # KIND_BATCH: one sub-record (payload length, top
 POLL_S = 0.02           # recorder process: sleep when the ring is empty [s] (the ring holds ~20 s; fewer wake-ups)
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
 COMMIT_RECORDS = 256    # publish to the recorder process at the latest after this many records (else at flush())
+PEER_COMMIT_S = 0.01    # the control part (split) publishes its records at most this often (its ring's lock is a
+#                         system call pair; the recorder process looks every POLL_S anyway) [s]
 PEER_ATTACH_S = 5.0     # once the own ring is done: wait this long for a producer that never attached a peer ring [s]
 PEER_IDLE_S = 10.0      # ... and this long for a live producer that neither writes nor closes its ring [s]
 
@@ -433,6 +435,7 @@ class PeerRecorder:
         self._clock_topic_stamps = True
         self._topics: set[str] = set()
         self._lock = threading.Lock()            # flush (the link's receiver thread) against close
+        self._committed = 0.0                    # when the records were last published to the recorder process
 
     def get_clock(self):                     # LocalTaps: the receive time without clock_topic stamps
         return self.node.get_clock()
@@ -500,11 +503,15 @@ class PeerRecorder:
             self.sink.write(topic, t_ns, data)
 
     def flush(self) -> None:
-        """The bus's deferred deliveries (this frame's) into the ring, published to the recorder process."""
+        """The bus's deferred deliveries (this frame's) into the ring; published to the recorder process
+        every :data:`PEER_COMMIT_S` (a killed control part loses at most that much)."""
         with self._lock:
             if self.sink is not None and not self.closed:
                 self.bus.flush()
-                self.sink.flush()
+                now = time.monotonic()
+                if now - self._committed >= PEER_COMMIT_S:
+                    self.sink.flush()
+                    self._committed = now
 
     def close(self) -> None:
         """Record what is left, close the ring (the recorder process finishes the bag once the sim part is
