@@ -104,13 +104,18 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
     return nodes, bridge, recorder
 
 
-def _wire(bus, bridge, recorder, P, log, stop, peer=None) -> None:
+def _wire(bus, bridge, recorder, P, log, stop, node):
     """Join the linked part, finalize the bus, subscribe the recorder (split: ask the control part to
-    record its own topics; ``peer``: the control part's :class:`~legged_wbc.ros.bag_process.PeerRecorder`),
-    set the per-sample flush."""
+    record its own topics), set the per-sample flush. Returns the control part's
+    :class:`~legged_wbc.ros.bag_process.PeerRecorder` (it records this part's topics if the sim part
+    asks; ``node``: the container's), else None."""
+    peer = None
     if bus.link is not None:
         log.info(f"host link {P.link!r}: joining the {'control' if bridge is not None else 'sim'} part")
-        if peer is not None:
+        if bridge is None:
+            from legged_wbc.ros.bag_process import PeerRecorder
+
+            peer = PeerRecorder(bus, node)
             bus.link.on_record, bus.link.after_frame = peer.start, peer.flush
         bus.connect_link(P.link_timeout, stop)
     external = bus.finalize()
@@ -144,6 +149,7 @@ def _wire(bus, bridge, recorder, P, log, stop, peer=None) -> None:
              + (f"; over the host link: {', '.join(linked)}" if linked else "")
              + (f"; recorded by the control part: {', '.join(recorded_there)}" if recorded_there else "")
              + (f"; through DDS: {', '.join(sorted(set(external)))}" if external else ""))
+    return peer
 
 
 def main_sim(argv: list[str] | None = None) -> int:
@@ -190,11 +196,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
 
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGTERM, _stop)
-        if part == "control":
-            from legged_wbc.ros.bag_process import PeerRecorder
-
-            peer = PeerRecorder(bus, container)       # records this part's topics if the sim part asks
-        _wire(bus, bridge, recorder, P, log, stop_event.is_set, peer)
+        peer = _wire(bus, bridge, recorder, P, log, stop_event.is_set, container)
         log.info(f"composed {', '.join(n.get_name() for n in nodes[1:])}"
                  + (f" ({part} part of host link {P.link!r})" if link is not None else ""))
 
