@@ -343,3 +343,73 @@ def test_a_samples_values_go_as_one_batch_record_and_come_out_message_for_messag
     small.write_values([v])                 # the first message: described and checked on its own
     small.write_values([v] * 40)            # ~18 kB: more than the ring holds
     assert small.close() == 40
+
+
+PEER_PRODUCER = """
+import os, signal, sys
+import numpy as np
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.bag_process import RingSink
+from legged_wbc.ros.shm_ring import RecordRing
+ring = RecordRing.attach_file(sys.argv[1])      # no multiprocessing object shared with the ring's creator
+ring.set_producer(os.getpid())
+said = []
+sink = RingSink(ring, log=said.append)
+sink.add_topic("/estimator/odom", "nav_msgs/msg/Odometry")
+sink.add_topic("/big", "std_msgs/msg/Float64MultiArray")
+q = np.r_[0.0, 0.0, 0.3, 0.0, 0.0, 0.0, 1.0, np.zeros(18)]
+for k in range(300):
+    q[0] = k
+    sink.write_message("/estimator/odom", k * 2_000_000, ros_io.odometry_msg(k * 2_000_000, q, np.zeros(24), "base"))
+    sink.flush()                                 # as the control part does after each frame
+sink.write_message("/big", 1, ros_io.float64_array_msg(np.zeros(1 << 16), "big"))   # 512 kB: more than the ring
+sink.flush()
+if sys.argv[2] == "close":
+    print(sink.close(), said, flush=True)
+else:
+    print(sink.dropped, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)          # dies without closing its ring
+"""
+
+
+@pytest.mark.parametrize("end", ["closes its ring", "dies"])
+def test_a_second_ring_from_another_process_goes_into_the_same_bag_and_drops_are_summed(tmp_path, end):
+    """The split layout's control part writes its own topics into a second ring (``open_peer_ring``) from a
+    process that shares no multiprocessing object with the sink: the recorder process drains both rings
+    into one bag, each record as written, and finishes once the second ring is closed or its producer is
+    gone; a record that fits neither ring is dropped and counted by its producer, and ``dropped_messages``
+    in ``metadata.yaml`` is the sum of both."""
+    import yaml
+
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    said: list[str] = []
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, "mcap", "layout=split", ring_bytes=1 << 20, log=said.append)
+    peer = sink.open_peer_ring(256 << 10)
+    p = subprocess.run([sys.executable, "-c", PEER_PRODUCER, peer, "close" if end == "closes its ring" else "kill"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    if end == "closes its ring":
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.startswith("1 [") and "1 messages did not fit" in p.stdout, p.stdout   # said by the producer
+    else:
+        assert p.returncode == -signal.SIGKILL and p.stdout.strip() == "1", p.stderr
+    sink.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+    sink.add_topic("/big", "std_msgs/msg/Float64MultiArray")
+    for k in range(100):
+        m = ros_io.joint_state_msg(k * 1_000_000, NAMES, np.full(18, k), np.zeros(18), np.zeros(18))
+        sink.write_message("/joint_states", k * 1_000_000, m)
+        sink.flush()
+    sink.write_message("/big", 2, ros_io.float64_array_msg(np.zeros(1 << 18), "big"))     # 2 MB: more than the ring
+    t0 = time.monotonic()
+    assert sink.close() == 2
+    assert time.monotonic() - t0 < 10.0            # the producer's end was seen, not waited out
+    assert any("1 messages of the linked part did not fit" in s for s in said), said
+    meta = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert meta["custom_data"]["dropped_messages"] == "2" and meta["custom_data"]["layout"] == "split"
+    read = _read_mcap_independently(bag)
+    assert [m.position[0] for m in read["/joint_states"]] == list(range(100))
+    odom = read["/estimator/odom"]
+    assert [m.pose.pose.position.x for m in odom] == list(range(300))
+    assert [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in odom] == [k * 2_000_000 for k in range(300)]
+    assert "/big" not in read

@@ -87,6 +87,17 @@ def test_container_split_and_processes_layouts_give_the_same_lockstep_run(tmp_pa
     assert s.custom_data["layout"] == "split"
     log = (tmp_path / "split.log").read_text()
     assert "composed mujoco_bridge, bag_recorder (sim part" in log and "0 dropped" in log
+    # the control part records its own topics: the link carries only what each part subscribes, one frame a
+    # tick each way (the /diagnostics and /tf of the control part no longer cross it)
+    assert re.search(r"over the host link: /estimator/support, /joint_torque_cmd; recorded by the control part: "
+                     r"/diagnostics, /estimator/diagnostics, /estimator/odom, /estimator/support, /estimator/tau_ext, "
+                     r"/joint_torque_cmd, /tf, /wbc/diagnostics, /wbc/relative_pitch", log), log[-3000:]
+    assert re.search(r"recording /diagnostics, .*/wbc/relative_pitch into the recorder's second ring .*, stamped "
+                     r"by the sim part's /clock", log), log[-3000:]
+    frames = {part: tuple(map(int, m)) for part, *m in
+              re.findall(r"\[(sim|control)_container\].*link: (\d+) frames sent, (\d+) received", log)}
+    (sim_sent, sim_got), (ctl_sent, ctl_got) = frames["sim"], frames["control"]
+    assert sim_sent == ctl_got and ctl_sent == sim_got and ctl_sent <= ctl_got, frames   # replies only
     assert "composed state_estimator, wbc_controller (control part" in log
     assert len(c.series["t"]) == len(p.series["t"]) == len(s.series["t"]) == 800
     for r in (c, s, p):
@@ -192,6 +203,53 @@ def test_container_ctrl_c_leaves_a_complete_bag(tmp_path, ros_env, procs):
     assert len(stamps) > 500 and stamps == list(range(0, stamps[-1] + 1, 1_000_000))   # none lost
     cmd_ticks = [(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec) // 2_000_000 for _, m in topics["/joint_torque_cmd"]]
     assert cmd_ticks == list(range(len(cmd_ticks)))
+
+
+def _ticks(msgs, period_ns: int) -> list[int]:
+    return [(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec) // period_ns for _, m in msgs]
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("how", ["ctrl_c", "control_dies", "sim_dies"])
+def test_split_recording_ends_complete_on_ctrl_c_and_when_a_part_dies(tmp_path, ros_env, procs, how):
+    """``layout:=split``: the sim part's topics and the control part's own topics reach the recorder process
+    through two rings (the control part writes its own). On Ctrl-C, and when either part is killed, the
+    recorder process drains both and closes the bag: every sample and every command from tick 0 to the
+    end, none twice, each command answering a recorded sample."""
+    bag = tmp_path / f"bag_{how}"
+    lp = Proc("launch", [str(BIN / "legged-wbc"), "launch", "walking_sim", "layout:=split", "scenario:=paper",
+                         f"record:={bag}"], ros_env, tmp_path)
+    procs.append(lp)
+    pid = {part: int(lp.wait_for(rf"started {part}_container \[pid (\d+)\]", timeout=60).group(1))
+           for part in ("sim", "control")}
+    lp.wait_for(r"recorded by the control part: .*/joint_torque_cmd", timeout=120)
+    t_end = time.monotonic() + 120               # well under way: > 0.5 s simulated (as the container's test)
+    while sum(f.stat().st_size for f in bag.glob("*.mcap")) < 2 << 20:
+        assert time.monotonic() < t_end and lp.p.poll() is None, lp.text()[-3000:]
+        time.sleep(0.1)
+    if how == "ctrl_c":
+        lp.p.send_signal(signal.SIGINT)
+    else:
+        os.kill(pid["control" if how == "control_dies" else "sim"], signal.SIGKILL)
+    rc = lp.wait(90)
+    t_end = time.monotonic() + 60                # sim_dies: the orphaned recorder process may finish after the launch
+    while not (bag / "metadata.yaml").is_file():
+        assert time.monotonic() < t_end, lp.text()[-3000:]
+        time.sleep(0.1)
+    out = lp.text()
+    assert rc == (130 if how == "ctrl_c" else 1), out[-3000:]         # 130: stopped by SIGINT, nothing crashed
+    if how == "ctrl_c":
+        assert "recorded this part's topics into the recorder's second ring" in out and "; 0 dropped" in out
+    if how == "sim_dies":
+        assert "exited without closing the ring" in out, out[-3000:]
+    topics = read_bag(bag)
+    js = _ticks(topics["/joint_states"], 1_000_000)
+    assert len(js) > 500 and js == list(range(len(js))), js[-5:]                 # none lost, none twice
+    for topic in ("/joint_torque_cmd", "/estimator/odom", "/wbc/relative_pitch"):
+        ticks = _ticks(topics[topic], 2_000_000)
+        assert len(ticks) > 250 and ticks == list(range(len(ticks))), (topic, ticks[-5:])
+        assert 2 * ticks[-1] <= js[-1] + 2, (topic, ticks[-1], js[-1])    # answers a sample of the bag (+ the
+        # sample the sim part was killed before recording)
 
 
 @pytest.mark.slow

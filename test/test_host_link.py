@@ -102,11 +102,24 @@ def test_a_batch_arrives_as_one_frame_in_order_and_the_replies_come_back(monkeyp
         assert ctl.sent == 3 and sim.received == 3               # the replies to a frame: one frame back
         assert [r.stamp_ns for r in replies] == [s.stamp_ns for s in samples]
         assert all(_same(-s.effort, r.effort) for s, r in zip(samples, replies))
-        # a subscription made later (the recorder's) is announced; the other side starts sending
+        # a subscription made later is announced; the other side starts sending
         seen = threading.Event()
         sim.on_peer_subs = lambda subs: seen.set()
         ctl.announce_subs({"/joint_states": 2, "/clock": 1})
         assert seen.wait(5.0) and sim.sends("/clock")
+        # RECORD (the split's recorder asks the control part to record its own topics) arrives before the
+        # frames sent after it; after_frame runs after each data frame's deliveries and replies
+        events, done2 = [], threading.Event()
+        ctl.on_record = lambda info: events.append(("record", info))
+        ctl.after_frame = lambda: (events.append(("after", len(got), ctl.sent)), len(events) == 3 and done2.set())
+        sim.announce_record({"ring": "r", "topics": {"/cmd": "sensor_msgs/msg/JointState"}})
+        for s in samples[:4]:
+            sim.send("/joint_states", s)
+            if len(sim._tls.batch) == 2:
+                sim.flush()
+        assert done2.wait(5.0)
+        assert events == [("record", {"ring": "r", "topics": {"/cmd": "sensor_msgs/msg/JointState"}}),
+                          ("after", 8, 4), ("after", 10, 5)]
         # the end: bye from the sim part, answered by the control part
         sim.bye()
         assert ctl.closed.wait(5.0) and sim.closed.wait(5.0)

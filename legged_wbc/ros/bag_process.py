@@ -21,6 +21,14 @@ and counted: the count is logged at the end by both processes and stored in the 
 ``metadata.yaml`` custom data (``dropped_messages``). The recorder process ignores SIGINT/SIGTERM: the
 container stops it by closing the ring once the last sample is in it, and it drains everything before
 closing the bag; if the container dies, it notices within ~0.1 s and closes the bag just the same.
+
+``layout:=split``: the recorder node lives in the sim part, but the control part's own topics never cross
+the host link for it. The sim part's sink opens a second ring (:meth:`ShmBagSink.open_peer_ring`, announced
+to the recorder process by a :data:`KIND_PEER` record) and asks the control part over the link (a RECORD
+frame) to record them there itself: :class:`PeerRecorder` taps its own publishers (:class:`PeerTaps`,
+stamped by the sim part's ``/clock``, which the link then carries) and writes through a :class:`RingSink`,
+the producer half of :class:`ShmBagSink`. The recorder process drains both rings and closes the bag once
+each is closed (or its producer is gone); drops of either producer are counted in its ring and summed.
 """
 
 from __future__ import annotations
@@ -36,12 +44,16 @@ from pathlib import Path
 
 from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
 
-KIND_DATA, KIND_RAW, KIND_TOPIC, KIND_BATCH = 0, 1, 2, 3
+KIND_DATA, KIND_RAW, KIND_TOPIC, KIND_BATCH, KIND_PEER = 0, 1, 2, 3, 4   # KIND_PEER: a ring to drain too
 _PAD = bytes(8)
 _SUB = struct.Struct("<IIq")   # KIND_BATCH: one sub-record (payload length, topic id, stamp [ns]) + payload
 POLL_S = 0.02           # recorder process: sleep when the ring is empty [s] (the ring holds ~20 s; fewer wake-ups)
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
 COMMIT_RECORDS = 256    # publish to the recorder process at the latest after this many records (else at flush())
+PEER_COMMIT_S = 0.01    # the control part (split) publishes its records at most this often (its ring's lock is a
+#                         system call pair; the recorder process looks every POLL_S anyway) [s]
+PEER_ATTACH_S = 5.0     # once the own ring is done: wait this long for a producer that never attached a peer ring [s]
+PEER_IDLE_S = 10.0      # ... and this long for a live producer that neither writes nor closes its ring [s]
 
 
 class RecorderProcessError(RuntimeError):
@@ -57,9 +69,10 @@ class LocalTaps:
     sample, all of that sample's at once (:meth:`on_batch`: adapted values go to the recorder
     process as one batch record, :meth:`ShmBagSink.write_values`)."""
 
-    def __init__(self, sink: "ShmBagSink", node):
+    def __init__(self, sink: "RingSink", node):
         self.sink, self.node = sink, node
         self.failed = 0                     # messages that could not be recorded (said once)
+        self.own_only = False               # taps made from now on skip what a host link delivers (split)
 
     def tap(self, topic: str) -> "_Tap":
         return _Tap(self, topic)
@@ -109,29 +122,58 @@ class LocalTaps:
 
 
 class _Tap:
-    """One recorded topic's tap (see :class:`LocalTaps`)."""
+    """One recorded topic's tap (see :class:`LocalTaps`). ``own_only``: it takes this process's
+    publications only, never what a host link delivers (the linked part records its own)."""
 
-    __slots__ = ("topic", "batch", "_taps")
+    __slots__ = ("topic", "batch", "_taps", "own_only")
 
-    def __init__(self, taps: LocalTaps, topic: str):
+    def __init__(self, taps: LocalTaps, topic: str, own_only: bool | None = None):
         self.topic, self._taps, self.batch = topic, taps, taps.on_batch
+        self.own_only = taps.own_only if own_only is None else own_only
 
     def __call__(self, item) -> None:
         self._taps.on_message(self.topic, item)
 
 
-class ShmBagSink:
-    """What the container's ``bag_recorder`` writes to: same calls as :class:`~legged_wbc.ros.bag_writer.BagWriter`
-    (``add_topic``, ``write`` for serialized messages, ``counts``, ``close``) plus :meth:`write_message`
-    for message objects. Thread-safe (the control thread and the executor thread both write)."""
+class PeerTaps(LocalTaps):
+    """The control part's taps (:class:`PeerRecorder`): its own topics, plus the sim part's clock
+    (``stamp_topic``), which only advances the stamps (the sim part records it) in the order the bus
+    delivered it, as the container's recorder sees it."""
 
-    def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None,
-                 compression: str = "zstd"):
-        import multiprocessing as mp
+    def __init__(self, sink: "RingSink", node, stamp_topic: str | None):
+        super().__init__(sink, node)
+        self.own_only = True
+        self.stamp_topic = stamp_topic
 
-        self.path = Path(path)
-        if self.path.exists():
-            raise FileExistsError(f"output {self.path} exists already; rosbag2 never overwrites a bag")
+    def stamp_tap(self) -> _Tap:
+        return _Tap(self, self.stamp_topic, own_only=False)   # from the link: the sim part publishes it
+
+    def on_message(self, topic: str, item) -> None:
+        self.on_batch([(topic, item)])
+
+    def on_batch(self, items: list) -> None:
+        rec, stamp_topic, stamps = [], self.stamp_topic, self.node.stamps
+        for topic, item in items:
+            if topic != stamp_topic:
+                rec.append((topic, item))
+                continue
+            if rec:
+                super().on_batch(rec)
+                rec = []
+            stamps.of_value(topic, getattr(item, "value", item), 0)
+        if rec:
+            super().on_batch(rec)
+
+
+class RingSink:
+    """The producer end of a recorder ring (:class:`~legged_wbc.ros.shm_ring.RecordRing`): the calls of
+    :class:`~legged_wbc.ros.bag_writer.BagWriter` (``add_topic``, ``write`` for serialized messages,
+    ``counts``) plus :meth:`write_message` for message objects and :meth:`write_values` for adapted
+    values. Thread-safe (the control thread and a background thread both write). :meth:`close` closes the
+    ring; whoever drains it (the recorder process) finishes then."""
+
+    def __init__(self, ring: RecordRing, describe=None, log=None):
+        self.ring = ring
         self.describe = describe or (lambda topic: ([], None))
         self.log = log or (lambda text: print(text, file=sys.stderr))
         self.types: dict[str, str] = {}
@@ -143,20 +185,6 @@ class ShmBagSink:
         self._serialized: set[str] = set()      # topics no fixed layout fits: recorded serialized
         self._lock = threading.Lock()
         self.closed = False
-        ctx = mp.get_context("spawn")     # never fork a process that runs DDS threads
-        self.ring = RecordRing.create(ring_bytes, ctx.Lock())
-        self.proc = ctx.Process(target=run, name="bag_writer", daemon=False,
-                                args=(self.ring.name, self.ring.lock, str(self.path), storage, custom_data,
-                                      os.getpid(), compression))
-        self.proc.start()
-        t_end = time.monotonic() + START_TIMEOUT_S
-        while self.ring.consumer_state == STARTING and self.proc.is_alive() and time.monotonic() < t_end:
-            time.sleep(0.01)
-        if self.ring.consumer_state != READY:
-            state = self.ring.consumer_state
-            self._shutdown(timeout=5.0)
-            why = "it failed" if state == FAILED else "it exited" if state != STARTING else "timed out"
-            raise RecorderProcessError(f"the recorder process could not open {self.path} ({why}; see its output)")
 
     def add_topic(self, topic: str, msgtype: str) -> None:
         self.types[topic] = msgtype
@@ -289,21 +317,87 @@ class ShmBagSink:
     def dropped(self) -> int:
         return self.ring.dropped
 
-    def close(self, timeout: float = 120.0) -> int:
-        """Close the ring, wait until the recorder process has written everything and closed the bag.
-        Returns the number of dropped records."""
+    def close(self) -> int:
+        """Publish what is left and close the ring (the consumer drains it, then finishes); release it.
+        Returns the number of messages dropped (also logged)."""
         with self._lock:
             if self.closed:
-                return self.ring.dropped if self.ring.buf is not None else 0
+                return 0
+            self.closed = True
+            self.ring.commit()
+            self.ring.close()
+            dropped = self.ring.dropped
+        if dropped:
+            self.log(f"{dropped} messages did not fit the recorder's ring and were dropped "
+                     f"(the recorder process fell behind)")
+        self.ring.release()
+        return dropped
+
+
+class ShmBagSink(RingSink):
+    """What a container's ``bag_recorder`` writes to (a :class:`RingSink`): it creates the ring and spawns
+    the recorder process that drains it into the bag; :meth:`close` waits until the bag is closed. In the
+    split layout it also creates the control part's ring (:meth:`open_peer_ring`)."""
+
+    def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None,
+                 compression: str = "zstd"):
+        import multiprocessing as mp
+
+        self.path = Path(path)
+        if self.path.exists():
+            raise FileExistsError(f"output {self.path} exists already; rosbag2 never overwrites a bag")
+        ctx = mp.get_context("spawn")     # never fork a process that runs DDS threads
+        super().__init__(RecordRing.create(ring_bytes, ctx.Lock()), describe=describe, log=log)
+        self.peer_rings: list[RecordRing] = []
+        self.proc = ctx.Process(target=run, name="bag_writer", daemon=False,
+                                args=(self.ring.name, self.ring.lock, str(self.path), storage, custom_data,
+                                      os.getpid(), compression))
+        self.proc.start()
+        t_end = time.monotonic() + START_TIMEOUT_S
+        while self.ring.consumer_state == STARTING and self.proc.is_alive() and time.monotonic() < t_end:
+            time.sleep(0.01)
+        if self.ring.consumer_state != READY:
+            state = self.ring.consumer_state
+            self._shutdown(timeout=5.0)
+            why = "it failed" if state == FAILED else "it exited" if state != STARTING else "timed out"
+            raise RecorderProcessError(f"the recorder process could not open {self.path} ({why}; see its output)")
+
+    def open_peer_ring(self, ring_bytes: int | None = None) -> str:
+        """A second ring for a producer in another process (the split's control part: it attaches with
+        :meth:`RecordRing.attach_file`), drained by the same recorder process into the same bag. Returns
+        its name (what the producer attaches). Raises :class:`RecorderProcessError` if the recorder
+        process cannot be told."""
+        ring = RecordRing.create(ring_bytes or self.ring.capacity, None)   # the owner never locks it
+        with self._lock:
+            ok = not self.closed and self.ring.put(KIND_PEER, len(self.peer_rings), 0,
+                                                   pickle.dumps({"ring": ring.name}))
+            if ok:
+                self.peer_rings.append(ring)
+                self.ring.commit()
+        if not ok:
+            ring.release()
+            raise RecorderProcessError("the recorder process could not be told of a second ring (its ring is "
+                                       "full or closed)")
+        return ring.name
+
+    def close(self, timeout: float = 120.0) -> int:
+        """Close the ring, wait until the recorder process has written everything (its peer rings too) and
+        closed the bag. Returns the number of dropped records, the peer rings' included."""
+        with self._lock:
+            if self.closed:
+                return 0
             self.closed = True
         dropped = self.ring.dropped
         if dropped:
             self.log(f"{dropped} messages did not fit the recorder's ring and were dropped "
                      f"(the recorder process fell behind)")
-        self._shutdown(timeout)
-        return dropped
+        peer_dropped = self._shutdown(timeout)
+        if peer_dropped:
+            self.log(f"{peer_dropped} messages of the linked part did not fit its ring and were dropped there")
+        return dropped + peer_dropped
 
-    def _shutdown(self, timeout: float) -> None:
+    def _shutdown(self, timeout: float) -> int:
+        """Close the ring, wait for the recorder process, release the rings; the peer rings' drops."""
         self.ring.commit()
         self.ring.close()
         self.proc.join(timeout)
@@ -312,6 +406,127 @@ class ShmBagSink:
             self.proc.terminate()
             self.proc.join(5.0)
         self.ring.release()
+        dropped = 0
+        for ring in self.peer_rings:
+            dropped += ring.dropped
+            ring.release()
+        self.peer_rings = []
+        return dropped
+
+
+class PeerRecorder:
+    """The control part's half of a split recording (``layout:=split``): when the sim part's recorder asks
+    (host link RECORD, :meth:`start`, in the link's receiver thread before any sample), this process
+    attaches the ring the sim part opened for it (:meth:`ShmBagSink.open_peer_ring`) and taps its own
+    publishers of the requested topics (:class:`PeerTaps`: values and messages packed as the container's
+    recorder packs them), so they need not cross the link nor pass through the sim process. Stamps: the
+    sim part's ``/clock`` as it came with the samples (the link sends it once asked to record). The bus's
+    deliveries of a frame go to the ring after the frame's replies are sent (:meth:`flush`, the link's
+    ``after_frame``). ``node``: the container's node (graph queries for the topics' QoS, its logger)."""
+
+    def __init__(self, bus, node):
+        self.bus, self.node = bus, node
+        self.log = node.get_logger().warning
+        self.sink: RingSink | None = None
+        self.taps: PeerTaps | None = None
+        self.stamps = None
+        self.closed = False
+        self.last_rx = 0.0
+        self._clock_topic_stamps = True
+        self._topics: set[str] = set()
+        self._lock = threading.Lock()            # flush (the link's receiver thread) against close
+        self._committed = 0.0                    # when the records were last published to the recorder process
+
+    def get_clock(self):                     # LocalTaps: the receive time without clock_topic stamps
+        return self.node.get_clock()
+
+    def start(self, info: dict) -> None:
+        """Record ``info["topics"]`` (topic -> type) into ring ``info["ring"]``, stamped as ``info`` says
+        (``clock_topic``, ``sim_time``, ``stamp_topic``); called again with more topics, adds them. A ring
+        that cannot be attached (or any other failure) is said in one line and nothing is recorded here."""
+        if self.closed:
+            return
+        try:
+            self._start(info)
+        except Exception as exc:
+            self.log(f"cannot record this part's topics ({type(exc).__name__}: {exc}); the bag will miss them")
+
+    def _start(self, info: dict) -> None:
+        if self.sink is None:
+            from legged_wbc.ros.bag_writer import BagStamps, describe_publishers
+
+            try:
+                ring = RecordRing.attach_file(info["ring"])
+            except OSError as exc:
+                self.closed = True
+                self.log(f"cannot record this part's topics: the recorder's ring {info['ring']} ({exc})")
+                return
+            ring.set_producer(os.getpid())
+            node = self.node
+            self.sink = RingSink(ring, describe=lambda t: describe_publishers(node.get_publishers_info_by_topic(t)),
+                                 log=self.log)
+            self._clock_topic_stamps = bool(info.get("clock_topic", True))
+            self.stamps = BagStamps(bool(info.get("sim_time", True)))
+            stamp_topic = info.get("stamp_topic")
+            self.taps = PeerTaps(self.sink, self, stamp_topic)
+            if stamp_topic:
+                self._subscribe(stamp_topic, "rosgraph_msgs/msg/Clock", self.taps.stamp_tap(), own=False)
+        own, new = self.bus.own_topics(), []
+        for topic, msgtype in sorted(info["topics"].items()):
+            if topic in own and topic not in self._topics:
+                self.sink.add_topic(topic, msgtype)
+                self._subscribe(topic, msgtype, self.taps.tap(topic))
+                new.append(topic)
+        if new:
+            self.node.get_logger().info(
+                f"recording {', '.join(new)} into the recorder's second ring {info['ring']}"
+                + (f", stamped by the sim part's {self.taps.stamp_topic}" if self.taps.stamp_topic else ""))
+
+    def _subscribe(self, topic: str, msgtype: str, tap, own: bool = True) -> None:
+        from rclpy.qos import QoSProfile
+
+        from legged_wbc.ros.bag_writer import message_class
+
+        self.bus.create_subscription(self.node, message_class(msgtype), topic,
+                                     lambda data, t=topic: self._on_serialized(t, data), QoSProfile(depth=10),
+                                     raw=True, tap=tap)
+        if own:
+            self._topics.add(topic)
+
+    def _on_serialized(self, topic: str, data: bytes) -> None:
+        """A message from a background publisher (``/diagnostics``, ``/tf``), serialized: as from DDS."""
+        if self.closed:
+            return
+        now = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
+        t_ns = self.stamps.of_bytes(topic, data, now)
+        if topic in self._topics:
+            self.sink.write(topic, t_ns, data)
+
+    def flush(self) -> None:
+        """The bus's deferred deliveries (this frame's) into the ring; published to the recorder process
+        every :data:`PEER_COMMIT_S` (a killed control part loses at most that much)."""
+        with self._lock:
+            if self.sink is not None and not self.closed:
+                self.bus.flush()
+                now = time.monotonic()
+                if now - self._committed >= PEER_COMMIT_S:
+                    self.sink.flush()
+                    self._committed = now
+
+    def close(self) -> None:
+        """Record what is left, close the ring (the recorder process finishes the bag once the sim part is
+        done too); logs what this process recorded and dropped."""
+        with self._lock:
+            if self.sink is None or self.closed:
+                self.closed = True
+                return
+            self.bus.flush()
+            self.closed = True
+        counts = dict(self.sink.counts)
+        dropped = self.sink.close()
+        per = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
+        self.node.get_logger().info(f"recorded this part's topics into the recorder's second ring: "
+                                    f"{sum(counts.values())} messages ({per}); {dropped} dropped")
 
 
 def open_sink(path: Path, cfg, describe, log=None):
@@ -390,22 +605,21 @@ def _say(text: str) -> None:
 
 
 class _BagSide:
-    """The recorder process's bag: the topics described so far (by ring id and by name), the topics
-    that failed (said once each) and the rosbag2 writer."""
+    """The recorder process's bag: the topics that failed (said once each), the newest description of
+    each topic by name, and the rosbag2 writer. Topic ids are per ring (:class:`_Source`)."""
 
     def __init__(self, path: str, storage: str, custom_data: str, compression: str):
         from legged_wbc.ros.bag_writer import BagWriter
 
-        self.topics: dict[int, dict] = {}
         self.by_name: dict[str, dict] = {}
         self.errors: set[str] = set()
         self.writer = BagWriter(Path(path), storage, custom_data, compression=compression,
                                 describe=lambda topic: (self.by_name[topic]["qos"], self.by_name[topic]["digest"]))
 
-    def describe(self, tid: int, payload) -> None:
-        """A topic record: the topic's type, QoS, hash and layout."""
+    def describe(self, tid: int, payload, topics: dict) -> None:
+        """A topic record: the topic's type, QoS, hash and layout (``topics``: its ring's ids)."""
         info = pickle.loads(payload)
-        self.topics[tid] = info
+        topics[tid] = info
         if info["topic"] not in self.by_name:
             try:
                 self.writer.add_topic(info["topic"], info["msgtype"])
@@ -414,15 +628,20 @@ class _BagSide:
                 self.errors.add(info["topic"])
         self.by_name[info["topic"]] = info
 
-    def write_records(self, records: list) -> None:
-        """One read of the ring: batches expanded, fixed-layout payloads spliced into CDR, written."""
+    def write_records(self, records: list, topics: dict) -> list[str]:
+        """One read of a ring (``topics``: its ids): batches expanded, fixed-layout payloads spliced into
+        CDR, written. Returns the names of the peer rings it announced (:data:`KIND_PEER`)."""
         records = _expand_batches(records)
-        built = _splice_batches(records, self.topics)
+        built = _splice_batches(records, topics)
+        peers = []
         for i, (kind, tid, t_ns, payload) in enumerate(records):
             if kind == KIND_TOPIC:
-                self.describe(tid, payload)
+                self.describe(tid, payload, topics)
                 continue
-            info = self.topics.get(tid)
+            if kind == KIND_PEER:
+                peers.append(pickle.loads(payload)["ring"])
+                continue
+            info = topics.get(tid)
             if info is None or info["topic"] in self.errors:   # no description (dropped: ring full) / failed
                 continue
             topic = info["topic"]
@@ -434,8 +653,9 @@ class _BagSide:
             except Exception as exc:   # keep writing the other topics; say it once per topic
                 self.errors.add(topic)
                 _say(f"{topic}: could not write a message ({exc})")
+        return peers
 
-    def close(self, path: str, dropped: int, orphaned: bool) -> None:
+    def close(self, path: str, dropped: int, orphaned: bool, peer_dropped: int = 0) -> None:
         from legged_wbc.ros.bag_writer import size_note
 
         w = self.writer
@@ -444,34 +664,97 @@ class _BagSide:
         w.close()
         per = ", ".join(f"{k} {v}" for k, v in sorted(w.counts.items()) if v)
         why = " (the container exited without closing the ring)" if orphaned else ""
-        print(f"{_PREFIX}bag closed: {path} ({sum(w.counts.values())} messages: {per}; {dropped} dropped; "
+        peer = f", {peer_dropped} of them by the linked part" if peer_dropped else ""
+        print(f"{_PREFIX}bag closed: {path} ({sum(w.counts.values())} messages: {per}; {dropped} dropped{peer}; "
               f"{size_note(Path(path))}){why}", flush=True)
 
 
-def _drain(ring, bag: _BagSide, parent_pid: int) -> bool:
-    """Write what the producer puts into the ring until it closes the ring (False) or dies (True:
-    orphaned; checked every 0.1 s while the ring is empty)."""
+class _Source:
+    """A ring the recorder process drains: the container's own, or a peer ring (the split's control part
+    writes it; attached by name, :meth:`RecordRing.attach_file`), with its topic ids."""
+
+    def __init__(self, ring: RecordRing, name: str = ""):
+        self.ring, self.name = ring, name
+        self.topics: dict[int, dict] = {}
+        self.done = False
+        self.last_data = time.monotonic()
+
+    def finished(self, since: float, now: float) -> bool:
+        """A peer ring, once the own ring is done (at ``since``): closed and drained, or its producer gone
+        (and drained), or none attached within :data:`PEER_ATTACH_S`, or a live one idle for
+        :data:`PEER_IDLE_S` (said)."""
+        ring = self.ring
+        if ring.closed:                              # set after the producer's last commit
+            return ring.pending_bytes() == 0
+        pid = ring.producer_pid
+        if pid and not _alive(pid):                  # gone: what it committed before is there to read
+            return ring.pending_bytes() == 0
+        if ring.pending_bytes():
+            return False
+        if not pid:
+            if now - since > PEER_ATTACH_S:
+                _say(f"nobody attached the linked part's ring {self.name}; closing without it")
+                return True
+            return False
+        if now - max(since, self.last_data) > PEER_IDLE_S:
+            _say(f"the linked part (pid {pid}) neither wrote nor closed its ring for {PEER_IDLE_S:g} s; "
+                 "closing the bag without waiting longer")
+            return True
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True                                   # exists (another user's: not ours, but alive)
+    return True
+
+
+def _drain(ring, bag: _BagSide, parent_pid: int) -> tuple[bool, list]:
+    """Write what the producers put into the rings (the own ring and the peer rings it announces) until
+    the producer of the own ring closes it (or dies: orphaned, checked every 0.1 s while the rings are
+    empty) and every peer ring is finished (:meth:`_Source.finished`). Returns ``(orphaned, peer sources)``."""
+    sources = [_Source(ring)]
     last_check = time.monotonic()
+    orphaned, own_done_at = False, None
     while True:
-        records = ring.read()
-        if not records:
-            if ring.closed and ring.pending_bytes() == 0:
-                return False
-            now = time.monotonic()
-            if now - last_check > 0.1:
-                last_check = now
-                if not _parent_alive(parent_pid):
-                    return True
-            time.sleep(POLL_S)
+        busy = False
+        for src in list(sources):
+            records = src.ring.read()
+            if not records:
+                continue
+            busy = True
+            src.last_data = time.monotonic()
+            for name in bag.write_records(records, src.topics):
+                try:
+                    sources.append(_Source(RecordRing.attach_file(name), name))
+                except OSError as exc:
+                    _say(f"cannot attach the linked part's ring {name}: {exc}")
+            del records
+            src.ring.consumed()
+        if busy:
             continue
-        bag.write_records(records)
-        del records
-        ring.consumed()
+        now = time.monotonic()
+        if own_done_at is None and (orphaned or (ring.closed and ring.pending_bytes() == 0)):
+            own_done_at = now
+        if own_done_at is not None:
+            for src in sources[1:]:
+                if not src.done:
+                    src.done = src.finished(own_done_at, now)
+            if all(src.done for src in sources[1:]):
+                return orphaned, sources[1:]
+        if not orphaned and now - last_check > 0.1:
+            last_check = now
+            orphaned = not _parent_alive(parent_pid)   # then one more read of every ring before finishing
+        time.sleep(POLL_S)
 
 
 def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_pid: int,
         compression: str = "zstd") -> int:
-    """The recorder process: ring -> rosbag2 until the producer closes the ring (or dies)."""
+    """The recorder process: ring(s) -> rosbag2 until the producers close their rings (or die)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # container stops us by closing the ring
     ring = RecordRing.attach(ring_name, lock)
@@ -483,8 +766,11 @@ def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_
         ring.release()
         return 2
     ring.set_consumer_state(READY)
-    orphaned = _drain(ring, bag, parent_pid)
-    bag.close(path, ring.dropped, orphaned)
+    orphaned, peers = _drain(ring, bag, parent_pid)
+    peer_dropped = sum(src.ring.dropped for src in peers)
+    bag.close(path, ring.dropped + peer_dropped, orphaned, peer_dropped)
+    for src in peers:
+        src.ring.release()
     ring.set_consumer_state(DONE)
     ring.release()
     return 0

@@ -50,7 +50,8 @@ class RecorderConfig:
     writer_process: bool = param(False, desc="write the bag from a process of its own, fed through shared memory "
                                  "(legged_wbc.ros.bag_process): in-process messages are packed, not serialized, and "
                                  "rosbag2 costs the control process nothing (the container sets it)", live=False)
-    ring_mb: float = param(64.0, 1.0, 4096.0, "writer_process: size of the shared-memory ring; a message that does "
+    ring_mb: float = param(64.0, 1.0, 4096.0, "writer_process: size of the shared-memory ring (layout:=split: also of "
+                           "the control part's own); a message that does "
                            "not fit (the writer fell this far behind) is dropped and counted", unit="MiB", live=False)
     stamp_source: str = param("node_clock", desc="message time stamps: node_clock = receive time on the node's "
                               "clock (sim time with use_sim_time), clock_topic = the newest recorded /clock (sim "

@@ -74,7 +74,9 @@ def run_control(bus, P, log, stop_event) -> int:
             pass
     finally:
         release_cpu_wakeup_latency(qos)
-    log.info("the sim part ended" if link.closed.is_set() else "stopped")
+    ended = link.closed.is_set()
+    link.close()                              # no more frames: the receiver thread is done (and so is recording)
+    log.info("the sim part ended" if ended else "stopped")
     return 0
 
 
@@ -108,10 +110,13 @@ def run_sim(bridge, link, P, log) -> int:
     return rc
 
 
-def teardown(nodes, link, recorder, executor, spin) -> None:
-    """Close the link, the bag (the recorder process drains), the executor and the nodes."""
+def teardown(nodes, link, recorder, executor, spin, peer=None) -> None:
+    """Close the link, this part's recording (the control part's ring; the sim part's bag: the recorder
+    process drains), the executor and the nodes."""
     if link is not None:
         link.close()
+    if peer is not None:
+        peer.close()                    # the control part: its last records, then its ring closed
     if recorder is not None:
         recorder.close()                # every message was handed to the recorder process: it drains
     if executor is not None:

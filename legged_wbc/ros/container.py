@@ -94,22 +94,36 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
         if record:
             from legged_wbc.ros.recorder import BagRecorder
 
-            recorder = BagRecorder(parameter_overrides=[Parameter("output", value=record),
-                                                             Parameter("stamp_source", value="clock_topic"),
-                                                             Parameter("writer_process", value=True)])
+            # split: the control part records its own topics (bag_process.PeerRecorder), not through the link
+            recorder = BagRecorder(own_publications_only=bus.link is not None,
+                                   parameter_overrides=[Parameter("output", value=record),
+                                                        Parameter("stamp_source", value="clock_topic"),
+                                                        Parameter("writer_process", value=True)])
             recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
             nodes.append(recorder)
     return nodes, bridge, recorder
 
 
-def _wire(bus, bridge, recorder, P, log, stop) -> None:
-    """Join the linked part, finalize the bus, subscribe the recorder, set the per-sample flush."""
+def _wire(bus, bridge, recorder, P, log, stop, node):
+    """Join the linked part, finalize the bus, subscribe the recorder (split: ask the control part to
+    record its own topics), set the per-sample flush. Returns the control part's
+    :class:`~legged_wbc.ros.bag_process.PeerRecorder` (it records this part's topics if the sim part
+    asks; ``node``: the container's), else None."""
+    peer = None
     if bus.link is not None:
         log.info(f"host link {P.link!r}: joining the {'control' if bridge is not None else 'sim'} part")
+        if bridge is None:
+            from legged_wbc.ros.bag_process import PeerRecorder
+
+            peer = PeerRecorder(bus, node)
+            bus.link.on_record, bus.link.after_frame = peer.start, peer.flush
         bus.connect_link(P.link_timeout, stop)
     external = bus.finalize()
+    recorded_there = []
     if recorder is not None:
         recorder.subscribe_topics(bus.published_topics())
+        if bus.link is not None:
+            recorded_there = recorder.record_linked_part(bus)
         recorder.start_discovery_timer()
     if bridge is not None:
         flushes = [bus.flush]                       # the recorder's deferred records
@@ -133,7 +147,9 @@ def _wire(bus, bridge, recorder, P, log, stop) -> None:
     linked = bus.linked_topics()
     log.info("in-process topics: " + ", ".join(f"{t} -> {'/'.join(s)}" for t, s in sorted(local.items()))
              + (f"; over the host link: {', '.join(linked)}" if linked else "")
+             + (f"; recorded by the control part: {', '.join(recorded_there)}" if recorded_there else "")
              + (f"; through DDS: {', '.join(sorted(set(external)))}" if external else ""))
+    return peer
 
 
 def main_sim(argv: list[str] | None = None) -> int:
@@ -159,7 +175,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
 
     rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
-    executor = spin = recorder = link = None
+    executor = spin = recorder = link = peer = None
     rc = 0
     stop_event = threading.Event()
     try:
@@ -180,7 +196,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
 
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGTERM, _stop)
-        _wire(bus, bridge, recorder, P, log, stop_event.is_set)
+        peer = _wire(bus, bridge, recorder, P, log, stop_event.is_set, container)
         log.info(f"composed {', '.join(n.get_name() for n in nodes[1:])}"
                  + (f" ({part} part of host link {P.link!r})" if link is not None else ""))
 
@@ -200,7 +216,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         print(f"{CONTAINER_NODES[part]}: {exc}", file=sys.stderr)
         rc = 2
     finally:
-        teardown(nodes, link, recorder, executor, spin)
+        teardown(nodes, link, recorder, executor, spin, peer)
         if rclpy.ok():
             rclpy.shutdown()
         ignore_stop_signals()   # everything is closed: a late stop signal must not make this an exit -2

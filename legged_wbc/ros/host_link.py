@@ -14,7 +14,12 @@ part connects to. It carries frames (length, kind, body).
   fill messages and record them) and the topics it subscribes without a publisher of its own. A
   topic the peer publishes is then fed by the link in this process (no DDS subscription: nothing is
   delivered twice); a publisher whose topic the peer subscribes also sends its values over the link.
-  Subscriptions made later (the recorder's) are announced with a SUBS frame.
+  Subscriptions made later are announced with a SUBS frame.
+* **Recording** (``layout:=split`` with ``record``): the recorder lives in the sim part, but the control
+  part's topics do not cross the link for it. The sim part sends a RECORD frame (the topics, the
+  shared-memory ring its recorder process also drains, how to stamp): the control part records them
+  into that ring itself (:class:`~legged_wbc.ros.bag_process.PeerRecorder`, after each frame's replies:
+  :attr:`HostLink.after_frame`), and the link carries the sim part's ``/clock`` for the stamps instead.
 * **Data**: values (the adapters' named tuples, :mod:`legged_wbc.ros.adapters`) are packed as their
   numbers (:class:`ValueCodec`: ~1 us a value, ~3 us to unpack; pickle took 80 us a batch), several
   to a frame, with the frame's send time (``CLOCK_MONOTONIC``, one clock for the machine). A thread
@@ -45,7 +50,7 @@ import time
 
 import numpy as np
 
-HELLO, SUBS, DATA, BYE = 1, 2, 3, 4
+HELLO, SUBS, DATA, BYE, RECORD = 1, 2, 3, 4, 5
 _DATA = bytes([DATA])
 PARTS = ("sim", "control")
 MAX_READ = 1 << 16
@@ -190,6 +195,8 @@ class HostLink:
         self.peer_pubs: list[dict] = []               # the peer's published topics (HELLO)
         self._in: list = []                           # peer topic id -> (codec, deliver(value)) or None
         self.on_peer_subs = None                      # callback(peer_subs) when SUBS arrives
+        self.on_record = None                         # callback(info) when RECORD arrives (the control part)
+        self.after_frame = None                       # called after a data frame's deliveries (and replies)
         self.sent = self.received = self.dropped = self.skipped = 0
         self._drop_logged = False
         self.closed = threading.Event()               # BYE received, or the peer is gone
@@ -256,8 +263,13 @@ class HostLink:
             self._in.append(None if fn is None else (ValueCodec(p["adapter"], p.get("names")), fn))
 
     def announce_subs(self, subs: dict[str, int]) -> None:
-        """Tell the peer which of its topics we subscribe now (the recorder's, after the handshake)."""
+        """Tell the peer which of its topics we subscribe now (subscriptions made after the handshake)."""
         self._send_ctrl(SUBS, dict(subs))
+
+    def announce_record(self, info: dict) -> None:
+        """Ask the peer to record its own topics (``info``: the topics, the ring, the stamps; see
+        :meth:`~legged_wbc.ros.intra_process.IntraProcessBus.record_peer`)."""
+        self._send_ctrl(RECORD, dict(info))
 
     def _send_ctrl(self, kind: int, obj) -> None:
         body = bytes([kind]) + pickle.dumps(obj)
@@ -410,10 +422,15 @@ class HostLink:
                 self.delivering = False
             if batch_replies:
                 self.flush()
+            if self.after_frame is not None:
+                self.after_frame()                    # the control part: this frame's records, after the replies
         elif kind == SUBS:
             self.peer_subs = pickle.loads(body)
             if self.on_peer_subs is not None:
                 self.on_peer_subs(self.peer_subs)
+        elif kind == RECORD:
+            if self.on_record is not None:
+                self.on_record(pickle.loads(body))
         elif kind == BYE:
             if self.part == "control":
                 self.bye()                            # after our last replies: the sim part may close

@@ -28,7 +28,9 @@ publishers and subscriptions through :func:`legged_wbc.ros.io.create_publisher` 
 * a bus may be joined to the bus of a second process by a host link (:mod:`legged_wbc.ros.host_link`,
   ``layout:=split``): the other process's publishers appear here as :class:`LinkPublisher` stand-ins
   that deliver what comes over the link, and a publisher whose topic the other process subscribes
-  also sends its values there (:meth:`IntraProcessBus.connect_link`).
+  also sends its values there (:meth:`IntraProcessBus.connect_link`). A tap marked ``own_only`` (a
+  recorder's, when the other process records its own publications: :meth:`IntraProcessBus.record_peer`)
+  takes this process's publications only: the link neither asks for nor delivers anything to it.
 
 Contract for callbacks (as for rclcpp intra-process with borrowed messages): the message object
 belongs to the publisher and may be refilled after the callback returns, so a callback copies what
@@ -69,6 +71,7 @@ class _Subscription:
     batch: object = None                # the tap's ``batch`` sink, if it has one (see IntraProcessBus.flush)
     value_cb: object = None             # adapted subscriptions: takes the value of an adapted publisher
     dds: object = None                  # the rclpy subscription, if it had to go through DDS
+    own_only: bool = False              # a tap that takes this process's publications only (never the link's)
     errors: int = 0
     _last_log: float = field(default=-1e9, repr=False)
 
@@ -216,13 +219,13 @@ class IntraPublisher:
 class LinkPublisher(IntraPublisher):
     """The in-process stand-in for a publisher of the linked process (:mod:`legged_wbc.ros.host_link`):
     values that come over the link are delivered to this process's subscriptions as if published here
-    (its real rclpy publisher, and with it DDS, is in the other process)."""
+    (its real rclpy publisher, and with it DDS, is in the other process); never to ``own_only`` taps."""
 
     def __init__(self, bus: "IntraProcessBus", topic: str, msg_type, adapter=None):
         self.bus, self.node, self.pub, self.adapter = bus, None, None, adapter
         self.topic_name = topic
         self._msg_type = msg_type
-        self._local = bus._subs.setdefault(topic, [])
+        self._local = bus._link_subs.setdefault(topic, [])
         self.dds_published = self.local_deliveries = 0
         self._dds_n = self._link_n = 0
 
@@ -263,6 +266,8 @@ class IntraProcessBus:
         self.link = link                                 # a host_link.HostLink joining a second process
         self._deferred = collections.deque()             # appended from any thread, flushed by one
         self._subs: dict[str, list[_Subscription]] = {}
+        self._link_subs: dict[str, list[_Subscription]] = {}   # the same without own_only taps (LinkPublisher)
+        self._peer_record: dict | None = None      # record_peer(): what the linked process records itself
         self._pubs: dict[str, list[IntraPublisher]] = {}
         self._pending: list[_Subscription] = []    # subscriptions not yet known to be local
         self._dds_subs: list[_Subscription] = []   # co-located nodes' subscriptions that go through DDS
@@ -317,19 +322,24 @@ class IntraProcessBus:
         name = node.resolve_topic_name(topic)
         sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
                             tap=tap if raw else None, value_cb=value_callback,
-                            batch=getattr(tap, "batch", None) if raw else None)
+                            batch=getattr(tap, "batch", None) if raw else None,
+                            own_only=bool(raw and tap is not None and getattr(tap, "own_only", False)))
         with self._lock:
             if self._finalized and name not in self._pubs:
                 sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)
                 self._dds_subs.append(sub)
             else:
                 self._subs.setdefault(name, []).append(sub)
+                if not sub.own_only:
+                    self._link_subs.setdefault(name, []).append(sub)
                 if not self._finalized:
                     self._pending.append(sub)
             linked = self.link is not None and self.link.sock is not None and any(
                 isinstance(p, LinkPublisher) for p in self._pubs.get(name, ()))
-        if linked:
+        if linked and not sub.own_only:
             self.link.announce_subs(self.link_wants())
+        elif linked and self._peer_record is not None:
+            self._announce_record()            # one more topic the linked process records itself
         return sub
 
     def finalize(self) -> list[str]:
@@ -340,6 +350,8 @@ class IntraProcessBus:
             for sub in self._pending:
                 if sub.topic not in self._pubs:
                     self._subs[sub.topic].remove(sub)
+                    if sub in self._link_subs.get(sub.topic, ()):
+                        self._link_subs[sub.topic].remove(sub)
                     sub.dds = sub.node.create_subscription(sub.msg_type, sub.topic, sub.callback, sub.qos, raw=sub.raw)
                     self._dds_subs.append(sub)
                     dds.append(sub.topic)
@@ -378,9 +390,40 @@ class IntraProcessBus:
 
     # ------------------------------------------------------------------ host link
     def link_wants(self) -> dict[str, int]:
-        """Topic -> subscriptions here (the linked process sends those it publishes: a topic may have
-        publishers on both sides, /tf)."""
-        return {t: len(subs) for t, subs in self._subs.items() if subs}
+        """Topic -> subscriptions here that take the link's deliveries (the linked process sends those it
+        publishes: a topic may have publishers on both sides, /tf); ``own_only`` taps are not counted."""
+        return {t: len(subs) for t, subs in self._link_subs.items() if subs}
+
+    def own_topics(self) -> set[str]:
+        """Topics with a publisher in this process (not only a :class:`LinkPublisher`)."""
+        return {t for t, pubs in self._pubs.items() if any(not isinstance(p, LinkPublisher) for p in pubs)}
+
+    def record_peer(self, info: dict) -> list[str]:
+        """Split recording: the linked process records its own publications of the topics this
+        process's ``own_only`` taps subscribe, into the ring ``info["ring"]`` (host link RECORD, sent now
+        and again when such a tap is added; ``info`` also says how to stamp them: ``stamp_topic``,
+        ``clock_topic``, ``sim_time``). The stamp topic (``/clock``) is sent to it from now on: the
+        linked process stamps a record by the newest clock it was given, as the recorder here would.
+        Returns the topics the linked process is asked to record."""
+        self._peer_record = dict(info)
+        stamp = info.get("stamp_topic")
+        if stamp and stamp in self.own_topics():
+            link = self.link
+            link.peer_subs = {**link.peer_subs, stamp: max(1, link.peer_subs.get(stamp, 0))}
+            self._on_peer_subs(link.peer_subs)
+        return self._announce_record()
+
+    def _announce_record(self) -> list[str]:
+        topics = {}
+        for t, subs in self._subs.items():
+            if any(isinstance(p, LinkPublisher) for p in self._pubs.get(t, ())):
+                for sub in subs:
+                    if sub.own_only:
+                        mt = sub.msg_type
+                        topics[t] = f"{mt.__module__.split('.')[0]}/msg/{mt.__name__}"
+                        break
+        self.link.announce_record({**self._peer_record, "topics": topics})
+        return sorted(topics)
 
     def connect_link(self, timeout: float, stop=None) -> list[str]:
         """Join the linked process (:mod:`legged_wbc.ros.host_link`; call it once every node is
@@ -429,9 +472,9 @@ class IntraProcessBus:
                 if subs and not isinstance((self._pubs.get(t) or [None])[0], LinkPublisher)}
 
     def linked_topics(self) -> list[str]:
-        """Topics published by the linked process and subscribed here."""
+        """Topics published by the linked process and subscribed here (through the link)."""
         return sorted(t for t, pubs in self._pubs.items()
-                      if any(isinstance(p, LinkPublisher) for p in pubs) and self._subs.get(t))
+                      if any(isinstance(p, LinkPublisher) for p in pubs) and self._link_subs.get(t))
 
     def published_topics(self) -> dict[str, object]:
         """Topic -> message type of every in-process publisher."""

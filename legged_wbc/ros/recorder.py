@@ -45,9 +45,11 @@ from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
 
 class BagRecorder(Node):
-    """See the module docstring."""
+    """See the module docstring. ``own_publications_only`` (a container's recorder in ``layout:=split``):
+    its in-process taps take this process's publications only; the linked part records its own
+    (:class:`~legged_wbc.ros.bag_process.PeerRecorder`)."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, own_publications_only: bool = False, **kwargs):
         super().__init__("bag_recorder", **kwargs)
         self.params = NodeParameters(self, RecorderConfig, on_change=self._on_config)
         P = self.params
@@ -60,6 +62,8 @@ class BagRecorder(Node):
             raise ParameterSchemaError(str(exc)) from None
         # in-process messages and values (a container): packed for the recorder process by LocalTaps
         self.local = LocalTaps(self.bag, self) if hasattr(self.bag, "write_message") else None
+        if self.local is not None:
+            self.local.own_only = own_publications_only
         self.path = out
         self.exclude = set(P["exclude"])
         self.wanted: dict[str, str | None] = {self.resolve_topic_name(name): typ or None for name, _, typ in
@@ -172,6 +176,15 @@ class BagRecorder(Node):
             self.bag.write(topic, self.stamps.of_bytes(topic, data, now), data)
             self.last_rx = time.monotonic()
 
+    def record_linked_part(self, bus) -> list[str]:
+        """``layout:=split``: ask the linked part (host link RECORD) to record its own topics that this
+        recorder subscribes into a second ring of the recorder process, stamped by the ``/clock`` this
+        process publishes (:meth:`~legged_wbc.ros.intra_process.IntraProcessBus.record_peer`). Returns
+        those topics."""
+        ring = self.bag.open_peer_ring()
+        return bus.record_peer({"ring": ring, "stamp_topic": "/clock", "clock_topic": self._clock_topic_stamps,
+                                "sim_time": self.stamps.sim_time})
+
     def close(self) -> None:
         if self.closed:
             return
@@ -179,7 +192,8 @@ class BagRecorder(Node):
         total = sum(self.counts.values())
         per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
         where = " by the recorder process" if self.local is not None else ""
-        self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages: {per}"
+        mine = " from this process" if self.local is not None and self.local.own_only else ""
+        self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages{mine}: {per}"
                                f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(self.path)})")
 
 
