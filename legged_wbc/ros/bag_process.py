@@ -91,12 +91,15 @@ class LocalTaps:
         if n.closed:
             return
         now, of_value, adapted, values = self._now(), n.stamps.of_value, self._adapted, []
-        add = values.append
+        add, stamp = values.append, None
         for topic, item in items:
             if type(item) is adapted:
                 value, adapter = item
-                add((topic, of_value(topic, value, now), value, adapter))
+                if stamp is None or topic == "/clock":   # BagStamps: only /clock's own value moves a stamp
+                    stamp = of_value(topic, value, now)
+                add((topic, stamp, value, adapter))
                 continue
+            stamp = None
             if values:                              # keep the order of the sample's messages
                 self.sink.write_values(values)
                 values = []
