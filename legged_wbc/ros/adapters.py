@@ -7,7 +7,8 @@ somebody needs one: a subscriber outside the process (DDS), or a subscriber that
 The recorder takes the value too and writes its fixed-layout record (:meth:`Adapter.payload`), the
 bytes :class:`~legged_wbc.ros.cdr_layout.MessageLayout` would pack from the filled message; the
 recorder checks that equality on each topic's first message and falls back to filling the message
-if it ever fails. A message that arrives from DDS is turned into the same value
+if it ever fails. In the container it takes the record as its parts (:meth:`Adapter.payload_parts`)
+and joins a whole sample's records at once. A message that arrives from DDS is turned into the same value
 (:meth:`Adapter.to_value`), so a subscriber has one callback whatever the transport.
 
 This module is the one place where the stack's values and its messages meet: units and frames are
