@@ -174,10 +174,9 @@ class MujocoBridge(Node):
         self.pub_imu.publish_value(adapters.ImuSample(sensor_ns, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel))
         if step % self.cfg.ground_truth_decimation == 0 and not repeat:
             if self.pub_odom.has_subscribers():
-                q, v = self.sim.ground_truth()
-                self.pub_odom.publish_value(adapters.OdomSample(t_ns, q[:7], v[:6]))
+                self.pub_odom.publish_value(adapters.OdomSample(t_ns, *self.sim.base_ground_truth()))
             if self.pub_contacts.has_subscribers():
-                self.pub_contacts.publish_value(self.sim.foot_contacts().astype(float))
+                self.pub_contacts.publish_value(self.sim.foot_contact_values())
             if self.pub_dist.has_subscribers():
                 self.pub_dist.publish_value(self.physics.dist_applied)
         if t_ns >= self.sched.diag_next_ns:

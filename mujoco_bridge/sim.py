@@ -23,13 +23,14 @@ when read); before ``D`` steps have passed it is the state at the reset. Everyth
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 
-from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS, StateConverter, quat_wxyz_to_xyzw
+from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS, StateConverter, rotation_from_quat_xyzw
 from legged_wbc.model import RobotModel
 from legged_wbc.mujoco_model import ACTUATOR_MODELS, TIMESTEP, actuator_joint_names, build_model, hinge_joint_names
 from legged_wbc.terrain import Terrain, is_terrain_geom
@@ -151,8 +152,7 @@ class MujocoSim:
         self.dt = self.m.opt.timestep
         self.noise = noise or SensorNoise()
         self._rng = np.random.default_rng(self.noise.seed)
-        self._sensor = {n: (self.m.sensor_adr[i], self.m.sensor_dim[i]) for i, n in
-                        ((i, mujoco.mj_id2name(self.m, mujoco.mjtObj.mjOBJ_SENSOR, i)) for i in range(self.m.nsensor))}
+        self._init_outputs()
         self.foot_geoms = [mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_GEOM, f"{f}_sphere") for f in self.robot.cfg.foot_links]
         if min(self.foot_geoms) < 0:
             raise RuntimeError("foot sphere geoms missing from the MuJoCo model")
@@ -160,6 +160,7 @@ class MujocoSim:
                               if is_terrain_geom(mujoco.mj_id2name(self.m, mujoco.mjtObj.mjOBJ_GEOM, i))]
         self._terrain_set = set(self.terrain_geoms)
         self._foot_geom_set = set(self.foot_geoms)
+        self._leg_of_foot = {g: k for k, g in enumerate(self.foot_geoms)}
         self.tau = np.zeros(self.robot.n)
         self.disturbance = np.zeros(self.robot.n)  # extra joint torque [N m], Pinocchio order
         self.base_body = mujoco.mj_name2id(self.m, mujoco.mjtObj.mjOBJ_BODY, self.robot.cfg.base_link)
@@ -168,6 +169,20 @@ class MujocoSim:
                          "inertia": self.m.body_inertia[self.base_body].copy()}
         self.physics = {"friction": None, "payload_kg": 0.0, "push": None}
         self._push = None
+
+    def _init_outputs(self) -> None:
+        """Index arrays of :meth:`sensors` and :meth:`base_ground_truth`: one gather each (the IMU's
+        quaternion wxyz -> xyzw, gyro and accelerometer from ``sensordata``; the joints in Pinocchio
+        order straight from ``qpos`` / ``qvel``; the base pose with its quaternion xyzw)."""
+        m = self.m
+        self._sensor = {n: (int(m.sensor_adr[i]), int(m.sensor_dim[i])) for i, n in
+                        ((i, mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_SENSOR, i)) for i in range(m.nsensor))}
+        (qa, _), (ga, gn), (aa, an) = (self._sensor[k] for k in ("imu_quat", "imu_gyro", "imu_accel"))
+        self._imu_index = np.array([qa + 1, qa + 2, qa + 3, qa, *range(ga, ga + gn), *range(aa, aa + an)])
+        self._imu_split = (4, 4 + gn)
+        self._qj_index = 7 + self.conv.mj_to_pin
+        self._vj_index = 6 + self.conv.mj_to_pin
+        self._base_q_index = np.array([0, 1, 2, 4, 5, 6, 3])
 
     # ------------------------------------------------------------------ state
     @property
@@ -294,21 +309,17 @@ class MujocoSim:
             qj, dqj = qpos_j[conv.mj_to_pin], qvel_j[conv.mj_to_pin]
         else:
             sensordata, actuator_force, t = d.sensordata, d.actuator_force, float(d.time)
-            qj = self.joint_positions()
-            dqj = self.joint_velocities()
-        a, n = self._sensor["imu_quat"]
-        quat = quat_wxyz_to_xyzw(sensordata[a:a + n])
-        a, n = self._sensor["imu_gyro"]
-        gyro = sensordata[a:a + n].copy()
-        a, n = self._sensor["imu_accel"]
-        acc = sensordata[a:a + n].copy()
+            qj, dqj = d.qpos[self._qj_index], d.qvel[self._vj_index]   # joint_positions(), joint_velocities()
+        imu = sensordata[self._imu_index]       # a new array: quaternion xyzw, gyro, accelerometer
+        i, j = self._imu_split
+        quat, gyro, acc = imu[:i], imu[i:j], imu[j:]
         if self.noise.enabled:
             dqj += self._rng.normal(0.0, self.noise.joint_velocity, dqj.shape) if self.noise.joint_velocity else 0.0
             gyro += self._rng.normal(0.0, self.noise.gyro, 3) if self.noise.gyro else 0.0
             acc += self._rng.normal(0.0, self.noise.accel, 3) if self.noise.accel else 0.0
-        effort = actuator_force[conv.act_to_pin]
-        return SensorFrame(t=t, joint_pos=qj, joint_vel=dqj, joint_effort=effort,
-                           imu_quat_xyzw=quat / np.linalg.norm(quat), imu_gyro=gyro, imu_accel=acc)
+        quat /= math.sqrt(quat.dot(quat))       # / np.linalg.norm(quat): the same sqrt of the same dot
+        return SensorFrame(t=t, joint_pos=qj, joint_vel=dqj, joint_effort=actuator_force[conv.act_to_pin],
+                           imu_quat_xyzw=quat, imu_gyro=gyro, imu_accel=acc)
 
     def joint_positions(self) -> np.ndarray:
         """Joint positions [rad], Pinocchio joint order (noise-free)."""
@@ -326,6 +337,19 @@ class MujocoSim:
         """True ``(q, v)`` in Pinocchio conventions (evaluation only)."""
         return self.conv.q_from_mj(self.d.qpos), self.conv.v_from_mj(self.d.qpos, self.d.qvel)
 
+    def base_ground_truth(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(q[:7], v[:6])`` of :meth:`ground_truth`, the same numbers (the base pose, position and
+        quaternion ``xyzw`` in the world frame; its linear and angular velocity in the base frame)."""
+        qpos, qvel = self.d.qpos, self.d.qvel
+        q = qpos[self._base_q_index]
+        # the rotation of StateConverter.v_from_mj from the same doubles (Python floats: the same IEEE
+        # products and sums as numpy's scalars, ~3x cheaper), the same matrix-vector product
+        R = rotation_from_quat_xyzw(q[3:].tolist())
+        v = np.empty(6)
+        v[:3] = R.T @ qvel[:3]
+        v[3:] = qvel[3:6]
+        return q, v
+
     def _floor_contacts(self) -> list[int]:
         """Geoms touching the ground (any terrain geom; one entry per contact)."""
         n = self.d.ncon
@@ -336,8 +360,23 @@ class MujocoSim:
 
     def foot_contacts(self) -> np.ndarray:
         """True foot-floor contact per leg (bool, evaluation only)."""
-        touching = set(self._floor_contacts())
-        return np.array([g in touching for g in self.foot_geoms])
+        return np.array(self._feet_touching(), dtype=bool)
+
+    def foot_contact_values(self) -> np.ndarray:
+        """:meth:`foot_contacts` as floats (1.0: in contact, 0.0: not), as ``/ground_truth/contacts`` carries them."""
+        return np.array(self._feet_touching())
+
+    def _feet_touching(self) -> list[float]:
+        """Per leg 1.0 if its foot touches the ground (any terrain geom), else 0.0."""
+        out = [0.0] * len(self.foot_geoms)
+        n = self.d.ncon
+        if n:
+            ground, leg_of = self._terrain_set, self._leg_of_foot
+            for a, b in self.d.contact.geom[:n].tolist():
+                k = leg_of.get(b) if a in ground else leg_of.get(a) if b in ground else None
+                if k is not None:
+                    out[k] = 1.0
+        return out
 
     def robot_contacts(self) -> int:
         """Contacts between two robot bodies now (links of neighbouring legs, a foot and the body;

@@ -239,6 +239,52 @@ def test_sensor_delay_same_read_headless_or_bridge_style(rm):
     assert not np.array_equal(head.sensors().joint_pos, ref.sensors().joint_pos)   # it is delayed
 
 
+def test_sensors_and_ground_truth_are_the_plain_formulas_bit_for_bit(rm):
+    """``sensors`` (one gather for the IMU, joints straight from qpos/qvel), ``base_ground_truth``
+    and ``foot_contact_values`` (what the bridge publishes) give the numbers of the plain formulas:
+    the IMU quaternion reordered to xyzw and divided by ``np.linalg.norm``, the joints permuted,
+    ``ground_truth()[:7 / :6]``, ``foot_contacts().astype(float)``: bit for bit, with noise and a
+    sensor delay, along a trajectory with random torques (the robot falls: contacts of all kinds)."""
+    from legged_wbc.conventions import quat_wxyz_to_xyzw
+    from mujoco_bridge.sim import SensorNoise
+
+    for noise, delay in ((None, 0), (SensorNoise(0.01, 0.02, 0.03, seed=4), 3)):
+        sim, ref = (MujocoSim(rm, noise=noise, sensor_delay_steps=delay) for _ in range(2))
+        for s in (sim, ref):
+            s.reset(rm.stance_configuration(0.3))
+        rng, touched = np.random.default_rng(5), set()
+        for k in range(600):
+            tau = rng.normal(0.0, 4.0, rm.n)
+            for s in (sim, ref):
+                s.set_torque(tau)
+                s.step(1)
+            got = sim.sensors()
+            # the reference: the plain formulas on the other sim (its noise drawn in the same order)
+            hist = ref._history[0] if ref._history else None
+            sd = hist[2] if hist else ref.d.sensordata
+            qj = (hist[0] if hist else ref.d.qpos[7:])[ref.conv.mj_to_pin]
+            dqj = (hist[1] if hist else ref.d.qvel[6:])[ref.conv.mj_to_pin]
+            (qa, qn), (ga, gn), (aa, an) = (ref._sensor[n] for n in ("imu_quat", "imu_gyro", "imu_accel"))
+            quat, gyro, acc = quat_wxyz_to_xyzw(sd[qa:qa + qn]), sd[ga:ga + gn].copy(), sd[aa:aa + an].copy()
+            if ref.noise.enabled:
+                dqj += ref._rng.normal(0.0, ref.noise.joint_velocity, dqj.shape)
+                gyro += ref._rng.normal(0.0, ref.noise.gyro, 3)
+                acc += ref._rng.normal(0.0, ref.noise.accel, 3)
+            effort = (hist[3] if hist else ref.d.actuator_force)[ref.conv.act_to_pin]
+            want = (qj, dqj, effort, quat / np.linalg.norm(quat), gyro, acc)
+            for f, w in zip(("joint_pos", "joint_vel", "joint_effort", "imu_quat_xyzw", "imu_gyro", "imu_accel"), want):
+                assert getattr(got, f).tobytes() == w.tobytes(), (k, f)
+            q, v = ref.ground_truth()
+            q7, v6 = sim.base_ground_truth()
+            assert q7.tobytes() == q[:7].tobytes() and v6.tobytes() == v[:6].tobytes(), k
+            touching = set(ref._floor_contacts())
+            flags = np.array([g in touching for g in ref.foot_geoms])
+            assert sim.foot_contact_values().tobytes() == flags.astype(float).tobytes(), k
+            assert np.array_equal(sim.foot_contacts(), flags) and sim.foot_contacts().dtype == bool
+            touched.add(tuple(flags))
+        assert len(touched) > 3                     # the contacts changed along the way
+
+
 def test_closed_loop_estimator_reads_the_delayed_samples():
     """In the headless loop with ``sensor_delay_ticks=3`` the sample the estimator gets at tick k
     holds the true joint positions and velocities of tick k - 3 (tick 0's before), and the

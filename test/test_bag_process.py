@@ -83,6 +83,32 @@ def test_a_changed_shape_is_never_spliced_into_an_old_template():
     assert lay["/bridge/command_latency"].pack(lat) is None
 
 
+def test_adapter_records_are_the_filled_messages_records_whatever_the_arrays():
+    """``Adapter.payload_parts`` (joined once per sample by ``write_values``) gives, for every adapter,
+    the record ``MessageLayout.pack`` makes of the filled message and its size, whatever the value's
+    arrays are: float64, lists, integers, float32, strided views."""
+    from legged_wbc.ros import adapters as A
+
+    rng = np.random.default_rng(8)
+    forms = (lambda x: x, list, lambda x: np.round(x * 100).astype(np.int64), lambda x: x.astype(np.float32),
+             lambda x: np.repeat(x, 2)[::2])
+    js = A.JointStateAdapter(ros_io.joint_state_msg(0, NAMES, np.zeros(18), np.zeros(18), np.zeros(18)))
+    imu = A.ImuAdapter(ros_io.imu_msg(0, "base_link", [0, 0, 0, 1], [0, 0, 0], [0, 0, 0], gyro_var=1e-4,
+                                      accel_var=2e-3))
+    odom = A.OdometryAdapter(ros_io.odometry_msg(0, np.r_[0, 0, 0.3, 0, 0, 0, 1, np.zeros(18)], np.zeros(24),
+                                                 "base_link"))
+    arr = A.ArrayAdapter(ros_io.float64_array_msg(np.zeros(5), "diag[a,b,c,d,e]"))
+    clock = A.ClockAdapter(ros_io.clock_msg(0))
+    for k, form in enumerate(forms * 3):
+        t = int(rng.integers(-(10**12), 10**13))
+        r = lambda n: form(rng.normal(size=n))  # noqa: E731
+        for a, v in ((js, A.JointSample(t, NAMES, r(18), r(18), r(18))), (imu, A.ImuSample(t, r(4), r(3), r(3))),
+                     (odom, A.OdomSample(t, r(7 + 18 * (k % 2)), r(6 + 18 * (k % 2)))), (arr, r(5)), (clock, t)):
+            size, parts = a.payload_parts(v)
+            want = MessageLayout.from_message(a.to_ros(v)).pack(a.to_ros(v))
+            assert b"".join(parts) == a.payload(v) == want and size == len(want), (k, type(a).__name__)
+
+
 def test_ring_keeps_order_across_wraparound_and_counts_drops():
     ring = RecordRing.create(4096, mp.get_context("spawn").Lock())
     reader = RecordRing.attach(ring.name, ring.lock)
@@ -331,6 +357,20 @@ def test_a_samples_values_go_as_one_batch_record_and_come_out_message_for_messag
     for v, m in zip(expect["/imu"], read["/imu"]):
         assert np.array_equal([m.angular_velocity.x, m.angular_velocity.y, m.angular_velocity.z], v.gyro)
     assert all(np.array_equal(m.data, v) for v, m in zip(expect["/diag"], read["/diag"]))
+    # a value of a new shape (17 joints) amid a batch: its own template, the others stay batched
+    sink = ShmBagSink(tmp_path / "shape", "mcap", "", ring_bytes=1 << 20)
+    for topic, a in (("/joint_states", js), ("/diag", arr)):
+        sink.add_topic(topic, ros_io_type(a.msg))
+    sizes = [18, 18, 17, 17, 18]
+    for k, n in enumerate(sizes):
+        sink.write_values([("/joint_states", k, A.JointSample(k, names[:n], *np.full((3, n), float(k))), js),
+                           ("/diag", k, np.full(5, float(k)), arr)])
+        sink.flush()
+    assert sink.close() == 0
+    read = _read_mcap_independently(tmp_path / "shape")
+    assert [len(m.position) for m in read["/joint_states"]] == sizes
+    assert [m.position[0] for m in read["/joint_states"]] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [m.data[0] for m in read["/diag"]] == [0.0, 1.0, 2.0, 3.0, 4.0]
     # a batch record splits into its messages, payload for payload
     recs = [(KIND_BATCH, 0, 0, memoryview(struct.pack("<IIq", 8, 4, 77) + b"abcdefgh" + struct.pack("<IIq", 3, 5, 78)
                                                       + b"xyz" + bytes(5)))]

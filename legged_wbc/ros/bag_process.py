@@ -47,6 +47,7 @@ from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
 KIND_DATA, KIND_RAW, KIND_TOPIC, KIND_BATCH, KIND_PEER = 0, 1, 2, 3, 4   # KIND_PEER: a ring to drain too
 _PAD = bytes(8)
 _SUB = struct.Struct("<IIq")   # KIND_BATCH: one sub-record (payload length, topic id, stamp [ns]) + payload
+_SUB_HEAD, _SUB_STAMP = struct.Struct("<II"), struct.Struct("<q")   # _SUB in two parts (write_values)
 POLL_S = 0.02           # recorder process: sleep when the ring is empty [s] (the ring holds ~20 s; fewer wake-ups)
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
 COMMIT_RECORDS = 256    # publish to the recorder process at the latest after this many records (else at flush())
@@ -70,9 +71,12 @@ class LocalTaps:
     process as one batch record, :meth:`ShmBagSink.write_values`)."""
 
     def __init__(self, sink: "RingSink", node):
+        from legged_wbc.ros.intra_process import AdaptedValue
+
         self.sink, self.node = sink, node
         self.failed = 0                     # messages that could not be recorded (said once)
         self.own_only = False               # taps made from now on skip what a host link delivers (split)
+        self._adapted = AdaptedValue
 
     def tap(self, topic: str) -> "_Tap":
         return _Tap(self, topic)
@@ -96,19 +100,23 @@ class LocalTaps:
             n.last_rx = time.monotonic()
 
     def on_batch(self, items: list) -> None:
-        from legged_wbc.ros.intra_process import AdaptedValue
-
         n = self.node
         if n.closed:
             return
-        now, stamps, values = self._now(), n.stamps, []
+        now, of_value, adapted, values = self._now(), n.stamps.of_value, self._adapted, []
+        add, stamp = values.append, None
         for topic, item in items:
-            if isinstance(item, AdaptedValue):
-                values.append((topic, stamps.of_value(topic, item.value, now), item.value, item.adapter))
+            if type(item) is adapted:
+                value, adapter = item
+                if stamp is None or topic == "/clock":   # BagStamps: only /clock's own value moves a stamp
+                    stamp = of_value(topic, value, now)
+                add((topic, stamp, value, adapter))
                 continue
+            stamp = None
             if values:                              # keep the order of the sample's messages
                 self.sink.write_values(values)
                 values = []
+                add = values.append
             try:
                 self._write_message(topic, item)
             except Exception as exc:                # one bad message costs itself only, never the batch
@@ -182,6 +190,7 @@ class RingSink:
         self._layouts: dict[str, object] = {}
         self._unpublished = 0                   # records put since the last commit
         self._value_ok: dict[str, bool] = {}    # adapted topics whose payload was checked against the message
+        self._fast: dict[str, tuple] = {}       # write_values: topic -> (payload size, header, padding)
         self._serialized: set[str] = set()      # topics no fixed layout fits: recorded serialized
         self._lock = threading.Lock()
         self.closed = False
@@ -210,6 +219,7 @@ class RingSink:
                 self.ring.note_dropped()
                 return
             self._layouts[topic] = None
+            self._fast.pop(topic, None)
         if self.ring.put(KIND_RAW, self._ids[topic], t_ns, data):
             self.counts[topic] += 1
 
@@ -240,6 +250,7 @@ class RingSink:
                     self.ring.note_dropped()
                     return
                 self._layouts[topic] = layout
+                self._fast.pop(topic, None)           # write_values: checked again (_check_fast)
                 payload = layout.pack(msg)
             if self.ring.put(KIND_DATA, self._ids[topic], t_ns, payload):
                 self.counts[topic] += 1
@@ -278,33 +289,56 @@ class RingSink:
     def write_values(self, items: list) -> None:
         """Several ``(topic, t_ns, value, adapter)`` at once (the container's recorder, once per sample):
         their records go into the ring as ONE batch record (one ring entry instead of one per message;
-        the recorder process splits it). A topic's first value takes :meth:`write_value`'s checked path."""
+        the recorder process splits it). A topic's first value takes :meth:`write_value`'s checked path,
+        and so does a value whose record is not the size of its topic's layout (a new shape). The parts
+        of the records (headers, the adapters' bytes and arrays, :meth:`Adapter.payload_parts`) are
+        joined once for the whole batch."""
         parts, counted, slow = [], [], []
         with self._lock:
             if self.closed:
                 return
-            layouts, ok, ids, pack = self._layouts, self._value_ok, self._ids, _SUB.pack
+            fast, add, more, count = self._fast, parts.append, parts.extend, counted.append
+            last_t = stamp = None                 # a sample's messages share their stamp: packed once
             for item in items:
                 topic, t_ns, value, adapter = item
-                layout = layouts.get(topic)
-                if ok.get(topic) and layout is not None:
-                    payload = adapter.payload(value)
-                    if len(payload) == layout.splicer.payload_size:
-                        parts.append(pack(len(payload), ids[topic], t_ns))
-                        parts.append(payload)
-                        parts.append(_PAD[:(-len(payload)) % 8])
-                        counted.append(topic)
+                f = fast.get(topic)               # (payload size, its sub-record header, padding): checked
+                if f is not None:
+                    size, rec = adapter.payload_parts(value)
+                    if size == f[0]:
+                        if t_ns != last_t:
+                            last_t, stamp = t_ns, _SUB_STAMP.pack(t_ns)
+                        add(f[1])
+                        add(stamp)
+                        more(rec)
+                        if f[2]:
+                            add(f[2])
+                        count(topic)
                         continue
                 slow.append(item)
             if parts:
                 if self.ring.put(KIND_BATCH, 0, 0, b"".join(parts)):
+                    counts = self.counts
                     for topic in counted:
-                        self.counts[topic] += 1
+                        counts[topic] += 1
                 else:
                     self.ring.note_dropped(len(counted) - 1)   # put() counted one
                 self._commit_soon()
         for item in slow:                    # first messages: checked against the filled message
             self.write_value(*item)
+        if slow:
+            with self._lock:
+                for item in slow:
+                    self._check_fast(item[0])
+
+    def _check_fast(self, topic: str) -> None:
+        """:meth:`write_values`'s entry for ``topic`` once its adapter's record equals the message's
+        (``_value_ok``) under its current layout (a layout taken since replaces it; the caller holds the lock)."""
+        layout = self._layouts.get(topic)
+        if self._value_ok.get(topic) and layout is not None:
+            size = layout.splicer.payload_size
+            self._fast[topic] = (size, _SUB_HEAD.pack(size, self._ids[topic]), _PAD[:(-size) % 8])
+        else:
+            self._fast.pop(topic, None)
 
     def flush(self) -> None:
         """Publish what was written to the recorder process (the container: after each sample)."""

@@ -263,9 +263,10 @@ class BagStamps:
     def _stamp(self, topic: str, now: int, clock_ns) -> int:
         if not self.sim_time:
             return now
-        if topic == "/clock" and clock_ns is not None:
-            self.clock_ns = max(self.clock_ns, clock_ns)
-        return max(now, self.clock_ns)
+        if topic == "/clock" and clock_ns is not None and clock_ns > self.clock_ns:
+            self.clock_ns = clock_ns
+        c = self.clock_ns
+        return now if now >= c else c        # max(now, c) (the builtin costs ~3x: every recorded message)
 
     def of_bytes(self, topic: str, data: bytes, now: int) -> int:
         clock = None

@@ -372,7 +372,10 @@ class IntraProcessBus:
                 if sub.tap is not None:
                     sink = sub.batch
                     if sink is not None:      # collected: one call per sink and flush (the recorder)
-                        batches.setdefault(sink, (sub, []))[1].append((sub.topic, msg))
+                        batch = batches.get(sink)
+                        if batch is None:
+                            batch = batches[sink] = (sub, [])
+                        batch[1].append((sub.topic, msg))
                     else:
                         sub.tap(msg)          # a message or an AdaptedValue
                     continue
