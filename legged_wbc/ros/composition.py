@@ -21,15 +21,13 @@ def hold_cpu_wakeup_latency(latency_us: int, log, device: str = CPU_LATENCY_DEVI
     Without the permission (the device is root's): one warning, None."""
     if latency_us < 0:
         return None
+    fd = None
     try:
         fd = os.open(device, os.O_WRONLY)
-    except OSError as exc:
-        log.warning(f"no CPU wake-up latency request ({exc.strerror}: {device}); idle CPUs may halt between ticks")
-        return None
-    try:
         os.write(fd, struct.pack("i", int(latency_us)))
     except OSError as exc:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
         log.warning(f"no CPU wake-up latency request ({exc.strerror}: {device}); idle CPUs may halt between ticks")
         return None
     log.info(f"CPU wake-up latency held at <= {int(latency_us)} us ({device})")
