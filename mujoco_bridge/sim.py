@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS, StateConverter, rotation_from_quat_xyzw
+from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS, StateConverter
 from legged_wbc.model import RobotModel
 from legged_wbc.mujoco_model import ACTUATOR_MODELS, TIMESTEP, actuator_joint_names, build_model, hinge_joint_names
 from legged_wbc.terrain import Terrain, is_terrain_geom
@@ -171,9 +171,9 @@ class MujocoSim:
         self._push = None
 
     def _init_outputs(self) -> None:
-        """Index arrays of :meth:`sensors` and :meth:`base_ground_truth`: one gather each (the IMU's
+        """Index arrays of :meth:`sensors`: one gather each (the IMU's
         quaternion wxyz -> xyzw, gyro and accelerometer from ``sensordata``; the joints in Pinocchio
-        order straight from ``qpos`` / ``qvel``; the base pose with its quaternion xyzw)."""
+        order straight from ``qpos`` / ``qvel``)."""
         m = self.m
         self._sensor = {n: (int(m.sensor_adr[i]), int(m.sensor_dim[i])) for i, n in
                         ((i, mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_SENSOR, i)) for i in range(m.nsensor))}
@@ -182,7 +182,6 @@ class MujocoSim:
         self._imu_split = (4, 4 + gn)
         self._qj_index = 7 + self.conv.mj_to_pin
         self._vj_index = 6 + self.conv.mj_to_pin
-        self._base_q_index = np.array([0, 1, 2, 4, 5, 6, 3])
 
     # ------------------------------------------------------------------ state
     @property
@@ -338,17 +337,8 @@ class MujocoSim:
         return self.conv.q_from_mj(self.d.qpos), self.conv.v_from_mj(self.d.qpos, self.d.qvel)
 
     def base_ground_truth(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(q[:7], v[:6])`` of :meth:`ground_truth`, the same numbers (the base pose, position and
-        quaternion ``xyzw`` in the world frame; its linear and angular velocity in the base frame)."""
-        qpos, qvel = self.d.qpos, self.d.qvel
-        q = qpos[self._base_q_index]
-        # the rotation of StateConverter.v_from_mj from the same doubles (Python floats: the same IEEE
-        # products and sums as numpy's scalars, ~3x cheaper), the same matrix-vector product
-        R = rotation_from_quat_xyzw(q[3:].tolist())
-        v = np.empty(6)
-        v[:3] = R.T @ qvel[:3]
-        v[3:] = qvel[3:6]
-        return q, v
+        """``(q[:7], v[:6])`` of :meth:`ground_truth`, the same numbers (``StateConverter.base_from_mj``)."""
+        return self.conv.base_from_mj(self.d.qpos, self.d.qvel)
 
     def _floor_contacts(self) -> list[int]:
         """Geoms touching the ground (any terrain geom; one entry per contact)."""

@@ -168,7 +168,6 @@ class ArrayAdapter(Adapter):
     _OFFSET = struct.Struct("<I")
     _offset = (None, b"")               # the layout's data_offset, packed
 
-
     def to_ros(self, data):
         self.msg.data = ros_io.dvec(data)
         return self.msg

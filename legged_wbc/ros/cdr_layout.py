@@ -265,5 +265,9 @@ class MessageLayout:
 
 def message_type_name(msg) -> str:
     """``pkg/msg/Name`` of an rclpy message object."""
-    cls = type(msg)
+    return message_class_name(type(msg))
+
+
+def message_class_name(cls) -> str:
+    """``pkg/msg/Name`` of an rclpy message class."""
     return f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"

@@ -51,6 +51,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from legged_wbc.ros.cdr_layout import message_class_name
+
 _active = threading.local()
 
 
@@ -422,8 +424,7 @@ class IntraProcessBus:
             if any(isinstance(p, LinkPublisher) for p in self._pubs.get(t, ())):
                 for sub in subs:
                     if sub.own_only:
-                        mt = sub.msg_type
-                        topics[t] = f"{mt.__module__.split('.')[0]}/msg/{mt.__name__}"
+                        topics[t] = message_class_name(sub.msg_type)
                         break
         self.link.announce_record({**self._peer_record, "topics": topics})
         return sorted(topics)
@@ -441,7 +442,7 @@ class IntraProcessBus:
             ip = ips[0]
             a = ip.adapter
             mt = ip.msg_type
-            pubs.append({"topic": topic, "type": f"{mt.__module__.split('.')[0]}/msg/{mt.__name__}",
+            pubs.append({"topic": topic, "type": message_class_name(mt),
                          "adapter": type(a).__name__ if a is not None else None,
                          "template": _serialize(a.msg) if a is not None else None,
                          "names": list(a.msg.name) if isinstance(a, adapters.JointStateAdapter) else None})

@@ -41,6 +41,7 @@ from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.bag_process import LocalTaps, RecorderProcessError, open_sink
 from legged_wbc.ros.bag_writer import (BagStamps, RecorderConfig, StartupGate, default_output, describe_publishers,
                                        message_class, size_note)
+from legged_wbc.ros.cdr_layout import message_class_name
 from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
 
 
@@ -134,8 +135,7 @@ class BagRecorder(Node):
                 continue
             if self.wanted and topic not in self.wanted and not self.params["record_all"]:
                 continue
-            pkg = cls.__module__.split(".")[0]
-            self._subscribe(topic, f"{pkg}/msg/{cls.__name__}", [])
+            self._subscribe(topic, message_class_name(cls), [])
 
     def poll_gate(self, force: bool = False) -> None:
         """Subscribe the held topics when the ``StartupGate`` opens (forced: a container, all in-process)."""
