@@ -117,6 +117,9 @@ class MujocoBridge(Node):
     disturbance_fn = property(lambda self: self.physics.disturbance_fn,
                               lambda self, fn: setattr(self.physics, "disturbance_fn", fn))
     after_sample = None   # hook called after each sample is published (the container: the recorder's copies)
+    # hook called once the control inputs of a sample (/clock, /joint_states, /imu) are published, before the
+    # rest of the sample (ground truth, diagnostics): layout:=split sends them to the control part from here
+    after_control_inputs = None
     _last_step = -1       # the step of the last sample published
     def _on_config(self, cfg: BridgeConfig, changed) -> None:
         self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
@@ -172,6 +175,8 @@ class MujocoBridge(Node):
         self.pub_js.publish_value(adapters.JointSample(sensor_ns, self.joint_names, s.joint_pos, s.joint_vel,
                                                        s.joint_effort))
         self.pub_imu.publish_value(adapters.ImuSample(sensor_ns, s.imu_quat_xyzw, s.imu_gyro, s.imu_accel))
+        if self.after_control_inputs is not None:
+            self.after_control_inputs(step)
         if step % self.cfg.ground_truth_decimation == 0 and not repeat:
             if self.pub_odom.has_subscribers():
                 self.pub_odom.publish_value(adapters.OdomSample(t_ns, *self.sim.base_ground_truth()))

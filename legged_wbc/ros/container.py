@@ -132,13 +132,21 @@ def _wire(bus, bridge, recorder, P, log, stop, node):
         link_flush = None
         if bus.link is not None:
             # the bridge's thread batches: the samples between two ticks (no subscriber of the control part
-            # acts on them before the next tick's) go with the next tick's sample, one frame per tick
+            # acts on them before the next tick's) go with the next tick's sample, one frame per tick, sent
+            # as soon as the tick's control inputs are out: the control chain runs while this part builds
+            # the ground truth and the recorder's records (on the other core)
             bus.link.batching()
             link_flush, steps_per_tick = bus.link.flush, bridge.cfg.control_period_steps
 
+            def _after_control_inputs(step: int) -> None:
+                if step % steps_per_tick == 0:
+                    link_flush()
+
+            bridge.after_control_inputs = _after_control_inputs
+
         def _after_sample():
             if link_flush is not None and bridge._last_step % steps_per_tick == 0:
-                link_flush()
+                link_flush()                        # anything published after the inputs (none today)
             for f in flushes:
                 f()
 
