@@ -88,6 +88,9 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         self._imu = self._held_js = None   # sample mode: newest (stamp, imu arrays); a tick waiting for one
         self._last_out: list = []   # messages of the last tick, re-sent if its inputs come again
         self.rejected = 0
+        # a co-located controller chained to this estimator (ros.composition.chain_controller): it takes each
+        # tick's estimate by a call (WbcNode.take_estimate) after the outputs are published, not by topics
+        self.chained = None
         qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
         A = adapters
@@ -221,7 +224,15 @@ class EstimatorNode(ros_io.TickOutputs, Node):
             (self.pub_odom, adapters.OdomSample(t_ns, e.q[:7], e.v[:6]))]
         if first:                       # the first answer: wait until the subscribers are matched
             ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
-        self._resend()
+        ros_io.TickOutputs._resend(self)
+        if self.chained is not None:    # the values its four input topics would carry, in the same order
+            self.chained.take_estimate(tick, pos, vel, e.q[:7], e.v[:6], e.support, e.support_normal, tau_ext)
+
+    def _resend(self) -> None:
+        """Answer a re-published tick again (start-up): this node's outputs, then the chained controller's."""
+        super()._resend()
+        if self.chained is not None:
+            self.chained._resend()
 
 
 def main(argv: list[str] | None = None) -> int:

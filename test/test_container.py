@@ -99,6 +99,10 @@ def test_container_split_and_processes_layouts_give_the_same_lockstep_run(tmp_pa
     (sim_sent, sim_got), (ctl_sent, ctl_got) = frames["sim"], frames["control"]
     assert sim_sent == ctl_got and ctl_sent == sim_got and ctl_sent <= ctl_got, frames   # replies only
     assert "composed state_estimator, wbc_controller (control part" in log
+    # the containers chain the controller to the estimator (a call, not four topics); the per-process layout
+    # cannot: the bits below are the same either way
+    for name in ("container", "split"):
+        assert "wbc_controller chained to state_estimator" in (tmp_path / f"{name}.log").read_text(), name
     assert len(c.series["t"]) == len(p.series["t"]) == len(s.series["t"]) == 800
     for r in (c, s, p):
         assert r.bridge.get("watchdog_events") == 0, (r.label, r.bridge)

@@ -192,6 +192,39 @@ def test_bus_survives_a_failing_callback(ros_contexts):
 
 
 @pytest.mark.ros
+def test_withdrawn_subscriptions_get_nothing_and_stay_off_dds(ros_contexts):
+    """A chained node's withdrawn inputs: no in-process delivery, no DDS subscription at finalize, the
+    other subscribers of the topic unaffected; once finalized the bus refuses."""
+    from rclpy.node import Node
+    from sensor_msgs.msg import JointState
+
+    from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.intra_process import IntraProcessBus
+
+    inside, _ = ros_contexts
+    bus = IntraProcessBus()
+    kept, withdrawn = [], []
+    with bus.active():
+        a = Node("ip_pub4", context=inside)
+        b = Node("ip_chained4", context=inside)
+        c = Node("ip_other4", context=inside)
+        ros_io.create_subscription(b, JointState, "js4", withdrawn.append, 10)
+        ros_io.create_subscription(b, JointState, "nobody_publishes4", withdrawn.append, 10)
+        ros_io.create_subscription(c, JointState, "js4", kept.append, 10)
+        pub = ros_io.create_publisher(a, JointState, "js4", 10)
+    assert bus.withdraw(b, ["js4", "nobody_publishes4"]) == 2
+    assert bus.finalize() == []                     # the withdrawn outside topic made no DDS subscription
+    for k in range(2):
+        pub.publish(_js(k))
+    assert len(kept) == 2 and withdrawn == []
+    assert b.count_subscribers("/nobody_publishes4") == 0
+    with pytest.raises(RuntimeError, match="finalized"):
+        bus.withdraw(c, ["js4"])
+    for n in (a, b, c):
+        n.destroy_node()
+
+
+@pytest.mark.ros
 def test_deferred_raw_deliveries_wait_for_flush(ros_contexts):
     """defer_raw: the recorder's copies are made at flush(), in publication order, from the messages
     as they were when flushed (the publisher refills only after the flush)."""

@@ -191,6 +191,19 @@ class WbcNode(ros_io.TickOutputs, Node):
         if eff is not None:
             self._slot(self._tick_key(msg), "tau_ext", eff)
 
+    def take_estimate(self, tick: int, pos, vel, q_base, v_base, support, normal, tau_ext) -> None:
+        """Tick ``tick`` from a chained estimator in this process (``ros.composition.chain_controller``, as
+        ros2_control chains controllers): the values the four input topics would carry, already in this
+        node's joint and leg order (``pos``, ``vel`` [rad, rad/s] the tick's joint state; ``q_base`` the
+        base pose (x, y, z, quaternion x, y, z, w) and ``v_base`` its twist (world frame) from the
+        estimator; ``support`` bool per leg, ``normal`` the support plane's unit normal, ``tau_ext`` [N m]
+        per joint). The controller's input checks (``InputError``) still apply."""
+        if tick is None or self.sync.status(tick) != ros_io.TickSync.NEW:
+            return
+        self.sync.last_tick = tick
+        self.ticks.submit(tick, {"js": (pos, vel), "odom": (q_base, v_base), "support": support,
+                                 "normal": normal, "tau_ext": tau_ext}, tick == 0)
+
     # -------------------------------------------------------------- one control tick
     def _required_inputs(self) -> tuple:
         """The topics a tick waits for (tau_ext only with null-space compensation)."""

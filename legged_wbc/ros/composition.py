@@ -8,6 +8,8 @@ import os
 import struct
 import time
 
+from legged_wbc.ros.io.topics import TOPIC_EST_ODOM, TOPIC_EST_SUPPORT, TOPIC_EST_TAU_EXT, TOPIC_JOINT_STATES
+
 CPU_LATENCY_DEVICE = "/dev/cpu_dma_latency"
 
 
@@ -57,6 +59,29 @@ def set_realtime_scheduling(priority: int, cpu: int, log) -> None:
             log.info(f"control thread: SCHED_FIFO priority {priority}")
         except (OSError, AttributeError) as exc:
             log.warning(f"no realtime scheduling ({exc}); running with normal priority")
+
+
+# the controller's inputs that a chained estimator hands over directly (WbcNode.take_estimate)
+CHAINED_TOPICS = (TOPIC_JOINT_STATES, TOPIC_EST_ODOM, TOPIC_EST_SUPPORT, TOPIC_EST_TAU_EXT)
+
+
+def chain_controller(bus, estimator, controller) -> str | None:
+    """Chain the co-located controller to the estimator, as ros2_control chains controllers: each tick
+    the estimator hands its estimate to :meth:`WbcNode.take_estimate` by a call, after publishing its
+    outputs as before, and the controller's four input subscriptions (:data:`CHAINED_TOPICS`) are
+    withdrawn from ``bus`` (call before the bus is joined to a link and finalized). The topics stay the
+    same for everyone else (the recorder, the bridge, outside subscribers); what goes is per tick the
+    controller's four callbacks, their name lookups and checks and its tick assembly (the controller's
+    own input checks still run). Same inputs, same order, same numbers: lockstep stays bit-identical.
+    Only for ``input_timing: tick_grid`` on both nodes and the same joints and legs (else the topics
+    pair the inputs by stamp). Returns None when chained, else why not (one line)."""
+    if estimator.samples is not None or controller.samples is not None:
+        return "input_timing is sample (inputs are paired by stamp)"
+    if estimator.joint_names != controller.joint_names or estimator.leg_names != controller.leg_names:
+        return "the estimator and the controller have different joints or legs"
+    bus.withdraw(controller, CHAINED_TOPICS)
+    estimator.chained = controller
+    return None
 
 
 def run_control(bus, P, log, stop_event) -> int:

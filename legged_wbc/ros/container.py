@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 
 from legged_wbc.params import param, validate
-from legged_wbc.ros.composition import run_control, run_sim, teardown
+from legged_wbc.ros.composition import chain_controller, run_control, run_sim, teardown
 from legged_wbc.ros.io.executors import ignore_stop_signals
 
 CONTAINER_NODE = "walking_container"
@@ -60,6 +60,9 @@ class ContainerConfig:
                       live=False)
     link_timeout: float = param(0.0, 0.0, 3600.0, "wait at most this long for the linked part [s]; 0 = forever",
                                 live=False)
+    chain: bool = param(True, desc="the controller takes the co-located estimator's estimate by a call "
+                        "(ros2_control's chained controllers) instead of through its input topics; false = topics",
+                        live=False)
     mode: str = param("lockstep", choices=("lockstep", "realtime"), live=False,
                       desc="the bridge's timing (the control part schedules its chain thread in realtime mode)")
 
@@ -78,9 +81,10 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
         if "bridge" in want:
             from mujoco_bridge.node import MujocoBridge
 
-            # tick 0 goes out once the estimator and controller (and the recorder) subscribe (here or linked)
+            # tick 0 goes out once the estimator and controller (and the recorder) subscribe (here or linked);
+            # a chained controller takes its joint states from the estimator (chain_controller)
             bridge = MujocoBridge(parameter_overrides=[
-                Parameter("startup_min_subscribers", value=3 if record else 2),
+                Parameter("startup_min_subscribers", value=(1 if P.chain else 2) + bool(record)),
                 Parameter("startup_wait_all_topics", value=bool(record))])
             nodes.append(bridge)
         if "estimator" in want:
@@ -101,6 +105,11 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
                                                         Parameter("writer_process", value=True)])
             recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
             nodes.append(recorder)
+    if P.chain and "estimator" in want and "controller" in want:
+        est, wbc = (next(n for n in nodes if n.get_name() == name) for name in ("state_estimator", "wbc_controller"))
+        why_not = chain_controller(bus, est, wbc)
+        log.info("wbc_controller chained to state_estimator" if why_not is None
+                 else f"wbc_controller not chained to state_estimator: {why_not}")
     return nodes, bridge, recorder
 
 

@@ -344,6 +344,25 @@ class IntraProcessBus:
             self._announce_record()            # one more topic the linked process records itself
         return sub
 
+    def withdraw(self, node, topics) -> int:
+        """Remove ``node``'s subscriptions to ``topics`` (before :meth:`connect_link` and :meth:`finalize`):
+        a node chained to a co-located one takes those inputs from it directly
+        (:func:`legged_wbc.ros.composition.chain_controller`). Returns how many were removed."""
+        n = 0
+        with self._lock:
+            if self._finalized:
+                raise RuntimeError("IntraProcessBus.withdraw: the bus is finalized")
+            for topic in topics:
+                name = node.resolve_topic_name(topic)
+                for table in (self._subs, self._link_subs):
+                    subs = table.get(name, [])
+                    mine = [s for s in subs if s.node is node]
+                    for s in mine:
+                        subs.remove(s)
+                    n += len(mine) if table is self._subs else 0
+                self._pending = [s for s in self._pending if not (s.node is node and s.topic == name)]
+        return n
+
     def finalize(self) -> list[str]:
         """All nodes are constructed: subscriptions to topics nobody in the process publishes go
         through DDS. Returns those topics."""
