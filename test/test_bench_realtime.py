@@ -106,6 +106,16 @@ def test_bench_realtime_smoke(ros_env):
     assert res["cpu_wakeup_latency_us"] == 0      # the containers' default request, held by the paced loop too
     held = os.geteuid() == 0 and os.path.exists("/dev/cpu_dma_latency")
     assert res["headless_paced"]["cpu_wakeup_latency_us"] == (0 if held else None)
+    # idle pollers (auto: only without a cpuidle driver) run beside the stack and the paced loop alike, and are
+    # not counted as the stack's load
+    from legged_wbc.idle_poll import cpuidle_driver
+
+    polled = cpuidle_driver() is None
+    pollers = [n for n in res["utilization"] if n.startswith("idle_poller")]
+    assert res["idle_poll"] == "auto" and len(pollers) == (len(os.sched_getaffinity(0)) if polled else 0), pollers
+    assert res["headless_paced"]["idle_pollers"] == len(pollers)
+    assert res["idle_poller_utilization"] == pytest.approx(sum(res["utilization"][n] for n in pollers))
+    assert res["max_utilization"] == max(u for n, u in res["utilization"].items() if n not in pollers)
     assert all(res[k] is None for k in ("fell", "max_violation_rad", "qp_failures"))
     assert "--record" in res["stack"]["walk_metrics_unavailable"]
     assert res["stack"]["monitor"]["topics"] == ["/bridge/diagnostics", "/bridge/command_latency"]

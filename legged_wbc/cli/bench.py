@@ -43,7 +43,7 @@ def cmd_realtime(args) -> int:
     try:
         res = bench_realtime(duration=52.0 if args.duration is None else args.duration, scenario=args.scenario,
                              record=args.record, stream=sys.stderr, layout=args.layout,
-                             cpu_latency_us=args.cpu_wakeup_latency_us)
+                             cpu_latency_us=args.cpu_wakeup_latency_us, idle_poll=args.idle_poll)
     except (BenchError, LaunchError) as exc:
         print(f"legged-wbc bench realtime: {exc}", file=sys.stderr)
         return 1
@@ -124,6 +124,9 @@ def register(sub) -> None:
     s.add_argument("--cpu-wakeup-latency-us", type=int, default=0, metavar="US",
                    help="realtime: the containers' PM QoS CPU wake-up latency request (launch argument "
                    "cpu_wakeup_latency_us; default 0: idle CPUs poll), held by the paced headless loop too; -1 = none")
+    s.add_argument("--idle-poll", choices=["auto", "always", "never"], default="auto",
+                   help="realtime: keep idle CPUs from halting with SCHED_IDLE spinning processes (launch argument "
+                   "idle_poll; auto: only where there is no cpuidle driver), around the paced headless loop too")
     s.add_argument("--slowdown", type=positive_float, default=1.0,
                    help="run on an emulated machine this many times slower: SCHED_FIFO tasks take 1 - 1/FACTOR of "
                    "every CPU in 0.3 ms slices (legged_wbc.tools.slow_cpu; needs root)")

@@ -8,6 +8,7 @@ import os
 import struct
 import time
 
+from legged_wbc.idle_poll import start_idle_pollers, stop_idle_pollers
 from legged_wbc.ros.io.topics import TOPIC_EST_ODOM, TOPIC_EST_SUPPORT, TOPIC_EST_TAU_EXT, TOPIC_JOINT_STATES
 
 CPU_LATENCY_DEVICE = "/dev/cpu_dma_latency"
@@ -113,13 +114,16 @@ def run_sim(bridge, link, P, log) -> int:
             link.start()
         else:
             bridge.ports.poll_inputs, bridge.source_time = link.poll, link.frame_time
-    qos = None
+    qos = pollers = None
     if not bridge.lockstep:
         qos = hold_cpu_wakeup_latency(P.cpu_wakeup_latency_us, log)
+        # the machine's idle CPUs, for every part: the part with the bridge runs from the first to the last tick
+        pollers = start_idle_pollers(P.idle_poll, log)
         set_realtime_scheduling(P.sched_priority, P.cpu, log)
     try:
         rc = bridge.run()
     finally:
+        stop_idle_pollers(pollers)
         release_cpu_wakeup_latency(qos)
     if link is not None:
         link.flush()

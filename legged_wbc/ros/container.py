@@ -60,6 +60,10 @@ class ContainerConfig:
                       live=False)
     link_timeout: float = param(0.0, 0.0, 3600.0, "wait at most this long for the linked part [s]; 0 = forever",
                                 live=False)
+    idle_poll: str = param("auto", choices=("auto", "always", "never"), live=False,
+                           desc="realtime mode, the part with the bridge: one SCHED_IDLE spinning process per CPU "
+                           "keeps idle CPUs from halting between ticks (legged_wbc.idle_poll); auto = only where "
+                           "there is no cpuidle driver for the cpu_wakeup_latency_us request to act on")
     chain: bool = param(True, desc="the controller takes the co-located estimator's estimate by a call "
                         "(ros2_control's chained controllers) instead of through its input topics; false = topics",
                         live=False)

@@ -62,6 +62,7 @@ import time
 from pathlib import Path
 
 from legged_wbc.conventions import CONTROL_DT
+from legged_wbc.idle_poll import POLLER_NAME
 
 CONTROL_PROCESSES = ("walking_container", "control_container", "wbc_controller")   # the process that runs the controller
 TIMING_TOPICS = ("/bridge/diagnostics", "/bridge/command_latency")   # 10 messages per sim second each
@@ -124,6 +125,8 @@ def process_name(pid: int, comm: str, root: str) -> str:
         if a == "-m" and i + 1 < len(args):
             return args[i + 1].rsplit(".", 1)[-1]
         if a == "-c":
+            if i + 1 < len(args) and POLLER_NAME in args[i + 1]:   # an idle poller before it renamed itself
+                return POLLER_NAME
             m = re.search(r"from\s+([\w.]+)\s+import", args[i + 1] if i + 1 < len(args) else "")
             module = m.group(1).rsplit(".", 1)[-1] if m else ""
             return module if module and module != "spawn" else f"{root}-child"
@@ -249,20 +252,21 @@ class _Tee:
 
 
 def run_stack(scenario: str, duration: float, record: bool, domain_id: int, stream=None,
-              observe_walk: bool = False, layout: str | None = None, cpu_latency_us: int | None = None) -> dict:
+              observe_walk: bool = False, layout: str | None = None, cpu_latency_us: int | None = None,
+              idle_poll: str = "auto") -> dict:
     """Step 1 of the module docstring: the launch, its CPU per process over the walking window, its
     metrics. ``observe_walk`` (without ``record``): the monitor also takes :data:`TICK_TOPICS` for the
     walk metrics, at the cost the module docstring gives."""
     tmp = Path(tempfile.mkdtemp(prefix="bench_realtime_"))
     try:
         return _run_stack(scenario, duration, record, domain_id, stream, observe_walk, tmp / "bag", layout,
-                          cpu_latency_us)
+                          cpu_latency_us, idle_poll)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag: Path, layout=None,
-               cpu_latency_us=None) -> dict:
+               cpu_latency_us=None, idle_poll="auto") -> dict:
     from legged_wbc.ros.launcher import Launcher, load_launch, resolve_launch_file
     from legged_wbc.ros.stack_monitor import StackMonitor
 
@@ -271,6 +275,8 @@ def _run_stack(scenario, duration, record, domain_id, stream, observe_walk, bag:
         args["layout"] = layout
     if cpu_latency_us is not None and cpu_latency_us != DEFAULT_CPU_LATENCY_US:   # else the launch file's default
         args["cpu_wakeup_latency_us"] = str(int(cpu_latency_us))
+    if idle_poll != "auto":
+        args["idle_poll"] = idle_poll
     if record:
         args["record"] = str(bag)
     plan = load_launch(resolve_launch_file("walking_sim"), args)
@@ -388,7 +394,7 @@ def _window_cpu(diag_samples, tree: ProcessTree, sampler: CpuSampler) -> dict:
 
 # ------------------------------------------------------------------------------------ headless + reference
 def headless_and_reference(scenario: str, duration: float, reference_seconds: float = REFERENCE_SECONDS,
-                           cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
+                           cpu_latency_us: int = DEFAULT_CPU_LATENCY_US, idle_poll: str = "auto") -> dict:
     """Steps 2 and 3 of the module docstring (run in a process of its own by :func:`bench_realtime`)."""
     import warnings
 
@@ -401,7 +407,7 @@ def headless_and_reference(scenario: str, duration: float, reference_seconds: fl
     res = ClosedLoop(load_scenario(scenario), "cbf").run(duration, progress=False)
     ticks = len(res.series["t"])
     cpu = float(res.extra["cpu_time_s"])
-    paced = _paced_headless(scenario, min(duration, PACED_SECONDS), cpu_latency_us)
+    paced = _paced_headless(scenario, min(duration, PACED_SECONDS), cpu_latency_us, idle_poll)
     ref = bench_cycle(seconds=reference_seconds, impl="fast", scenario=scenario, startup=False)
     return {"headless": {"ticks": ticks, "cpu_s": cpu, "wall_s": float(res.wall_time_s), "fell": bool(res.fell),
                          "per_tick_us": cpu / ticks * 1e6 if ticks else None},
@@ -410,24 +416,30 @@ def headless_and_reference(scenario: str, duration: float, reference_seconds: fl
                           "window_s": ref["window_s"], "fast_total_p50_us": ref["total"]["p50_us"]}}
 
 
-def _paced_headless(scenario: str, seconds: float, cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
+def _paced_headless(scenario: str, seconds: float, cpu_latency_us: int = DEFAULT_CPU_LATENCY_US,
+                    idle_poll: str = "auto") -> dict:
     """The headless loop paced by the wall clock as the realtime bridge paces it (each tick starts at its
     scheduled time, the loop sleeps in between): its CPU per tick. On our VMs a loop that sleeps 500
     times a second comes back to cold caches every tick, and the same work costs ~2x the CPU of the loop
     run flat out (~1.5x with idle CPUs polling); this is the floor of any realtime process doing that
     work, ROS or not. It holds the same CPU wake-up latency request as the stack's containers
-    (``cpu_latency_us``; -1 none), so that the two compare."""
+    (``cpu_latency_us``; -1 none) and the same idle pollers (``idle_poll``), so that the two compare."""
     import logging
 
     from legged_wbc.closed_loop import ClosedLoop
+    from legged_wbc.idle_poll import start_idle_pollers, stop_idle_pollers
     from legged_wbc.ros.composition import hold_cpu_wakeup_latency, release_cpu_wakeup_latency
     from legged_wbc.scenario import load_scenario
 
-    qos = hold_cpu_wakeup_latency(cpu_latency_us, logging.getLogger("bench_realtime"))
+    log = logging.getLogger("bench_realtime")
+    qos = hold_cpu_wakeup_latency(cpu_latency_us, log)
+    pollers = start_idle_pollers(idle_poll, log)
     try:
         return _paced_loop(ClosedLoop(load_scenario(scenario), "cbf"), seconds) | {
-            "cpu_wakeup_latency_us": cpu_latency_us if qos is not None else None}
+            "cpu_wakeup_latency_us": cpu_latency_us if qos is not None else None,
+            "idle_pollers": len(pollers.cpus) if pollers is not None else 0}
     finally:
+        stop_idle_pollers(pollers)
         release_cpu_wakeup_latency(qos)
 
 
@@ -459,12 +471,13 @@ def _child(conn, *args) -> None:
         conn.close()
 
 
-def run_headless_and_reference(scenario: str, duration: float, cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
+def run_headless_and_reference(scenario: str, duration: float, cpu_latency_us: int = DEFAULT_CPU_LATENCY_US,
+                               idle_poll: str = "auto") -> dict:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(child, scenario, duration, REFERENCE_SECONDS, cpu_latency_us),
+    p = ctx.Process(target=_child, args=(child, scenario, duration, REFERENCE_SECONDS, cpu_latency_us, idle_poll),
                     name="bench_headless")
     p.start()
     child.close()
@@ -479,13 +492,18 @@ def run_headless_and_reference(scenario: str, duration: float, cpu_latency_us: i
 
 
 # ------------------------------------------------------------------------------------ all of it
+def is_idle_poller(name: str) -> bool:
+    """A process name of :mod:`legged_wbc.idle_poll`'s pollers (``idle_poller``, ``idle_poller#2``, ...)."""
+    return name.split("#", 1)[0] == POLLER_NAME
+
+
 def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool = False, stream=None,
                    observe_walk: bool = False, layout: str | None = None,
-                   cpu_latency_us: int = DEFAULT_CPU_LATENCY_US) -> dict:
+                   cpu_latency_us: int = DEFAULT_CPU_LATENCY_US, idle_poll: str = "auto") -> dict:
     """The module docstring's three measurements, one after the other; the result's keys are
     ``legged-wbc bench realtime --json``'s. ``stream`` gets the stack's output (None: discarded)."""
     from legged_wbc.scenario import load_scenario
@@ -493,11 +511,11 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
     load_scenario(scenario)   # a bad name or file: one line (ConfigError) before anything starts
     load_before = os.getloadavg()
     stack = run_stack(scenario, duration, record, choose_domain(), stream=stream, observe_walk=observe_walk,
-                      layout=layout, cpu_latency_us=cpu_latency_us)
+                      layout=layout, cpu_latency_us=cpu_latency_us, idle_poll=idle_poll)
     if stream is not None:
         stream.write("[bench] headless loop and reference path ...\n")
         stream.flush()
-    other = run_headless_and_reference(scenario, duration, cpu_latency_us)
+    other = run_headless_and_reference(scenario, duration, cpu_latency_us, idle_poll)
     load_after = os.getloadavg()
     m = stack["metrics"]
     control = next((n for n in CONTROL_PROCESSES if n in stack["cpu_per_tick_us"]), None)
@@ -520,6 +538,11 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
         "overhead_ratio_paced": ctl_cpu / paced if _finite(ctl_cpu) and _finite(paced) and paced > 0 else None,
         "reference_p50_us": other["reference"]["p50_us"],
         "cpu_wakeup_latency_us": cpu_latency_us,
+        "idle_poll": idle_poll,
+        # the stack's processes without the idle pollers (idle time spent spinning, not load): the largest share
+        # of a core any of them took, and the pollers' own share in all
+        "max_utilization": max((u for n, u in stack["utilization"].items() if not is_idle_poller(n)), default=None),
+        "idle_poller_utilization": sum(u for n, u in stack["utilization"].items() if is_idle_poller(n)),
         "loadavg": {"before": list(load_before), "after": list(load_after)},
         "cpu_count": os.cpu_count(),
         "control_process": control,
@@ -560,7 +583,8 @@ def print_summary(res: dict, out=None) -> None:
           f"{w['wall_s']:.1f} s wall", file=out)
     print(f"{'process':24s} {'CPU us/tick':>12s} {'utilization':>12s}", file=out)
     for name, v in res["cpu_per_tick_us"].items():
-        mark = "  <- control" if name == res["control_process"] else ""
+        mark = "  <- control" if name == res["control_process"] else (
+            "  (idle CPU spent polling, not load)" if is_idle_poller(name) else "")
         print(f"{name:24s} {v:12.0f} {res['utilization'][name]:12.3f}{mark}", file=out)
     bp = res["bench_process"]
     print(f"{'(bench: launcher+monitor)':24s} {bp['cpu_per_tick_us']:12.0f} {bp['utilization']:12.3f}", file=out)
