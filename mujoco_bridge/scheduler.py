@@ -146,7 +146,7 @@ from typing import Callable
 import numpy as np
 
 from legged_wbc.conventions import PHYSICS_DT_NS, UNTIMED_TICK
-from mujoco_bridge.timing import CommandDelayLine, CommandQueue, CommandTiming
+from mujoco_bridge.timing import CommandDelayLine, CommandQueue, CommandTiming, window_stats
 
 PHYSICS_DT = PHYSICS_DT_NS / 1e9      # one physics step [s] (the same double as 1e-3)
 
@@ -615,40 +615,53 @@ class BridgeScheduler:
         """``(fields, ticks, latencies_us, progress_line)``: the ``/bridge/diagnostics`` values in
         :data:`DIAG_FIELDS` order, the window's per-tick latencies, and the progress log line when
         ``progress_period`` wall seconds have passed since the last one (else None). Schedules the
-        next sample ``diagnostics_period`` sim seconds later."""
-        cfg = self.cfg
+        next sample ``diagnostics_period`` sim seconds later. :meth:`diagnostics_snapshot` then
+        :meth:`finish_diagnostics`, in one go."""
+        return self.finish_diagnostics(self.diagnostics_snapshot())
+
+    def diagnostics_snapshot(self) -> tuple:
+        """The state a diagnostics sample reports, copied as it is now (the physics thread: no arithmetic
+        beyond the real-time factor, ~20 us); :meth:`finish_diagnostics` turns it into the sample,
+        in any thread. Schedules the next sample ``diagnostics_period`` sim seconds later."""
         now = self.clock.monotonic()
         w0, s0 = self._diag_wall
         rtf = ((self.step_count - s0) * PHYSICS_DT) / (now - w0) if now > w0 and self.step_count > s0 else 0.0
         self._diag_wall = (now, self.step_count)
         with self.cond:
-            window, ticks, latency = self.timing.take_window()
-        d = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick),
-             **{k: float(v) for k, v in self.counters.items()},
-             "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf, **window}
-        self.diag_next_ns = self.t_ns + int(round(cfg.diagnostics_period * 1e9))
-        return {k: d[k] for k in DIAG_FIELDS}, ticks, latency, self._progress_line(now, window)
+            raw = self.timing.take_window_raw()
+        state = {"sim_time": self.t_ns * 1e-9, "tick": float(self.tick), **self.counters,
+                 "watchdog_active": float(self.watchdog_active), "realtime_factor": rtf}
+        self.diag_next_ns = self.t_ns + int(round(self.cfg.diagnostics_period * 1e9))
+        return now, state, raw, self.step_count
 
-    def _progress_line(self, now: float, window: dict) -> str | None:
-        """One line every ``progress_period`` wall seconds, so a long run is never silent."""
+    def finish_diagnostics(self, snapshot: tuple) -> tuple[dict, list[int], list[float], str | None]:
+        """:meth:`diagnostics`' result from a :meth:`diagnostics_snapshot` (call them in snapshot order)."""
+        now, state, (ticks, latency, missed), step_count = snapshot
+        window = window_stats(ticks, latency, missed)
+        d = {**{k: float(v) for k, v in state.items()}, **window}
+        return {k: d[k] for k in DIAG_FIELDS}, ticks, latency, self._progress_line(now, window, state, step_count)
+
+    def _progress_line(self, now: float, window: dict, state: dict, step_count: int) -> str | None:
+        """One line every ``progress_period`` wall seconds, so a long run is never silent (``state``: a
+        :meth:`diagnostics_snapshot`'s)."""
         cfg = self.cfg
         period = float(cfg.progress_period)
         if period <= 0:
             return None
         if self._progress is None:
-            self._progress = (now, self.step_count)
+            self._progress = (now, step_count)
             return None
         w0, s0 = self._progress
         if now - w0 < period:
             return None
-        self._progress = (now, self.step_count)
+        self._progress = (now, step_count)
         dur = float(cfg.duration)
-        rtf = (self.step_count - s0) * PHYSICS_DT / (now - w0)
-        lat = window.get("command_latency_p99_us")
+        rtf = (step_count - s0) * PHYSICS_DT / (now - w0)
+        lat, t = window.get("command_latency_p99_us"), state["sim_time"]
         if lat != lat:
-            return f"t = {self.t_ns * 1e-9:.1f} s sim, {rtf:.2f}x real time, no command in the last window"
-        return (f"t = {self.t_ns * 1e-9:.1f}{f' / {dur:g}' if dur > 0 else ''} s sim, {rtf:.2f}x real time, "
-                f"{self.counters['commands_applied']} commands applied, {self.counters['deadline_misses']} deadline "
+            return f"t = {t:.1f} s sim, {rtf:.2f}x real time, no command in the last window"
+        return (f"t = {t:.1f}{f' / {dur:g}' if dur > 0 else ''} s sim, {rtf:.2f}x real time, "
+                f"{state['commands_applied']} commands applied, {state['deadline_misses']} deadline "
                 f"misses, command latency p99 {lat:.0f} us (last {cfg.diagnostics_period:g} s)")
 
     def summary(self) -> str:

@@ -88,17 +88,26 @@ class CommandTiming:
         self.deadline_misses += int(ticks)
 
     def take_window(self) -> tuple[dict, list[int], list[float]]:
-        """``(stats, ticks, latencies_us)`` of the ticks closed since the last call; stats keys
-        ``window_ticks``, ``window_deadline_misses``, ``command_latency_p50_us``,
-        ``command_latency_p99_us``, ``command_latency_max_us`` (NaN without an answered tick)."""
-        ticks, lat = self._window_ticks, self._window_lat
-        a = np.asarray([x for x in lat if not math.isnan(x)], dtype=float)
-        stats = {"window_ticks": float(len(ticks)), "window_deadline_misses": float(self._window_missed),
-                 "command_latency_p50_us": float(np.percentile(a, 50)) if a.size else math.nan,
-                 "command_latency_p99_us": float(np.percentile(a, 99)) if a.size else math.nan,
-                 "command_latency_max_us": float(a.max()) if a.size else math.nan}
+        """``(stats, ticks, latencies_us)`` of the ticks closed since the last call (:func:`window_stats`)."""
+        ticks, lat, missed = self.take_window_raw()
+        return window_stats(ticks, lat, missed), ticks, lat
+
+    def take_window_raw(self) -> tuple[list[int], list[float], int]:
+        """``(ticks, latencies_us, deadline misses)`` of the ticks closed since the last call, as they are
+        (no arithmetic: the physics thread takes them, :func:`window_stats` may run elsewhere)."""
+        out = self._window_ticks, self._window_lat, self._window_missed
         self._window_ticks, self._window_lat, self._window_missed = [], [], 0
-        return stats, ticks, lat
+        return out
+
+
+def window_stats(ticks: list[int], lat: list[float], missed: int) -> dict:
+    """A diagnostics window's stats: ``window_ticks``, ``window_deadline_misses``, ``command_latency_p50_us``,
+    ``command_latency_p99_us``, ``command_latency_max_us`` (NaN without an answered tick)."""
+    a = np.asarray([x for x in lat if not math.isnan(x)], dtype=float)
+    return {"window_ticks": float(len(ticks)), "window_deadline_misses": float(missed),
+            "command_latency_p50_us": float(np.percentile(a, 50)) if a.size else math.nan,
+            "command_latency_p99_us": float(np.percentile(a, 99)) if a.size else math.nan,
+            "command_latency_max_us": float(a.max()) if a.size else math.nan}
 
 
 class CommandQueue:

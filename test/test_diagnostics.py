@@ -126,3 +126,50 @@ def test_estimator_warns_for_rejected_samples(ros_context):
         assert status_of(node, win).level == OK
     finally:
         node.destroy_node()
+
+
+def test_background_one_shot_jobs_run_in_order_off_the_calling_thread_and_drain():
+    """``background.soon``: what the bridge hands over at each diagnostics window runs once, in the order
+    given, in the background thread; ``drain`` waits for all of them (the bridge, before its last window)."""
+    import threading
+    import time
+
+    from legged_wbc.ros import background
+
+    ran, threads = [], set()
+    gate = threading.Event()
+
+    def job(k):
+        gate.wait(5.0)
+        ran.append(k)
+        threads.add(threading.current_thread().name)
+
+    for k in range(5):
+        background.soon(lambda k=k: job(k), "test")
+    assert not background.drain(timeout=0.05)          # held at the gate: not done
+    gate.set()
+    assert background.drain(timeout=5.0)
+    assert ran == list(range(5)) and threads == {"off_path_publications"}
+    t0 = time.monotonic()
+    assert background.drain(timeout=5.0) and time.monotonic() - t0 < 0.1   # nothing pending: at once
+
+
+def test_window_stats_split_from_the_physics_thread_equals_the_one_go():
+    """The bridge's diagnostics: the snapshot the physics thread takes plus the stats computed later give
+    the sample ``diagnostics()`` gives in one go."""
+    import math
+
+    from mujoco_bridge.timing import CommandTiming, window_stats
+
+    a, b = CommandTiming(), CommandTiming()
+    for t in (a, b):
+        for k in range(50):
+            t.sample_published(k, k * 0.002)
+            t.command_arrived(k, k * 0.002 + 0.0004 + 1e-5 * k)
+            t.close_tick(k, deadline=k * 0.002 + 0.003)
+        t.stalled(2)
+    stats, ticks, lat = a.take_window()
+    ticks2, lat2, missed = b.take_window_raw()
+    assert (ticks, lat) == (ticks2, lat2) and stats == window_stats(ticks2, lat2, missed)
+    assert stats["window_ticks"] == 52 and stats["window_deadline_misses"] == 2
+    assert math.isclose(stats["command_latency_max_us"], 400 + 10 * 49)

@@ -29,11 +29,26 @@ class _Jobs:
         self.heap: list = []
         self.seq = itertools.count()
         self.thread: threading.Thread | None = None
+        self.pending = 0                          # one-shot jobs not run yet
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every one-shot job added so far has run; False after ``timeout`` s."""
+        t_end = time.monotonic() + timeout
+        with self.cond:
+            while self.pending > 0:
+                left = t_end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+        return True
 
     def add(self, period: float, fn, name: str) -> "Job":
+        """``period`` > 0: every ``period`` s; 0: once, now (after the one-shot jobs added before it)."""
         job = Job(period, fn, name)
         with self.cond:
-            heapq.heappush(self.heap, (time.monotonic() + period, next(self.seq), job))
+            if period <= 0:
+                self.pending += 1
+            heapq.heappush(self.heap, (time.monotonic() + max(period, 0.0), next(self.seq), job))
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="off_path_publications", daemon=True)
                 self.thread.start()
@@ -47,6 +62,10 @@ class _Jobs:
                     self.cond.wait(None if not self.heap else max(0.0, self.heap[0][0] - time.monotonic()))
                 t, _, job = heapq.heappop(self.heap)
             if job.cancelled:
+                if job.period <= 0:
+                    with self.cond:
+                        self.pending -= 1
+                        self.cond.notify_all()
                 continue
             _below_the_control_thread()
             try:
@@ -55,6 +74,11 @@ class _Jobs:
                 if not job.cancelled:             # (not when its node was being destroyed meanwhile)
                     print(f"[{job.name}] stopped: {traceback.format_exc().strip().splitlines()[-1]}", flush=True)
                 job.cancelled = True
+                continue
+            if job.period <= 0:                   # a one-shot job (soon): done
+                with self.cond:
+                    self.pending -= 1
+                    self.cond.notify_all()
                 continue
             with self.cond:                       # the next slot; a late job skips the slots it missed
                 nxt = t + job.period
@@ -100,6 +124,18 @@ def every(period_s: float, fn, name: str = "job") -> Job:
     if period_s <= 0:
         raise ValueError(f"period must be > 0, got {period_s}")
     return _JOBS.add(period_s, fn, name)
+
+
+def soon(fn, name: str = "job") -> Job:
+    """Run ``fn()`` once, as soon as the background thread gets to it (one-shot jobs in the order given):
+    what ``realtime_tools::RealtimePublisher`` does for a control loop, the loop hands over what an
+    observer's message needs and the message is built and published off its path."""
+    return _JOBS.add(0.0, fn, name)
+
+
+def drain(timeout: float = 2.0) -> bool:
+    """Wait until the one-shot jobs given so far (:func:`soon`) have run; False after ``timeout`` s."""
+    return _JOBS.drain(timeout)
 
 
 def for_node(node, period_s: float, fn, name: str) -> Job:
