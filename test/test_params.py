@@ -412,9 +412,9 @@ def test_every_live_recorder_parameter_takes_effect(ros_context, tmp_path):
         Parameter("output", value=str(tmp_path / "bag")), Parameter("topics", value=["/x:std_msgs/msg/String"])])
     try:
         timer = rec.start_discovery_timer()
-        assert timer.timer_period_ns == 200_000_000
+        assert timer.period == 0.2
         _set(rec, discovery_period=0.05)
-        assert timer.timer_period_ns == 50_000_000
+        assert timer.period == 0.05
         peer = rclpy.create_node("lwbc_peer", context=ros_context)
         rec.check_peers()
         assert rec.stop_reason is None and not rec.seen_peers        # not watched yet

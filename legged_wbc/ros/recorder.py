@@ -37,7 +37,7 @@ from pathlib import Path
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from legged_wbc.ros import io as ros_io
+from legged_wbc.ros import background, io as ros_io
 from legged_wbc.ros.bag_process import LocalTaps, RecorderProcessError, open_sink
 from legged_wbc.ros.bag_writer import (BagStamps, RecorderConfig, StartupGate, default_output, describe_publishers,
                                        message_class, size_note)
@@ -91,12 +91,15 @@ class BagRecorder(Node):
 
     def _on_config(self, cfg: RecorderConfig, changed: list) -> None:
         if "discovery_period" in changed and self.discovery_timer is not None:
-            self.discovery_timer.timer_period_ns = int(round(cfg.discovery_period * 1e9))
+            self.discovery_timer.period = float(cfg.discovery_period)   # from its next run
 
     def start_discovery_timer(self):
-        """Poll the graph (new topics, peers) every ``discovery_period`` from the executor."""
-        self.discovery_timer = self.create_timer(self.config.discovery_period,
-                                                 lambda: (self.discover(), self.check_peers()))
+        """Poll the graph (new topics, peers) every ``discovery_period`` in the process's background thread
+        (:mod:`legged_wbc.ros.background`), not on an rclpy timer: in a container a timer firing wakes the
+        executor, which rebuilds its wait set over every entity of the process holding the GIL (~2-3 ms of
+        CPU on a slow machine, five times a second: a late physics step each time). Returns the job."""
+        self.discovery_timer = background.for_node(self, self.config.discovery_period,
+                                                   lambda: (self.discover(), self.check_peers()), "recorder_discovery")
         return self.discovery_timer
 
     def drain(self, spin_once, limit: float = 10.0) -> None:
