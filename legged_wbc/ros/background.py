@@ -88,14 +88,24 @@ class _Jobs:
                 heapq.heappush(self.heap, (nxt, next(self.seq), job))
 
 
+_control_thread: int | None = None       # native id of the process's realtime control thread (set_control_thread)
+
+
+def set_control_thread(native_id: int | None) -> None:
+    """The process's realtime control thread is ``native_id`` (the control part's: the host link's receiver
+    thread, not the main thread); None: the main thread."""
+    global _control_thread
+    _control_thread = native_id
+
+
 def _below_the_control_thread() -> None:
-    """With a realtime control thread (the container's main thread under ``SCHED_FIFO``, realtime mode), run
-    at the FIFO priority just below it. A normal-priority thread holding the GIL can be preempted by any
-    other process on a loaded machine, and the control thread then waits for the GIL until the holder runs
-    again (priority inversion: measured 6 -> 13 % ticks commanded late at load 4-5); at FIFO it finishes
-    its short job first. Nothing is changed otherwise; fails soft."""
+    """With a realtime control thread (``SCHED_FIFO``, realtime mode: the container's main thread, or the
+    one :func:`set_control_thread` named), run at the FIFO priority just below it. A normal-priority thread
+    holding the GIL can be preempted by any other process on a loaded machine, and the control thread then
+    waits for the GIL until the holder runs again (priority inversion: measured 6 -> 13 % ticks commanded
+    late at load 4-5); at FIFO it finishes its short job first. Nothing is changed otherwise; fails soft."""
     try:
-        main = threading.main_thread().native_id
+        main = _control_thread or threading.main_thread().native_id
         if os.sched_getscheduler(main) != os.SCHED_FIFO:
             return
         want = max(1, os.sched_getparam(main).sched_priority - 1)

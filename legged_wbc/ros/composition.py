@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 
 from legged_wbc.idle_poll import start_idle_pollers, stop_idle_pollers
+from legged_wbc.ros import background
 from legged_wbc.ros.io.topics import TOPIC_EST_ODOM, TOPIC_EST_SUPPORT, TOPIC_EST_TAU_EXT, TOPIC_JOINT_STATES
 
 CPU_LATENCY_DEVICE = "/dev/cpu_dma_latency"
@@ -57,6 +59,7 @@ def set_realtime_scheduling(priority: int, cpu: int, log) -> None:
     if priority > 0:
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            background.set_control_thread(threading.get_native_id())   # its helpers run just below it
             log.info(f"control thread: SCHED_FIFO priority {priority}")
         except (OSError, AttributeError) as exc:
             log.warning(f"no realtime scheduling ({exc}); running with normal priority")
