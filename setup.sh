@@ -42,7 +42,7 @@ fi
 tools/tf2_msgs/build.sh .venv \
   || echo "setup.sh: warning: could not build tf2_msgs (see above); the stack runs without /tf and /tf_static" >&2
 # Compile the numba kernels of the estimator and controller into their on-disk cache (__pycache__
-# next to them) so the first launch does not: ~20-30 s after an install, a change of a kernel
+# next to them) so the first launch does not: ~20-75 s (by the machine) after an install, a change of a kernel
 # module or of numba, or on another CPU (says so in one line); < 1 s when the cache is valid, so it
 # runs on every call.
 .venv/bin/python -m legged_wbc.tools.warmup || { echo "setup.sh: compiling the numba kernels failed (see above)" >&2; exit 1; }

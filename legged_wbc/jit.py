@@ -4,7 +4,7 @@ table of kernel modules the warm-up (:mod:`legged_wbc.tools.warmup`, run by ``se
 The kernels are ``@njit(cache=True)``: the first call of each compiles it (or loads it from numba's
 on-disk cache). A compile happens on the first run after an install, after a change of any kernel
 module's source or of numba's version, and on a CPU the cache was not built for (the cache key holds
-the CPU name and features). It takes ~20-30 s for all of them; a process that loads them from the
+the CPU name and features). It takes ~20-75 s for all of them (by the machine); a process that loads them from the
 cache takes well under a second.
 
 Where the cache lives: ``$NUMBA_CACHE_DIR`` (else ``.numba_cache`` at the checkout's root), in a
@@ -48,7 +48,7 @@ KERNEL_MODULES = {
 }
 
 NOTICE = ("legged_wbc: compiling the estimator/controller kernels for this CPU "
-          "(first run after an install or a code change, ~20-30 s; cached afterwards)...")
+          "(first run after an install or a code change, ~20-75 s; cached afterwards)...")
 
 _modules: set[str] = set()
 _lock = threading.Lock()
