@@ -144,7 +144,12 @@ def test_background_one_shot_jobs_run_in_order_off_the_calling_thread_and_drain(
         ran.append(k)
         threads.add(threading.current_thread().name)
 
-    for k in range(5):
+    def boom():
+        raise RuntimeError("boom")
+
+    background.soon(lambda: job(0), "test")
+    background.soon(boom, "test_failing")              # one line, and the ones after it still run
+    for k in range(1, 5):
         background.soon(lambda k=k: job(k), "test")
     assert not background.drain(timeout=0.05)          # held at the gate: not done
     gate.set()

@@ -195,9 +195,11 @@ class WbcNode(ros_io.TickOutputs, Node):
         """Tick ``tick`` from a chained estimator in this process (``ros.composition.chain_controller``, as
         ros2_control chains controllers): the values the four input topics would carry, already in this
         node's joint and leg order (``pos``, ``vel`` [rad, rad/s] the tick's joint state; ``q_base`` the
-        base pose (x, y, z, quaternion x, y, z, w) and ``v_base`` its twist (world frame) from the
-        estimator; ``support`` bool per leg, ``normal`` the support plane's unit normal, ``tau_ext`` [N m]
-        per joint). The controller's input checks (``InputError``) still apply."""
+        base pose, position [m] in the world frame and quaternion x, y, z, w (base -> world), and ``v_base``
+        its twist, linear [m/s] then angular [rad/s], in the base frame (Pinocchio's convention, as
+        ``/estimator/odom`` carries it); ``support`` bool per leg, ``normal`` the support plane's unit normal
+        (world frame), ``tau_ext`` [N m] per joint). The controller's input checks (``InputError``) still
+        apply."""
         if tick is None or self.sync.status(tick) != ros_io.TickSync.NEW:
             return
         self.sync.last_tick = tick

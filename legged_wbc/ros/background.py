@@ -61,11 +61,10 @@ class _Jobs:
                 while not self.heap or self.heap[0][0] > time.monotonic():
                     self.cond.wait(None if not self.heap else max(0.0, self.heap[0][0] - time.monotonic()))
                 t, _, job = heapq.heappop(self.heap)
+            if job.period <= 0:                   # a one-shot job (soon): run once, whatever happens
+                self._run_once(job)
+                continue
             if job.cancelled:
-                if job.period <= 0:
-                    with self.cond:
-                        self.pending -= 1
-                        self.cond.notify_all()
                 continue
             _below_the_control_thread()
             try:
@@ -75,17 +74,25 @@ class _Jobs:
                     print(f"[{job.name}] stopped: {traceback.format_exc().strip().splitlines()[-1]}", flush=True)
                 job.cancelled = True
                 continue
-            if job.period <= 0:                   # a one-shot job (soon): done
-                with self.cond:
-                    self.pending -= 1
-                    self.cond.notify_all()
-                continue
             with self.cond:                       # the next slot; a late job skips the slots it missed
                 nxt = t + job.period
                 now = time.monotonic()
                 if nxt < now:
                     nxt += job.period * ((now - nxt) // job.period + 1)
                 heapq.heappush(self.heap, (nxt, next(self.seq), job))
+
+    def _run_once(self, job: "Job") -> None:
+        """A one-shot job: run (unless cancelled), say a failure in one line, count it done."""
+        try:
+            if not job.cancelled:
+                _below_the_control_thread()
+                job.fn()
+        except Exception:                          # said, and the next one-shot job runs all the same
+            print(f"[{job.name}] failed: {traceback.format_exc().strip().splitlines()[-1]}", flush=True)
+        finally:
+            with self.cond:
+                self.pending -= 1
+                self.cond.notify_all()
 
 
 _control_thread: int | None = None       # native id of the process's realtime control thread (set_control_thread)
