@@ -11,9 +11,10 @@ asked. There, :class:`IdlePollers` does the same from user space: one process pe
 (it runs only when nothing else at all wants that CPU, and yields it at once when something does),
 spinning, so that an idle CPU is never halted.
 
-What it bought, measured on such a VM (no cpuidle driver, speed index ~3500-4500 us: ``docs/realtime.md``,
-*Idle polling*): the split layout's control part waking for its tick 75 against 124 us at the median,
-111 against 619 us at p90 after the sim part sent the tick; ~10x fewer deadline misses.
+What it bought, measured on such a VM (no cpuidle driver, speed index 3950-5195 us; ``docs/realtime.md``,
+*What a wake-up costs*): the split layout's control part started its tick 75 against 124 us at the median,
+111 against 619 us at p90 after the sim part sent it; deadline misses 2.85-3.29 -> 1.03-1.66 % (20 s,
+recording, alternated three times).
 
 The price is the PM QoS request's: an idle CPU spins instead of halting (power; on a VM, host CPU time
 the host could have given another guest). The pollers' CPU time is idle time spent spinning, not load:
@@ -105,7 +106,8 @@ def start_idle_pollers(mode: str, log, driver: str | None | bool = False) -> Idl
     except OSError as exc:
         log.warning(f"no idle polling ({exc}); idle CPUs may halt between ticks")
         return None
-    why = "idle_poll: always" if mode == "always" else "no cpuidle driver: a PM QoS request cannot keep idle CPUs from halting"
+    why = ("idle_poll: always" if mode == "always"
+           else "no cpuidle driver: a PM QoS request cannot keep idle CPUs from halting")
     log.info(f"idle polling on CPU {', '.join(map(str, pollers.cpus))} ({POLLER_NAME} at SCHED_IDLE; {why})")
     return pollers
 

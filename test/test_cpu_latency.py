@@ -6,17 +6,7 @@ import struct
 import pytest
 
 from legged_wbc.ros.composition import CPU_LATENCY_DEVICE, hold_cpu_wakeup_latency, release_cpu_wakeup_latency
-
-
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, m):
-        self.lines.append(("info", m))
-
-    def warning(self, m):
-        self.lines.append(("warning", m))
+from logs import Log
 
 
 def _current_request_us() -> int:

@@ -9,17 +9,7 @@ import time
 import pytest
 
 from legged_wbc.idle_poll import POLLER_NAME, IdlePollers, cpuidle_driver, start_idle_pollers, stop_idle_pollers, wanted
-
-
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, m):
-        self.lines.append(("info", m))
-
-    def warning(self, m):
-        self.lines.append(("warning", m))
+from logs import Log
 
 
 def _stat(pid: int) -> tuple[str, str, int]:
