@@ -552,19 +552,24 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
         "headless": other["headless"],
         "headless_paced": other["headless_paced"],
         "reference": other["reference"],
-        "stack": {"launch_command": stack["launch_command"], "launch_exit_code": stack["launch_exit_code"],
-                  "domain_id": stack["domain_id"], "wall_s": stack["wall_s"],
-                  "metrics_source": stack["metrics_source"], "monitor": stack["monitor"],
-                  **({"walk_metrics_unavailable": stack["walk_metrics_unavailable"]}
-                     if "walk_metrics_unavailable" in stack else {}),
-                  "command_latency_max_us": m.get("command_latency_max_us"), "ticks_timed": m.get("ticks_timed"),
-                  "ticks_dropped": m.get("ticks_dropped"),
-                  "deadline_misses": m.get("deadline_misses"), "watchdog_events": m.get("watchdog_events"),
-                  "sim_time_s": m.get("sim_time_s"), "distance_m": m.get("distance_m"),
-                  "violation_rate_pct": m.get("violation_rate_pct"), "fall_reason": m.get("fall_reason"),
-                  **({"unavailable": m["unavailable"]} if m.get("unavailable") else {}),
-                  **({"notes": m["notes"]} if m.get("notes") else {})},
+        "stack": _stack_details(stack, m),
     }
+
+
+def _stack_details(stack: dict, m: dict) -> dict:
+    """The result's ``stack`` entry: how the stack ran and the metrics beyond the headline ones."""
+    return {"launch_command": stack["launch_command"], "launch_exit_code": stack["launch_exit_code"],
+            "domain_id": stack["domain_id"], "wall_s": stack["wall_s"],
+            "metrics_source": stack["metrics_source"], "monitor": stack["monitor"],
+            **({"walk_metrics_unavailable": stack["walk_metrics_unavailable"]}
+               if "walk_metrics_unavailable" in stack else {}),
+            "command_latency_max_us": m.get("command_latency_max_us"), "ticks_timed": m.get("ticks_timed"),
+            "ticks_dropped": m.get("ticks_dropped"),
+            "deadline_misses": m.get("deadline_misses"), "watchdog_events": m.get("watchdog_events"),
+            "sim_time_s": m.get("sim_time_s"), "distance_m": m.get("distance_m"),
+            "violation_rate_pct": m.get("violation_rate_pct"), "fall_reason": m.get("fall_reason"),
+            **({"unavailable": m["unavailable"]} if m.get("unavailable") else {}),
+            **({"notes": m["notes"]} if m.get("notes") else {})}
 
 
 def print_summary(res: dict, out=None) -> None:
