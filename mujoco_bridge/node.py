@@ -18,7 +18,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from legged_wbc.robot import ConfigError
-from legged_wbc.ros import adapters, background, diagnostics as ros_diagnostics, tf_publisher, io as ros_io
+from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, tf_publisher, io as ros_io
 from legged_wbc.ros.params import NodeParameters
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, bridge_simulation, delay_ticks,
@@ -85,6 +85,8 @@ class MujocoBridge(Node):
                                            (ros_io.TOPIC_BRIDGE_DIAGNOSTICS, ros_io.TOPIC_COMMAND_LATENCY)]
         self._pubs = [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
                       self.pub_diag, self.pub_latency]
+        self.windows = ros_diagnostics.WindowPublisher(self, self.sched, self.pub_diag, self.pub_latency,
+                                                       off_path=not self.lockstep)
 
     def _init_subscriptions(self, cfg: BridgeConfig) -> None:
         """Torque commands; with a scenario disturbance, also the estimated support set (the gating)."""
@@ -117,9 +119,7 @@ class MujocoBridge(Node):
     disturbance_fn = property(lambda self: self.physics.disturbance_fn,
                               lambda self, fn: setattr(self.physics, "disturbance_fn", fn))
     after_sample = None   # hook called after each sample is published (the container: the recorder's copies)
-    # hook called once the control inputs of a sample (/clock, /joint_states, /imu) are published, before the
-    # rest of the sample (ground truth, diagnostics): layout:=split sends them to the control part from here
-    after_control_inputs = None
+    after_control_inputs = None   # hook(step) once /clock, /joint_states, /imu are out (split: the link's frame)
     _last_step = -1       # the step of the last sample published
     def _on_config(self, cfg: BridgeConfig, changed) -> None:
         self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
@@ -193,29 +193,12 @@ class MujocoBridge(Node):
         if self.after_sample is not None:
             self.after_sample()                  # the container: the recorder's deferred copies
 
-    def publish_diagnostics(self, off_path: bool = True) -> None:
-        """``/bridge/diagnostics`` and ``/bridge/command_latency`` of the window just closed. The physics
-        thread only copies the window (``diagnostics_snapshot``); in realtime the stats, the messages and
-        their publication (the recorder's copies too) follow in the process's background thread, off the
-        physics path (inline they cost 2-3 ms of CPU every 0.1 s on a slow machine, a late tick each time)."""
-        snap = self.sched.diagnostics_snapshot()
-        if off_path and not self.lockstep:
-            background.soon(lambda: self._publish_diagnostics(snap, background.publish), "bridge_diagnostics")
-        else:
-            self._publish_diagnostics(snap, lambda pub, msg: pub.publish(msg))
-
-    def _publish_diagnostics(self, snap, publish) -> None:
-        fields, ticks, latency, progress = self.sched.finish_diagnostics(snap)
-        if progress:
-            self.get_logger().info(progress)
-        publish(self.pub_diag, ros_io.diagnostics_msg(fields))
-        if ticks:
-            publish(self.pub_latency, ros_io.command_latency_msg(ticks, latency))
+    def publish_diagnostics(self, last: bool = False) -> None:
+        self.windows.publish(last)             # off the physics path in realtime (ros.diagnostics.WindowPublisher)
 
     def run(self) -> int:
         if self.sched.run():
-            background.drain()                       # the windows handed off before this last one
-            self.publish_diagnostics(off_path=False)
+            self.publish_diagnostics(last=True)
             ros_io.wait_for_acks(self, self._pubs)   # the subscribers have the last samples before we exit
             self.get_logger().info(self.sched.summary())
         return 0

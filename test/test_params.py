@@ -411,7 +411,8 @@ def test_every_live_recorder_parameter_takes_effect(ros_context, tmp_path):
     rec = BagRecorder(context=ros_context, parameter_overrides=[
         Parameter("output", value=str(tmp_path / "bag")), Parameter("topics", value=["/x:std_msgs/msg/String"])])
     try:
-        timer = rec.start_discovery_timer()
+        rec.start_discovery_timer()
+        timer = rec.discovery_timer
         assert timer.period == 0.2
         _set(rec, discovery_period=0.05)
         assert timer.period == 0.05

@@ -192,19 +192,11 @@ class WbcNode(ros_io.TickOutputs, Node):
             self._slot(self._tick_key(msg), "tau_ext", eff)
 
     def take_estimate(self, tick: int, pos, vel, q_base, v_base, support, normal, tau_ext) -> None:
-        """Tick ``tick`` from a chained estimator in this process (``ros.composition.chain_controller``, as
-        ros2_control chains controllers): the values the four input topics would carry, already in this
-        node's joint and leg order (``pos``, ``vel`` [rad, rad/s] the tick's joint state; ``q_base`` the
-        base pose, position [m] in the world frame and quaternion x, y, z, w (base -> world), and ``v_base``
-        its twist, linear [m/s] then angular [rad/s], in the base frame (Pinocchio's convention, as
-        ``/estimator/odom`` carries it); ``support`` bool per leg, ``normal`` the support plane's unit normal
-        (world frame), ``tau_ext`` [N m] per joint). The controller's input checks (``InputError``) still
-        apply."""
-        if tick is None or self.sync.status(tick) != ros_io.TickSync.NEW:
-            return
-        self.sync.last_tick = tick
-        self.ticks.submit(tick, {"js": (pos, vel), "odom": (q_base, v_base), "support": support,
-                                 "normal": normal, "tau_ext": tau_ext}, tick == 0)
+        """Tick ``tick`` from the chained estimator (``ros.composition.chain_controller``): its topics' values."""
+        if tick is not None and self.sync.status(tick) == ros_io.TickSync.NEW:
+            self.sync.last_tick = tick
+            self.ticks.submit(tick, dict(js=(pos, vel), odom=(q_base, v_base), support=support, normal=normal,
+                                         tau_ext=tau_ext), tick == 0)
 
     # -------------------------------------------------------------- one control tick
     def _required_inputs(self) -> tuple:

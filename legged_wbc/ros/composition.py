@@ -67,9 +67,10 @@ def set_realtime_scheduling(priority: int, cpu: int, log) -> None:
 
 # the controller's inputs that a chained estimator hands over directly (WbcNode.take_estimate)
 CHAINED_TOPICS = (TOPIC_JOINT_STATES, TOPIC_EST_ODOM, TOPIC_EST_SUPPORT, TOPIC_EST_TAU_EXT)
+CHAIN = ("state_estimator", "wbc_controller")   # the nodes chain_controller chains, by name
 
 
-def chain_controller(bus, estimator, controller) -> str | None:
+def chain_controller(bus, estimator, controller, log=None) -> str | None:
     """Chain the co-located controller to the estimator, as ros2_control chains controllers: each tick
     the estimator hands its estimate to :meth:`WbcNode.take_estimate` by a call, after publishing its
     outputs as before, and the controller's four input subscriptions (:data:`CHAINED_TOPICS`) are
@@ -78,14 +79,19 @@ def chain_controller(bus, estimator, controller) -> str | None:
     controller's four callbacks, their name lookups and checks and its tick assembly (the controller's
     own input checks still run). Same inputs, same order, same numbers: lockstep stays bit-identical.
     Only for ``input_timing: tick_grid`` on both nodes and the same joints and legs (else the topics
-    pair the inputs by stamp). Returns None when chained, else why not (one line)."""
+    pair the inputs by stamp). Returns None when chained, else why not (one line, also to ``log``)."""
+    why_not = None
     if estimator.samples is not None or controller.samples is not None:
-        return "input_timing is sample (inputs are paired by stamp)"
-    if estimator.joint_names != controller.joint_names or estimator.leg_names != controller.leg_names:
-        return "the estimator and the controller have different joints or legs"
-    bus.withdraw(controller, CHAINED_TOPICS)
-    estimator.chained = controller
-    return None
+        why_not = "input_timing is sample (inputs are paired by stamp)"
+    elif estimator.joint_names != controller.joint_names or estimator.leg_names != controller.leg_names:
+        why_not = "the estimator and the controller have different joints or legs"
+    else:
+        bus.withdraw(controller, CHAINED_TOPICS)
+        estimator.chained = controller
+    if log is not None:
+        log.info("wbc_controller chained to state_estimator" if why_not is None
+                 else f"wbc_controller not chained to state_estimator: {why_not}")
+    return why_not
 
 
 def run_control(bus, P, log, stop_event) -> int:

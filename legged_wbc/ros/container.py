@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 
 from legged_wbc.params import param, validate
-from legged_wbc.ros.composition import chain_controller, run_control, run_sim, teardown
+from legged_wbc.ros.composition import CHAIN, chain_controller, run_control, run_sim, teardown
 from legged_wbc.ros.io.executors import ignore_stop_signals
 
 CONTAINER_NODE = "walking_container"
@@ -60,13 +60,10 @@ class ContainerConfig:
                       live=False)
     link_timeout: float = param(0.0, 0.0, 3600.0, "wait at most this long for the linked part [s]; 0 = forever",
                                 live=False)
-    idle_poll: str = param("auto", choices=("auto", "always", "never"), live=False,
-                           desc="realtime mode, the part with the bridge: one SCHED_IDLE spinning process per CPU "
-                           "keeps idle CPUs from halting between ticks (legged_wbc.idle_poll); auto = only where "
-                           "there is no cpuidle driver for the cpu_wakeup_latency_us request to act on")
-    chain: bool = param(True, desc="the controller takes the co-located estimator's estimate by a call "
-                        "(ros2_control's chained controllers) instead of through its input topics; false = topics",
-                        live=False)
+    idle_poll: str = param("auto", choices=("auto", "always", "never"), live=False, desc="realtime, with the "
+                           "bridge: SCHED_IDLE spinners keep idle CPUs from halting (idle_poll.py); auto: no cpuidle")
+    chain: bool = param(True, live=False, desc="the controller takes the co-located estimator's estimate by a call "
+                        "(ros2_control's chained controllers) instead of through its input topics")
     mode: str = param("lockstep", choices=("lockstep", "realtime"), live=False,
                       desc="the bridge's timing (the control part schedules its chain thread in realtime mode)")
 
@@ -85,8 +82,7 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
         if "bridge" in want:
             from mujoco_bridge.node import MujocoBridge
 
-            # tick 0 goes out once the estimator and controller (and the recorder) subscribe (here or linked);
-            # a chained controller takes its joint states from the estimator (chain_controller)
+            # tick 0 once the estimator, the controller unless chained (and the recorder) subscribe, here or linked
             bridge = MujocoBridge(parameter_overrides=[
                 Parameter("startup_min_subscribers", value=(1 if P.chain else 2) + bool(record)),
                 Parameter("startup_wait_all_topics", value=bool(record))])
@@ -110,10 +106,7 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
             recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
             nodes.append(recorder)
     if P.chain and "estimator" in want and "controller" in want:
-        est, wbc = (next(n for n in nodes if n.get_name() == name) for name in ("state_estimator", "wbc_controller"))
-        why_not = chain_controller(bus, est, wbc)
-        log.info("wbc_controller chained to state_estimator" if why_not is None
-                 else f"wbc_controller not chained to state_estimator: {why_not}")
+        chain_controller(bus, *(next(n for n in nodes if n.get_name() == name) for name in CHAIN), log=log)
     return nodes, bridge, recorder
 
 
@@ -144,10 +137,8 @@ def _wire(bus, bridge, recorder, P, log, stop, node):
             flushes.append(recorder.bag.flush)      # then one publication to the recorder process
         link_flush = None
         if bus.link is not None:
-            # the bridge's thread batches: the samples between two ticks (no subscriber of the control part
-            # acts on them before the next tick's) go with the next tick's sample, one frame per tick, sent
-            # as soon as the tick's control inputs are out: the control chain runs while this part builds
-            # the ground truth and the recorder's records (on the other core)
+            # the bridge's thread batches: one frame a tick (the samples between ticks go with the next tick's),
+            # sent once the tick's control inputs are out: the control chain runs meanwhile on the other core
             bus.link.batching()
             link_flush, steps_per_tick = bus.link.flush, bridge.cfg.control_period_steps
 

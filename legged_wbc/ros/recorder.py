@@ -94,13 +94,9 @@ class BagRecorder(Node):
             self.discovery_timer.period = float(cfg.discovery_period)   # from its next run
 
     def start_discovery_timer(self):
-        """Poll the graph (new topics, peers) every ``discovery_period`` in the process's background thread
-        (:mod:`legged_wbc.ros.background`), not on an rclpy timer: in a container a timer firing wakes the
-        executor, which rebuilds its wait set over every entity of the process holding the GIL (~2-3 ms of
-        CPU on a slow machine, five times a second: a late physics step each time). Returns the job."""
+        """Poll the graph every ``discovery_period`` in the background thread (``discovery_timer``): no executor."""
         self.discovery_timer = background.for_node(self, self.config.discovery_period,
-                                                   lambda: (self.discover(), self.check_peers()), "recorder_discovery")
-        return self.discovery_timer
+                                                   lambda: (self.discover(), self.check_peers()), "discovery")
 
     def drain(self, spin_once, limit: float = 10.0) -> None:
         """Take everything already delivered (until ``drain_time`` passes without a message)."""
