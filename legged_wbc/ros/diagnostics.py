@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from legged_wbc.ros import background, io as ros_io
+
 PERIOD_S = 1.0
 TOPIC = "/diagnostics"
 OK, WARN, ERROR, STALE = 0, 1, 2, 3
@@ -217,9 +219,6 @@ def attach(node):
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-    from legged_wbc.ros import background
-    from legged_wbc.ros import io as ros_io
-
     qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.VOLATILE)
     pub = ros_io.create_publisher(node, DiagnosticArray, TOPIC, qos)   # in a container: the recorder in-process
@@ -256,8 +255,6 @@ class WindowPublisher:
 
     def publish(self, last: bool = False) -> None:
         """The window just closed (``last``: the run's final one, after every window handed off before it)."""
-        from legged_wbc.ros import background
-
         if last:
             background.drain()
         snap = self.sched.diagnostics_snapshot()
@@ -267,8 +264,6 @@ class WindowPublisher:
             self._publish(snap, lambda pub, msg: pub.publish(msg))
 
     def _publish(self, snap, publish) -> None:
-        from legged_wbc.ros import io as ros_io
-
         fields, ticks, latency, progress = self.sched.finish_diagnostics(snap)
         if progress:
             self.node.get_logger().info(progress)
