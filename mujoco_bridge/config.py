@@ -56,6 +56,11 @@ class BridgeConfig:
                                            "control ticks runs as soon as the command it applies is there instead "
                                            "of in its own 1 ms slot (tick samples keep their slots: one wake-up per "
                                            "tick instead of two, ~100-200 us of CPU a tick on our VMs)", live=False)
+    max_command_age_ticks: int = param(2, -1, 1000, "realtime mode: a physics step never applies a command that "
+                                       "answers a tick more than this many ticks older than the one it may answer: "
+                                       "the simulated world waits for its controller (real-time factor < 1, waits "
+                                       "counted) instead of running on stale torques; -1 = never wait (a robot "
+                                       "cannot)", unit="ticks")
     ground_truth_decimation: int = param(2, 1, 1000, "publish /ground_truth/* and /disturbance every N physics "
                                          "steps")
     tf_rate: float = param(10.0, 0.0, 500.0, "rate of /tf world -> base_link_ground_truth (the simulation's true "

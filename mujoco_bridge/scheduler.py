@@ -126,10 +126,20 @@ tick of the catch-up too), and the schedule keeps its phase. The closing log lin
 seconds per wall second). With no valid command for ``watchdog_timeout`` SIM seconds the watchdog
 applies joint damping until a command arrives.
 
+The simulated world waits for a controller that fell behind (``max_command_age_ticks`` ``A``, default
+2; -1 = never): a physics step of tick ``j`` that would apply a command answering a tick before
+``j - N - A`` waits until a fresher one is there (``controller_waits``; :meth:`BridgeScheduler._await_controller`).
+On an overloaded machine the simulation, which is not the robot, would otherwise outrun its
+controller, and the robot would walk on torques many ticks old: a fall that says nothing about the
+controller (2 of 6 runs at 0.4-0.5x real time on a 3x slowed machine fell that way). A robot cannot wait;
+the deadline accounting stays on the wall-clock schedule, so the misses and the real-time factor
+still report the overload. The wait ends after ``watchdog_timeout`` wall seconds (a silent
+controller: the simulation steps on, the watchdog damps) and is not repeated until a newer command arrives.
+
 Live parameters (``legged-wbc param set /mujoco_bridge ...``) act from the next tick (realtime: the
 next physics step): ``watchdog_timeout``, ``watchdog_damping``, ``startup_timeout``,
 ``republish_period``, ``realtime_factor`` (the schedule continues from the current step at the new
-rate, no jump), ``duration``, ``diagnostics_period``, ``progress_period``, ``ground_truth_decimation``.
+rate, no jump), ``max_command_age_ticks``, ``duration``, ``diagnostics_period``, ``progress_period``, ``ground_truth_decimation``.
 
 Disturbance hook, initial state and sensor noise: :mod:`mujoco_bridge.scenario_setup`.
 ``duration`` > 0: the run ends once that many sim seconds have been simulated.
@@ -154,7 +164,7 @@ PEER_POLL_S = 0.01               # start-up: period of the subscriber check [wal
 
 DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
                "watchdog_active", "watchdog_events", "realtime_factor", "overruns", "window_ticks", "window_deadline_misses",
-               "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us")
+               "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us", "controller_waits")
 
 
 class MonotonicClock:
@@ -186,7 +196,8 @@ class BridgePorts:
       what is missing (for the log); ``settle_peers()``: called once they are;
     * ``poll_inputs()`` or None (realtime): deliver the inputs waiting for this thread (a host link
       read by the bridge's own thread; they reach :meth:`BridgeScheduler.offer_command` with their
-      send time)."""
+      send time); ``wait_inputs(timeout)`` or None: block at most ``timeout`` wall seconds until
+      there are some (the same transport's readiness)."""
 
     physics_step: Callable[[np.ndarray, int], None] | None
     publish_sample: Callable[[int], None]
@@ -194,6 +205,7 @@ class BridgePorts:
     peers_missing: Callable[[], str | None]
     settle_peers: Callable[[], None]
     poll_inputs: Callable[[], None] | None = None
+    wait_inputs: Callable[[float], None] | None = None
 
 
 class BridgeScheduler:
@@ -230,7 +242,7 @@ class BridgeScheduler:
         self.tick = 0                       # current control tick (lockstep: the one we wait a command for)
         self.tau = None                     # the torque of the last applied command
         self.counters = dict(commands_applied=0, deadline_misses=0, stale_commands=0, rejected_commands=0,
-                             watchdog_events=0, overruns=0)
+                             watchdog_events=0, overruns=0, controller_waits=0)
         self.watchdog_active = False
         self.stop_requested = False
         self.got_first_command = False
@@ -239,6 +251,7 @@ class BridgeScheduler:
         self._latest = None                 # realtime: newest accepted command
         self._last_cmd_step = None          # realtime: step_count when the newest command arrived
         self._answered_step = -(1 << 62)    # realtime: the newest sample (physics steps) a command answers
+        self._gave_up_at = None             # realtime: _answered_step when a wait for the controller ran out
         self._applied_cmd = None
         self._support: dict[int, np.ndarray] = {}
         self._reject_log: dict[str, tuple[float, int]] = {}
@@ -537,6 +550,9 @@ class BridgeScheduler:
                 shift = self._overrun(delay, rtf)
                 wall0 += shift
                 target += shift
+            age = cfg.max_command_age_ticks
+            if age >= 0 and self._answered_step < (step // spt - lag - age) * spt:
+                self._await_controller(step, age, poll)   # overloaded: the world waits for its controller
             tau = self._due_torque(step, target, cfg)
             physics_step(self.damping_torque() if tau is None else tau, step)
             self.step_count = step + 1
@@ -561,6 +577,39 @@ class BridgeScheduler:
         self.counters["deadline_misses"] += lost
         self.timing.stalled(lost)
         return lost * period / rtf
+
+    def _await_controller(self, step: int, age: int, poll) -> None:
+        """Realtime, ``max_command_age_ticks`` ``age`` >= 0: physics step ``step`` (tick ``j``) would
+        apply a command answering a tick older than ``j - N - age``: the controller fell behind the
+        simulation (an overloaded machine). A robot would run on; the simulated world waits instead
+        (``controller_waits`` + 1; the real-time factor drops, the schedule's deadlines stay as they
+        are), taking inputs (``poll``) until a fresh enough command is there. Nothing is waited for
+        before the first command, under the watchdog, or again after a wait of ``watchdog_timeout``
+        wall seconds ran out, until a newer command arrives (a silent controller: the simulation
+        goes on and the sim-time watchdog damps)."""
+        spt, lag = self.steps_per_tick, self.command_delay_ticks
+        need = (step // spt - lag - age) * spt      # the oldest sample the applied command may answer
+        monotonic, cond = self.clock.monotonic, self.cond
+        wait_inputs = getattr(self.ports, "wait_inputs", None)
+        with cond:
+            if self._latest is None or self.watchdog_active or self._answered_step == self._gave_up_at:
+                return
+            self.counters["controller_waits"] += 1
+        t0 = monotonic()
+        while True:
+            poll()
+            with cond:
+                if self._answered_step >= need or self.stop_requested:
+                    return
+                if monotonic() - t0 > float(self.cfg.watchdog_timeout):
+                    self._gave_up_at = self._answered_step
+                    break
+                if wait_inputs is None:             # inputs come from other threads: they notify
+                    self.clock.wait(cond, 0.001)
+            if wait_inputs is not None:             # inputs this thread reads: until some are there
+                wait_inputs(0.002)
+        self.log.warning(f"no command fresh enough for t = {self.t_ns * 1e-9:.3f} s within "
+                         f"{self.cfg.watchdog_timeout:g} s wall: stepping on without it")
 
     def _due_torque(self, step: int, target: float, cfg):
         """Realtime, physics step ``step`` (scheduled at wall time ``target``): at a tick, the deadline
@@ -678,5 +727,6 @@ class BridgeScheduler:
             wall = self.clock.monotonic() - wall0
             rtf = f"{(self.step_count - step0) * PHYSICS_DT / wall:.2f}x" if wall > 0 else "n/a"
             line += (f"; realtime: {c['deadline_misses']} deadline misses, {c['overruns']} overruns, {rtf} real time"
+                     + (f", {c['controller_waits']} waits for the controller" if c["controller_waits"] else "")
                      + (f", command delay {self.command_delay_ticks} ticks" if self.command_delay_ticks else ""))
         return line

@@ -314,6 +314,85 @@ def test_realtime_overload_applies_the_newest_command_not_a_stale_one():
     assert np.array_equal(ok.taus(), np.arange(200) // SPT)
 
 
+def _answered_ticks(r) -> np.ndarray:
+    """The tick each physics step's command answered (the Rig's commands carry their tick as torque)."""
+    return r.taus()
+
+
+def test_realtime_world_waits_for_a_controller_that_fell_behind():
+    """Answers take 7 ms (3.5 ticks): a robot would run on ever older torques. With
+    ``max_command_age_ticks`` 2 no step of tick j applies a command answering a tick before j - 2: the
+    simulation waits for its controller (counted, the real-time factor drops); -1 runs on, as before."""
+    for age, delay in ((2, 0), (0, 0), (0, 2)):
+        r = Rig(lockstep=False, latency=lambda k: 0.007, duration=0.1, max_command_age_ticks=age, delay=delay).run()
+        ticks = np.arange(len(r.steps)) // SPT
+        answered = _answered_ticks(r)
+        live = ticks >= delay + 4                       # after the first answer and the delay
+        assert np.all(answered[live] >= ticks[live] - delay - age), age
+        assert np.all(answered[live] <= ticks[live] - delay)                 # never one it may not act on
+        assert r.sched.counters["controller_waits"] > 0
+        assert f"{r.sched.counters['controller_waits']} waits for the controller" in r.sched.summary()
+        rtf = 0.1 / (r.step_walls()[-1] - r.step_walls()[0])
+        assert rtf < 0.9                                 # 2 ms of sim per 7 / 3 ms with age 2, less with less
+    run_on = Rig(lockstep=False, latency=lambda k: 0.007, duration=0.1, max_command_age_ticks=-1).run()
+    ticks = np.arange(len(run_on.steps)) // SPT
+    assert np.min(_answered_ticks(run_on)[ticks >= 8] - ticks[ticks >= 8]) == -4     # 3.5 ticks old and more
+    assert run_on.sched.counters["controller_waits"] == 0
+    assert 0.1 / (run_on.step_walls()[-1] - run_on.step_walls()[0]) == pytest.approx(1.0, abs=0.02)
+    fields, *_ = run_on.sched.diagnostics()
+    assert fields["controller_waits"] == 0.0 and list(fields)[-1] == "controller_waits"
+
+
+class PolledRig(Rig):
+    """Realtime with inputs this thread reads itself (the split's host link): answers land in an inbox
+    at their time; ``poll_inputs`` delivers what is there, ``wait_inputs`` blocks until the next one."""
+
+    def __init__(self, **kw):
+        super().__init__(lockstep=False, **kw)
+        self.inbox: list = []
+        self.polls = self.blocked = 0
+
+    def publish_sample(self, step):
+        lat = self.latency(step // SPT) if step % SPT == 0 else None
+        if lat is not None:
+            self.inbox.append((self.clock.t + lat, step // SPT))
+        Rig.publish_sample(self, 1)                 # as a sample between ticks: the Rig schedules no answer
+
+    def poll_inputs(self):
+        self.polls += 1
+        for item in [i for i in self.inbox if i[0] <= self.clock.t]:
+            self.inbox.remove(item)
+            self.sched.offer_command(cmd(item[1]), arrived=item[0])
+
+    def wait_inputs(self, timeout):
+        self.blocked += 1
+        nxt = min((i[0] for i in self.inbox), default=np.inf)
+        self.clock.sleep(max(0.0, min(nxt - self.clock.t, timeout)))
+
+
+def test_realtime_world_waits_reading_its_own_inputs():
+    """The same wait when the bridge's thread reads its inputs itself: it blocks on them, not 1 ms sleeps."""
+    r = PolledRig(latency=lambda k: 0.007, duration=0.1).run()
+    ticks = np.arange(len(r.steps)) // SPT
+    live = ticks >= 4
+    assert np.all(r.taus()[live] >= ticks[live] - 2) and r.sched.counters["controller_waits"] > 0
+    assert r.blocked >= r.sched.counters["controller_waits"]
+
+
+def test_realtime_world_stops_waiting_for_a_silent_controller():
+    """The controller stops answering after tick 10: the simulation waits ``watchdog_timeout`` wall
+    seconds once (logged), then steps on without waiting again, and the sim-time watchdog damps."""
+    r = Rig(lockstep=False, duration=0.06, watchdog_timeout=0.01, latency=lambda k: 1e-4 if k <= 10 else None).run()
+    s = r.sched
+    assert s.counters["controller_waits"] == 1 and s.counters["watchdog_events"] == 1
+    assert len(r.log.having("no command fresh enough")) == 1
+    walls = r.step_walls()
+    gap = np.diff(walls)
+    assert gap.max() == pytest.approx(0.01, abs=2e-3) and np.sum(gap > 2e-3) == 1   # one wait, one timeout long
+    damp = np.clip(-5.0 * DQ, -LIMIT, LIMIT)
+    assert np.array_equal(r.steps[-1][2], damp)
+
+
 def test_command_delay_lockstep_applies_tick_k_minus_n_and_damps_before():
     """``command_delay_ticks`` N = 2 in lockstep: the handshake waits for each tick's command, the
     steps of tick k get tick k-2's; the first two ticks are damped (as before a first command)."""
@@ -518,13 +597,15 @@ def test_bridge_config_live_fields_and_validation():
     live = {f.name for f in schema(BridgeConfig) if not f.read_only}
     # what the scheduler re-reads every tick / step, plus the node's ground_truth_decimation
     assert live == {"duration", "watchdog_timeout", "watchdog_damping", "republish_period", "realtime_factor",
-                    "ground_truth_decimation", "diagnostics_period", "progress_period"}
+                    "ground_truth_decimation", "diagnostics_period", "progress_period", "max_command_age_ticks"}
     cfg = load_bridge_config()                       # config/mujoco_bridge.yaml: every name known, in range
     assert cfg == BridgeConfig()                     # ... and the defaults are the file's values
     with pytest.raises(ConfigError, match="watchdog_timeout"):
         dataclasses.replace(cfg, watchdog_timeout=0.0)
     with pytest.raises(ConfigError, match="mode"):
         BridgeConfig(mode="fast")
+    with pytest.raises(ConfigError, match="max_command_age_ticks"):
+        dataclasses.replace(cfg, max_command_age_ticks=-2)
 
 
 # ---------------------------------------------------------------- the ROS node's wiring
@@ -566,7 +647,7 @@ def test_node_live_parameters_reach_the_scheduler_and_the_publishers():
             assert odom.msgs == 3                                     # decimation 2: steps 2, 4, 6
             new = {"duration": 1.5, "watchdog_timeout": 0.25, "watchdog_damping": 2.0, "republish_period": 0.5,
                    "realtime_factor": 3.0, "ground_truth_decimation": 1, "diagnostics_period": 0.02,
-                   "progress_period": 1.0}
+                   "progress_period": 1.0, "max_command_age_ticks": 5}
             live = {f.name for f in schema(BridgeConfig) if not f.read_only}
             assert set(new) == live
             for name, value in new.items():

@@ -123,6 +123,7 @@ def run_sim(bridge, link, P, log) -> int:
             link.start()
         else:
             bridge.ports.poll_inputs, bridge.source_time = link.poll, link.frame_time
+            bridge.ports.wait_inputs = link.wait_readable   # when the world waits for its controller
     qos = pollers = None
     if not bridge.lockstep:
         qos = hold_cpu_wakeup_latency(P.cpu_wakeup_latency_us, log)

@@ -386,6 +386,13 @@ class HostLink:
                 self.closed.set()
                 return
 
+    def wait_readable(self, timeout: float) -> None:
+        """Block at most ``timeout`` seconds until the socket holds something to read (then :meth:`poll`)."""
+        if self.closed.is_set():
+            time.sleep(timeout)
+        else:
+            self._readable.poll(max(1, int(timeout * 1e3)))
+
     def _take_available(self) -> None:
         """Append what the socket holds to the read buffer, without waiting. Asks ``poll(2)`` first:
         on our VMs a ``recv`` that finds nothing costs ~5 us (the call and Python's BlockingIOError),

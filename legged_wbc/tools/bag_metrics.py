@@ -284,12 +284,13 @@ def _add_run_fields(run: RunData, m: dict) -> None:
     m["theta_bounds_rad"] = [run.theta_min, run.theta_max]
     if run.kind == "bag":
         b = run.bridge
-        for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "commands_applied"):
-            m[k] = int(b[k]) if k in b else None
+        for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "commands_applied",
+                  "controller_waits"):
+            m[k] = int(b[k]) if k in b else None      # controller_waits: bags since the bridge waits for it
         m.update(realtime_quality(run))
         m.update(bag_size(run.path, run.sim_time_s))
     else:
-        for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events"):
+        for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "controller_waits"):
             m[k] = None  # no transport, no deadlines in the headless loop (not applicable)
         m.update(realtime_quality(run))
 

@@ -530,6 +530,8 @@ def bench_realtime(duration: float = 52.0, scenario: str = "paper", record: bool
         "fell": m.get("fell"),
         "max_violation_rad": m.get("max_violation_rad"),
         "qp_failures": m.get("qp_failures"),
+        "realtime_factor": m.get("realtime_factor"),
+        "controller_waits": m.get("controller_waits"),
         "cpu_per_tick_us": stack["cpu_per_tick_us"],
         "utilization": stack["utilization"],
         "headless_per_tick_us": headless,
@@ -600,7 +602,8 @@ def print_summary(res: dict, out=None) -> None:
     print(f"reference path p50 (speed index): {f(res['reference_p50_us'])} us/tick", file=out)
     print(f"deadline misses {f(res['deadline_miss_pct'], '{:.3g}')} %, command latency p50 / p99 "
           f"{f(res['command_latency_p50_us'])} / {f(res['command_latency_p99_us'])} us "
-          f"(max {f(st['command_latency_max_us'])})", file=out)
+          f"(max {f(st['command_latency_max_us'])}); real-time factor {f(res['realtime_factor'], '{:.2f}')}x, "
+          f"{f(res['controller_waits'])} waits for the controller", file=out)
     if "walk_metrics_unavailable" in st:
         print("walk (fell, max violation, QP failures): not measured without --record", file=out)
     else:
