@@ -94,9 +94,11 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=cfg.qos_depth,
                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
         A = adapters
+        grid = self.samples is None         # on the tick grid the samples between ticks are ignored: not sent
         ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos,
-                                   adapter=A.JointStateAdapter)
-        ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos, adapter=A.ImuAdapter)
+                                   adapter=A.JointStateAdapter, tick_samples_only=grid)
+        ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos, adapter=A.ImuAdapter,
+                                   tick_samples_only=grid)
         legs, n = ",".join(self.leg_names), self.rm.n
         # /estimator/support: the legs, then the support-plane normal's entries
         self.support_names = self.leg_names + list(support_plane.ROS_NAMES)

@@ -292,3 +292,66 @@ def test_tick_sync_runs_a_tick_once_when_complete():
     assert s.status(2) == TickSync.STALE
     s.required = ("js",)                              # e.g. the controller without tau_ext
     assert s.add(4, "js", 6) == {"js": 6}
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("also_every_sample", [False, True])
+def test_linked_bus_sends_tick_samples_only_to_subscriptions_that_ignore_the_rest(ros_contexts, monkeypatch,
+                                                                               also_every_sample):
+    """Two buses joined by a host link (the split): when every subscription of the control part on
+    /joint_states is ``tick_samples_only`` (the estimator on the tick grid), the sim part sends the samples
+    stamped on control ticks only (half the 1 kHz samples); one more subscription that takes every
+    sample gets them all, and so do both."""
+    import threading
+    import uuid
+
+    from rclpy.node import Node
+    from sensor_msgs.msg import JointState
+
+    from legged_wbc.ros import adapters, io as ros_io
+    from legged_wbc.ros.host_link import HostLink
+    from legged_wbc.ros.intra_process import IntraProcessBus
+
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(230 + os.getpid() % 20))
+    inside, _ = ros_contexts
+    name = uuid.uuid4().hex
+    sim_bus = IntraProcessBus(link=HostLink(name, "sim", log=lambda m: None))
+    ctl_bus = IntraProcessBus(link=HostLink(name, "control", log=lambda m: None))
+    ticks_only, every = [], []
+    with sim_bus.active():
+        sim_node = Node("ip_link_sim", context=inside)
+        pub = ros_io.create_publisher(sim_node, JointState, "/joint_states", 10, adapter=adapters.JointStateAdapter(
+            ros_io.joint_state_msg(0, ["a", "b"], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0])))
+    with ctl_bus.active():
+        ctl_node = Node("ip_link_ctl", context=inside)
+        ros_io.create_subscription(ctl_node, JointState, "/joint_states", ticks_only.append, 10,
+                                   adapter=adapters.JointStateAdapter, tick_samples_only=True)
+        if also_every_sample:
+            ros_io.create_subscription(ctl_node, JointState, "/joint_states", every.append, 10,
+                                       adapter=adapters.JointStateAdapter)
+    t = threading.Thread(target=ctl_bus.connect_link, args=(10.0,))
+    t.start()
+    sim_bus.connect_link(10.0)
+    t.join()
+    sim_bus.finalize()
+    ctl_bus.finalize()
+    try:
+        ctl_bus.link.start()
+        stamps = [k * 1_000_000 for k in range(8)]              # 1 kHz samples: even ms on the 2 ms ticks
+        for ns in stamps:
+            pub.publish_value(adapters.JointSample(ns, ["a", "b"], np.array([1.0, 2.0]), np.zeros(2), np.zeros(2)))
+        got = every if also_every_sample else ticks_only
+        t_end = time.monotonic() + 5.0
+        while len(got) < (8 if also_every_sample else 4) and time.monotonic() < t_end:
+            time.sleep(0.01)
+        time.sleep(0.1)                                          # nothing more comes
+        if also_every_sample:
+            assert [v.stamp_ns for v in every] == stamps == [v.stamp_ns for v in ticks_only]
+            assert sim_bus.link.sent == 8
+        else:
+            assert [v.stamp_ns for v in ticks_only] == stamps[::2] and sim_bus.link.sent == 4
+    finally:
+        for bus in (sim_bus, ctl_bus):
+            bus.link.close()
+        sim_node.destroy_node()
+        ctl_node.destroy_node()

@@ -192,6 +192,7 @@ class HostLink:
         self._out_ids: dict[str, int] = {}           # our published topic -> id (HELLO order)
         self._out_codecs: list[ValueCodec] = []
         self.peer_subs: dict[str, int] = {}          # topic -> subscriptions in the peer (HELLO, SUBS)
+        self.peer_tick_only: set[str] = set()         # ... of which it takes the control ticks' samples only
         self.peer_pubs: list[dict] = []               # the peer's published topics (HELLO)
         self._in: list = []                           # peer topic id -> (codec, deliver(value)) or None
         self.on_peer_subs = None                      # callback(peer_subs) when SUBS arrives
@@ -236,14 +237,16 @@ class HostLink:
         self._readable = select.poll()            # "is anything there?" without a failing recv
         self._readable.register(self.sock, select.POLLIN)
 
-    def handshake(self, pubs: list[dict], subs: dict[str, int], timeout: float, stop=None) -> None:
+    def handshake(self, pubs: list[dict], subs: dict[str, int], timeout: float, stop=None,
+                  tick_only=()) -> None:
         """Connect and exchange HELLOs (see the module docstring). ``pubs``: ``{topic, type, adapter,
         template, names}`` per published topic; ``subs``: topic -> local subscriptions wanting the
-        peer's. Raises :class:`LinkError` after ``timeout`` s (0 = wait forever) without a peer."""
+        peer's; ``tick_only``: those of them taken on the control ticks only (the peer sends nothing
+        between ticks). Raises :class:`LinkError` after ``timeout`` s (0 = wait forever) without a peer."""
         self._out_ids = {p["topic"]: i for i, p in enumerate(pubs)}
         self._out_codecs = [ValueCodec(p["adapter"], names=p.get("names")) for p in pubs]
         self._connect(timeout, stop)
-        self._send_ctrl(HELLO, {"pubs": pubs, "subs": dict(subs), "pid": os.getpid()})
+        self._send_ctrl(HELLO, {"pubs": pubs, "subs": dict(subs), "tick_only": sorted(tick_only), "pid": os.getpid()})
         self.sock.settimeout(timeout or None)
         try:
             kind, body = self._read_frame()
@@ -253,6 +256,7 @@ class HostLink:
             raise LinkError(f"link {self.name!r}: the peer spoke first with frame kind {kind}, not HELLO")
         peer = pickle.loads(body)
         self.peer_pubs, self.peer_subs = peer["pubs"], peer["subs"]
+        self.peer_tick_only = set(peer.get("tick_only", ()))
         self.sock.settimeout(None)
 
     def bind_inputs(self, deliver_for: dict[str, object]) -> None:
@@ -262,9 +266,10 @@ class HostLink:
             fn = deliver_for.get(p["topic"])
             self._in.append(None if fn is None else (ValueCodec(p["adapter"], p.get("names")), fn))
 
-    def announce_subs(self, subs: dict[str, int]) -> None:
-        """Tell the peer which of its topics we subscribe now (subscriptions made after the handshake)."""
-        self._send_ctrl(SUBS, dict(subs))
+    def announce_subs(self, subs: dict[str, int], tick_only=()) -> None:
+        """Tell the peer which of its topics we subscribe now (subscriptions made after the handshake),
+        and which of them on the control ticks only."""
+        self._send_ctrl(SUBS, {"subs": dict(subs), "tick_only": sorted(tick_only)})
 
     def announce_record(self, info: dict) -> None:
         """Ask the peer to record its own topics (``info``: the topics, the ring, the stamps; see
@@ -432,7 +437,8 @@ class HostLink:
             if self.after_frame is not None:
                 self.after_frame()                    # the control part: this frame's records, after the replies
         elif kind == SUBS:
-            self.peer_subs = pickle.loads(body)
+            announced = pickle.loads(body)
+            self.peer_subs, self.peer_tick_only = announced["subs"], set(announced["tick_only"])
             if self.on_peer_subs is not None:
                 self.on_peer_subs(self.peer_subs)
         elif kind == RECORD:

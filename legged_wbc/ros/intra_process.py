@@ -74,6 +74,7 @@ class _Subscription:
     value_cb: object = None             # adapted subscriptions: takes the value of an adapted publisher
     dds: object = None                  # the rclpy subscription, if it had to go through DDS
     own_only: bool = False              # a tap that takes this process's publications only (never the link's)
+    tick_samples_only: bool = False     # ignores samples stamped between control ticks (a linked peer skips them)
     errors: int = 0
     _last_log: float = field(default=-1e9, repr=False)
 
@@ -105,6 +106,7 @@ class IntraPublisher:
         self.local_deliveries = 0
         self._dds_n = pub.get_subscription_count()   # then kept by the matched events
         self._link_n = 0                              # subscriptions in the linked process (host_link)
+        self._link_ticks_only = False                 # ... which take the samples on the control ticks only
 
     @property
     def msg_type(self):
@@ -152,6 +154,8 @@ class IntraPublisher:
         if self._link_n:                          # the linked process subscribes (host_link)
             if value is None and self.adapter is not None:
                 value = self.adapter.to_value(msg)
+            if self._link_ticks_only and value is not None and not _on_tick(value):
+                return                            # a sample between ticks nobody there takes
             bus.link.send(self.topic_name, msg if value is None else value)
 
     def publish_now(self, msg) -> None:
@@ -249,6 +253,14 @@ class LinkPublisher(IntraPublisher):
         raise AttributeError(f"{self.topic_name} is published by the linked process: no {name}")
 
 
+def _on_tick(value) -> bool:
+    """Is an adapted value stamped on a control tick? (Values without a stamp count as on one.)"""
+    from legged_wbc.ros.io.stamps import tick_from_stamp
+
+    stamp = getattr(value, "stamp_ns", None)
+    return stamp is None or tick_from_stamp(int(stamp)) is not None
+
+
 def _serialize(msg) -> bytes:
     from rclpy.serialization import serialize_message
 
@@ -313,19 +325,22 @@ class IntraProcessBus:
         return ip
 
     def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None,
-                            value_callback=None, **kw):
+                            value_callback=None, tick_samples_only: bool = False, **kw):
         """``tap`` (raw subscriptions only): called with the message object (or, from an adapted
         publisher, an :class:`AdaptedValue`) for in-process deliveries, instead of ``callback`` with its
         serialization (the recorder packs it itself, see :mod:`legged_wbc.ros.bag_process`); messages
         through DDS still reach ``callback`` as bytes. A tap with a ``batch`` attribute (deferred
         deliveries only): :meth:`flush` calls ``batch([(topic, item), ...])`` once with all of them
         instead. ``value_callback``: called with the value of an adapted publisher in the process
-        (``callback`` then takes messages: DDS, plain publishers)."""
+        (``callback`` then takes messages: DDS, plain publishers). ``tick_samples_only``: the callbacks
+        ignore samples stamped between control ticks; when every subscription a linked process feeds on a
+        topic says so, that process does not send those samples (:meth:`link_tick_only`)."""
         name = node.resolve_topic_name(topic)
         sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
                             tap=tap if raw else None, value_cb=value_callback,
                             batch=getattr(tap, "batch", None) if raw else None,
-                            own_only=bool(raw and tap is not None and getattr(tap, "own_only", False)))
+                            own_only=bool(raw and tap is not None and getattr(tap, "own_only", False)),
+                            tick_samples_only=bool(tick_samples_only))
         with self._lock:
             if self._finalized and name not in self._pubs:
                 sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)
@@ -339,7 +354,7 @@ class IntraProcessBus:
             linked = self.link is not None and self.link.sock is not None and any(
                 isinstance(p, LinkPublisher) for p in self._pubs.get(name, ()))
         if linked and not sub.own_only:
-            self.link.announce_subs(self.link_wants())
+            self.link.announce_subs(self.link_wants(), self.link_tick_only())
         elif linked and self._peer_record is not None:
             self._announce_record()            # one more topic the linked process records itself
         return sub
@@ -418,6 +433,11 @@ class IntraProcessBus:
         publishes: a topic may have publishers on both sides, /tf); ``own_only`` taps are not counted."""
         return {t: len(subs) for t, subs in self._link_subs.items() if subs}
 
+    def link_tick_only(self) -> list[str]:
+        """Topics of :meth:`link_wants` whose every such subscription is ``tick_samples_only``: the linked
+        process sends them on the control ticks only (the estimator on the tick grid: half the 1 kHz samples)."""
+        return sorted(t for t, subs in self._link_subs.items() if subs and all(s.tick_samples_only for s in subs))
+
     def own_topics(self) -> set[str]:
         """Topics with a publisher in this process (not only a :class:`LinkPublisher`)."""
         return {t for t, pubs in self._pubs.items() if any(not isinstance(p, LinkPublisher) for p in pubs)}
@@ -465,7 +485,7 @@ class IntraProcessBus:
                          "adapter": type(a).__name__ if a is not None else None,
                          "template": _serialize(a.msg) if a is not None else None,
                          "names": list(a.msg.name) if isinstance(a, adapters.JointStateAdapter) else None})
-        link.handshake(pubs, self.link_wants(), timeout, stop)
+        link.handshake(pubs, self.link_wants(), timeout, stop, tick_only=self.link_tick_only())
         from rclpy.serialization import deserialize_message
 
         deliver = {}
@@ -487,6 +507,7 @@ class IntraProcessBus:
             for ip in ips:
                 if not isinstance(ip, LinkPublisher):
                     ip._link_n = int(subs.get(topic, 0)) if self.link.sends(topic) else 0
+                    ip._link_ticks_only = topic in self.link.peer_tick_only
 
     # ------------------------------------------------------------------ introspection
     def local_topics(self) -> dict[str, list[str]]:

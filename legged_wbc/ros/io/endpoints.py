@@ -25,11 +25,13 @@ def create_publisher(node, msg_type, topic: str, qos, adapter=None, **kw):
 
 
 def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, adapter=None,
-                        **kw):
+                        tick_samples_only: bool = False, **kw):
     """``node.create_subscription``, or the in-process subscription of a composed node (see
     :func:`create_publisher`; ``tap``: :meth:`IntraProcessBus.create_subscription`, ignored outside a
     container). With an ``adapter`` class (:mod:`legged_wbc.ros.adapters`) ``callback`` takes values:
-    an adapted publisher's in the process as they are, any other message through ``adapter.to_value``."""
+    an adapted publisher's in the process as they are, any other message through ``adapter.to_value``.
+    ``tick_samples_only``: ``callback`` ignores samples stamped between control ticks (``tick_from_stamp``
+    None), so a linked process need not send them (:meth:`IntraProcessBus.create_subscription`)."""
     from legged_wbc.ros.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
@@ -38,7 +40,8 @@ def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = F
         return node.create_subscription(msg_type, topic, on_msg, qos, raw=raw, **kw)
     node._intra_bus = bus
     return bus.create_subscription(node, msg_type, topic, on_msg, qos, raw=raw, tap=tap,
-                                   value_callback=callback if adapter is not None else None, **kw)
+                                   value_callback=callback if adapter is not None else None,
+                                   tick_samples_only=tick_samples_only, **kw)
 
 
 # ----------------------------------------------------------------------------- start-up helper
