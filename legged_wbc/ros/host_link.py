@@ -14,7 +14,8 @@ part connects to. It carries frames (length, kind, body).
   fill messages and record them) and the topics it subscribes without a publisher of its own. A
   topic the peer publishes is then fed by the link in this process (no DDS subscription: nothing is
   delivered twice); a publisher whose topic the peer subscribes also sends its values over the link.
-  Subscriptions made later are announced with a SUBS frame.
+  Subscriptions made later are announced with a SUBS frame. A topic whose every subscription in the
+  peer is ``tick_samples_only`` (it ignores samples stamped between control ticks) is sent on the ticks only.
 * **Recording** (``layout:=split`` with ``record``): the recorder lives in the sim part, but the control
   part's topics do not cross the link for it. The sim part sends a RECORD frame (the topics, the
   shared-memory ring its recorder process also drains, how to stamp): the control part records them
