@@ -128,10 +128,11 @@ applies joint damping until a command arrives.
 
 The simulated world waits for a controller that fell behind (``max_command_age_ticks`` ``A``, default
 2; -1 = never): a physics step of tick ``j`` that would apply a command answering a tick before
-``j - N - A`` waits until a fresher one is there (``controller_waits``; :meth:`BridgeScheduler._await_controller`).
-On an overloaded machine the simulation, which is not the robot, would otherwise outrun its
-controller, and the robot would walk on torques many ticks old: a fall that says nothing about the
-controller (2 of 6 runs at 0.4-0.5x real time on a 3x slowed machine fell that way). A robot cannot wait;
+``j - N - A`` waits until a fresher one is there (``controller_waits``;
+:meth:`BridgeScheduler._await_controller`). On an overloaded machine the simulation, which is not the
+robot, would otherwise outrun its controller, and the robot would walk on torques many ticks old: a
+fall that says nothing about the controller (2 of 9 runs at 0.3-0.5x real time on a 3x slowed
+machine fell that way). A robot cannot wait;
 the deadline accounting stays on the wall-clock schedule, so the misses and the real-time factor
 still report the overload. The wait ends after ``watchdog_timeout`` wall seconds (a silent
 controller: the simulation steps on, the watchdog damps) and is not repeated until a newer command arrives.

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from legged_wbc.ros.cdr_layout import message_class_name
+from legged_wbc.ros.io.stamps import tick_from_stamp
 
 _active = threading.local()
 
@@ -255,8 +256,6 @@ class LinkPublisher(IntraPublisher):
 
 def _on_tick(value) -> bool:
     """Is an adapted value stamped on a control tick? (Values without a stamp count as on one.)"""
-    from legged_wbc.ros.io.stamps import tick_from_stamp
-
     stamp = getattr(value, "stamp_ns", None)
     return stamp is None or tick_from_stamp(int(stamp)) is not None
 
