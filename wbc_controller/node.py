@@ -192,7 +192,8 @@ class WbcNode(ros_io.TickOutputs, Node):
             self._slot(self._tick_key(msg), "tau_ext", eff)
 
     def take_estimate(self, tick: int, pos, vel, q_base, v_base, support, normal, tau_ext) -> None:
-        """Tick ``tick`` from the chained estimator (``ros.composition.chain_controller``): its topics' values."""
+        """Tick ``tick`` from the chained estimator, our joint / leg order: ``pos`` [rad], ``vel`` [rad/s]; base
+        pose (x, y, z, qx, qy, qz, qw) in world, twist in the BASE frame (Pinocchio's); ``tau_ext`` [N m]."""
         if tick is not None and self.sync.status(tick) == ros_io.TickSync.NEW:
             self.sync.last_tick = tick
             self.ticks.submit(tick, dict(js=(pos, vel), odom=(q_base, v_base), support=support, normal=normal,
@@ -236,8 +237,7 @@ class WbcNode(ros_io.TickOutputs, Node):
             (self.pub_cmd, adapters.JointSample(t_ns, self.joint_names, self._nan_n, self._nan_n, out.tau))]
         if self.pub_forward is not None:
             self._last_out.append((self.pub_forward, out.tau[self._forward_idx]))
-        if first:
-            # the first command must reach every subscriber (bridge, recorder) that is in the graph
+        if first:   # the first command must reach every subscriber in the graph (bridge, recorder)
             ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
         self._resend()
 

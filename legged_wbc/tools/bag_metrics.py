@@ -270,6 +270,10 @@ def _metric_series(run: RunData) -> tuple[dict, str | None]:
     return S, sat_why
 
 
+# the bridge's counters a bag's last /bridge/diagnostics sample gives (None for the headless loop)
+BRIDGE_COUNTERS = ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "controller_waits")
+
+
 def _add_run_fields(run: RunData, m: dict) -> None:
     """What the run is (source, kind, mode, controller, scenario, times, bounds) and the bridge's
     counters and command timing, into the metrics ``m``."""
@@ -284,13 +288,12 @@ def _add_run_fields(run: RunData, m: dict) -> None:
     m["theta_bounds_rad"] = [run.theta_min, run.theta_max]
     if run.kind == "bag":
         b = run.bridge
-        for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "commands_applied",
-                  "controller_waits"):
+        for k in BRIDGE_COUNTERS + ("commands_applied",):
             m[k] = int(b[k]) if k in b else None      # controller_waits: bags since the bridge waits for it
         m.update(realtime_quality(run))
         m.update(bag_size(run.path, run.sim_time_s))
     else:
-        for k in ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "controller_waits"):
+        for k in BRIDGE_COUNTERS:
             m[k] = None  # no transport, no deadlines in the headless loop (not applicable)
         m.update(realtime_quality(run))
 
