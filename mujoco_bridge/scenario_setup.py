@@ -2,7 +2,8 @@
 
 Disturbance hook: ``disturbance_fn(t, sim) -> np.ndarray | None`` is called before every physics
 step with the sim time [s] and the :class:`~mujoco_bridge.sim.MujocoSim`; it returns the extra
-joint torque [N m] in joint_states order (``None`` = zero). For a scenario whose disturbance is
+joint torque [N m] in joint_states order (``None`` = zero; a new array for a new torque: the array
+returned at the last step, returned again, is taken as unchanged). For a scenario whose disturbance is
 enabled (``config/scenarios/paper.yaml``) it is :class:`ScenarioDisturbance`: the scenario's
 ``DisturbanceModel`` (shared with the headless loop), gated by the estimated support set that the
 bridge then subscribes to on ``/estimator/support`` (JointState-shaped, ``name`` = legs,
@@ -139,7 +140,9 @@ def scenario_disturbance(scenario, robot, sched, log):
 class BridgePhysics:
     """One 1 ms physics step of the bridge: the commanded torque plus ``disturbance_fn``'s torque
     (checked: a wrong shape or a non-finite value is logged and replaced by zero); the applied
-    disturbance is kept in :attr:`dist_applied` for ``/disturbance``."""
+    disturbance is kept in :attr:`dist_applied` for ``/disturbance``. A torque array returned again
+    (the same object: :class:`ScenarioDisturbance` holds a tick's torque over its steps) was checked
+    and set when it first came: ``disturbance_fn`` returns a new array for a new torque."""
 
     def __init__(self, sim, n: int, log, disturbance_fn=None):
         self.sim = sim
@@ -149,6 +152,7 @@ class BridgePhysics:
         self.disturbance_fn = disturbance_fn
         self.dist_applied = np.zeros(n)
         self._tau_set = None            # the torque array last handed to the simulation (never mutated)
+        self._dist_set = 0              # disturbance_fn's array last handed to it (0: none yet; None: zero)
 
     def step(self, tau: np.ndarray, step: int) -> None:
         sim = self.sim
@@ -158,14 +162,21 @@ class BridgePhysics:
         dist = None
         if self.disturbance_fn is not None:
             dist = self.disturbance_fn(step * 1_000_000 * 1e-9, sim)
+        if dist is not self._dist_set:  # a torque held over several steps (a tick's): checked and set once
+            self._set_disturbance(dist)
+        sim.step(1)
+
+    def _set_disturbance(self, dist) -> None:
+        """Check ``disturbance_fn``'s torque (None: zero) and hand it to the simulation; the array is
+        remembered, so ``disturbance_fn`` returns a new array for a new torque (never one mutated in place)."""
+        self._dist_set = dist
         if dist is None:
             self.dist_applied[:] = 0.0
         else:
             dist = np.asarray(dist, dtype=float)
-            if dist.shape != (self.n,) or not np.all(np.isfinite(dist)):
+            if dist.shape != (self.n,) or not np.isfinite(dist).all():
                 self.log.error(f"disturbance_fn returned {dist!r}; using zero", throttle_duration_sec=1.0)
                 dist = np.zeros(self.n)
             self.dist_applied[:] = dist
-        sim.set_disturbance(self.dist_applied)
-        sim.step(1)
+        self.sim.set_disturbance(self.dist_applied)
 

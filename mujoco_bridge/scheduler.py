@@ -162,6 +162,7 @@ from mujoco_bridge.timing import CommandDelayLine, CommandQueue, CommandTiming, 
 PHYSICS_DT = PHYSICS_DT_NS / 1e9      # one physics step [s] (the same double as 1e-3)
 
 PEER_POLL_S = 0.01               # start-up: period of the subscriber check [wall s]
+SUPPORT_KEPT = 50                # support estimates kept: at least the last this many ticks (offer_support)
 
 DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
                "watchdog_active", "watchdog_events", "realtime_factor", "overruns", "window_ticks", "window_deadline_misses",
@@ -340,8 +341,9 @@ class BridgeScheduler:
         """The estimator's support set of ``tick`` (bool per leg), for the disturbance gating."""
         with self.cond:
             self._support[tick] = flags
-            for old in [t for t in self._support if t < tick - 50]:
-                del self._support[old]
+            if len(self._support) > 2 * SUPPORT_KEPT:   # pruned now and then, not every tick
+                for old in [t for t in self._support if t < tick - SUPPORT_KEPT]:
+                    del self._support[old]
             self.cond.notify_all()
 
     def support_estimate(self, tick: int):

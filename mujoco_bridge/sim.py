@@ -200,7 +200,7 @@ class MujocoSim:
 
     def set_torque(self, tau: np.ndarray) -> None:
         """Joint torque command [N m], Pinocchio joint order; held until the next call."""
-        if tau.shape != (self.robot.n,) or not np.all(np.isfinite(tau)):
+        if tau.shape != (self.robot.n,) or not np.isfinite(tau).all():
             raise ValueError(f"torque command must be {self.robot.n} finite values")
         self.tau[:] = tau
 

@@ -489,6 +489,36 @@ def test_scenario_disturbance_hook_is_gated_and_held_per_tick(hexapod):
     assert np.all(fn(sc.disturbance.start - 0.01, sim) == 0.0)  # outside the window
 
 
+
+def test_bridge_physics_checks_a_new_disturbance_and_holds_a_returned_one(hexapod):
+    """BridgePhysics: each new array of ``disturbance_fn`` is checked (a bad one logged and zeroed) and
+    applied; the same array returned again is held without a second check; None is zero."""
+    from mujoco_bridge.scenario_setup import BridgePhysics
+    from mujoco_bridge.sim import MujocoSim
+
+    sim = MujocoSim(hexapod)
+    sim.reset(hexapod.stance_configuration())
+    errors, out = [], {}
+    log = type("Log", (), {"error": lambda self, text, **kw: errors.append(text)})()
+    phys = BridgePhysics(sim, hexapod.n, log, lambda t, s: out["dist"])
+    tau = np.zeros(hexapod.n)
+    a = np.full(hexapod.n, 0.5)
+    out["dist"] = a
+    phys.step(tau, 0)
+    assert np.array_equal(phys.dist_applied, a) and np.array_equal(sim.disturbance, a) and not errors
+    phys.step(tau, 1)                                         # the same array: held
+    assert np.array_equal(sim.disturbance, a)
+    out["dist"] = np.full(hexapod.n, np.nan)                  # a new, bad one: zero, said
+    phys.step(tau, 2)
+    assert np.all(phys.dist_applied == 0.0) and np.all(sim.disturbance == 0.0) and len(errors) == 1
+    out["dist"] = b = np.arange(hexapod.n, dtype=float)
+    phys.step(tau, 3)
+    assert np.array_equal(sim.disturbance, b)
+    out["dist"] = None                                        # none: zero
+    phys.step(tau, 4)
+    assert np.all(sim.disturbance == 0.0) and np.all(phys.dist_applied == 0.0)
+    assert sim.time == pytest.approx(0.005)
+
 def test_joint_order_rejects_duplicates_and_implausible_states():
     from legged_wbc.model import RobotModel
 

@@ -87,9 +87,8 @@ class TorqueCommandDecoder:
         eff = np.array(effort, dtype=float)         # a copy: the sender may reuse its array
         if eff.shape != (self.n,):
             raise CommandError(f"expected {self.n} efforts (one per name), got {eff.size} (tick {tick})", "length")
-        bad = np.flatnonzero(~np.isfinite(eff))
-        if bad.size:
-            names = [names[i] for i in bad[:3]]
+        if not np.isfinite(eff).all():
+            names = [names[i] for i in np.flatnonzero(~np.isfinite(eff))[:3]]
             raise CommandError(f"non-finite effort for joint(s) {names} (tick {tick})", "nonfinite")
         if perm is None:
             return TorqueCommand(tick=int(tick), tau=eff, stamp_ns=stamp)
