@@ -2,8 +2,8 @@
 
 Disturbance hook: ``disturbance_fn(t, sim) -> np.ndarray | None`` is called before every physics
 step with the sim time [s] and the :class:`~mujoco_bridge.sim.MujocoSim`; it returns the extra
-joint torque [N m] in joint_states order (``None`` = zero; a new array for a new torque: the array
-returned at the last step, returned again, is taken as unchanged). For a scenario whose disturbance is
+joint torque [N m] in joint_states order (``None`` = zero; a new array for a new torque, see
+:class:`BridgePhysics`). For a scenario whose disturbance is
 enabled (``config/scenarios/paper.yaml``) it is :class:`ScenarioDisturbance`: the scenario's
 ``DisturbanceModel`` (shared with the headless loop), gated by the estimated support set that the
 bridge then subscribes to on ``/estimator/support`` (JointState-shaped, ``name`` = legs,
@@ -167,8 +167,7 @@ class BridgePhysics:
         sim.step(1)
 
     def _set_disturbance(self, dist) -> None:
-        """Check ``disturbance_fn``'s torque (None: zero) and hand it to the simulation; the array is
-        remembered, so ``disturbance_fn`` returns a new array for a new torque (never one mutated in place)."""
+        """Check ``disturbance_fn``'s new torque (None: zero) and hand it to the simulation."""
         self._dist_set = dist
         if dist is None:
             self.dist_applied[:] = 0.0

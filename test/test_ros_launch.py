@@ -489,10 +489,9 @@ def test_scenario_disturbance_hook_is_gated_and_held_per_tick(hexapod):
     assert np.all(fn(sc.disturbance.start - 0.01, sim) == 0.0)  # outside the window
 
 
-
 def test_bridge_physics_checks_a_new_disturbance_and_holds_a_returned_one(hexapod):
     """BridgePhysics: each new array of ``disturbance_fn`` is checked (a bad one logged and zeroed) and
-    applied; the same array returned again is held without a second check; None is zero."""
+    applied; the same array returned again stays applied; None is zero."""
     from mujoco_bridge.scenario_setup import BridgePhysics
     from mujoco_bridge.sim import MujocoSim
 
@@ -518,6 +517,7 @@ def test_bridge_physics_checks_a_new_disturbance_and_holds_a_returned_one(hexapo
     phys.step(tau, 4)
     assert np.all(sim.disturbance == 0.0) and np.all(phys.dist_applied == 0.0)
     assert sim.time == pytest.approx(0.005)
+
 
 def test_joint_order_rejects_duplicates_and_implausible_states():
     from legged_wbc.model import RobotModel
