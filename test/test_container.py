@@ -319,7 +319,7 @@ def test_long_runs_show_progress(tmp_path, ros_env):
     import subprocess
 
     r = subprocess.run([str(BIN / "walking_container"), "--ros-args", "--params-file",
-                        str(ROOT / "config/mujoco_bridge.yaml"), "-p", "duration:=6.0", "-p", "progress_period:=0.5",
+                        str(ROOT / "config/mujoco_bridge.yaml"), "-p", "duration:=6.0", "-p", "progress_period:=0.1",
                         "-p", "scenario:=nominal"], env=ros_env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = re.findall(r"t = ([\d.]+) / 6 s sim, ([\d.]+)x real time, (\d+) commands applied, (\d+) deadline misses, "

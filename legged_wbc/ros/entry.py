@@ -1,7 +1,8 @@
 """The console entry points of the ROS executables (``setup.py``): each imports its node module only
 when called, so a SIGINT that arrives while that module is still importing (a launch shutting down
 right after another node failed, SIGINT to every node still running) ends the process with rc 130
-and no KeyboardInterrupt traceback; once ``main`` runs, the node's own handling applies."""
+and no KeyboardInterrupt traceback, also while ``main`` makes its own imports (rclpy) before it
+installs its handling; once that is in place, the node's own handling applies."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from importlib import import_module
 
 
 def _run(target: str) -> int:
-    """Import ``module:function`` and call it; 130 if interrupted while importing."""
+    """Import ``module:function`` and call it; 130 if interrupted before the node's own SIGINT handling
+    is in place (its module, or the imports ``main`` itself makes first, e.g. rclpy, still loading)."""
     module, func = target.split(":")
     try:
-        main = getattr(import_module(module), func)
+        return getattr(import_module(module), func)()
     except KeyboardInterrupt:
         return 130
-    return main()
 
 
 def mujoco_bridge() -> int:
