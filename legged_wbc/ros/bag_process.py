@@ -34,7 +34,6 @@ each is closed (or its producer is gone); drops of either producer are counted i
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import struct
 import sys
@@ -43,6 +42,7 @@ import time
 from pathlib import Path
 
 from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
+from legged_wbc.ros.wire import pack_peer_ring, pack_topic_info, unpack_peer_ring, unpack_topic_info
 
 KIND_DATA, KIND_RAW, KIND_TOPIC, KIND_BATCH, KIND_PEER = 0, 1, 2, 3, 4   # KIND_PEER: a ring to drain too
 _PAD = bytes(8)
@@ -203,8 +203,7 @@ class RingSink:
         """Describe ``topic`` to the recorder process (False: it did not fit the ring, nor will its message)."""
         tid = self._ids.setdefault(topic, len(self._ids))
         qos, digest = self.describe(topic)
-        info = {"topic": topic, "msgtype": self.types[topic], "splicer": splicer, "qos": qos, "digest": digest}
-        return self.ring.put(KIND_TOPIC, tid, 0, pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL))
+        return self.ring.put(KIND_TOPIC, tid, 0, pack_topic_info(topic, self.types[topic], splicer, qos, digest))
 
     def write(self, topic: str, t_ns: int, data: bytes) -> None:
         """A serialized (CDR) message of ``topic``."""
@@ -404,7 +403,7 @@ class ShmBagSink(RingSink):
         ring = RecordRing.create(ring_bytes or self.ring.capacity, None)   # the owner never locks it
         with self._lock:
             ok = not self.closed and self.ring.put(KIND_PEER, len(self.peer_rings), 0,
-                                                   pickle.dumps({"ring": ring.name}))
+                                                   pack_peer_ring(ring.name))
             if ok:
                 self.peer_rings.append(ring)
                 self.ring.commit()
@@ -651,8 +650,9 @@ class _BagSide:
                                 describe=lambda topic: (self.by_name[topic]["qos"], self.by_name[topic]["digest"]))
 
     def describe(self, tid: int, payload, topics: dict) -> None:
-        """A topic record: the topic's type, QoS, hash and layout (``topics``: its ring's ids)."""
-        info = pickle.loads(payload)
+        """A topic record: the topic's type, QoS, hash and layout (``topics``: its ring's ids); raises
+        :class:`~legged_wbc.ros.shm_ring.RingCorrupt` for a record that fails its format check."""
+        info = unpack_topic_info(payload)
         topics[tid] = info
         if info["topic"] not in self.by_name:
             try:
@@ -673,7 +673,7 @@ class _BagSide:
                 self.describe(tid, payload, topics)
                 continue
             if kind == KIND_PEER:
-                peers.append(pickle.loads(payload)["ring"])
+                peers.append(unpack_peer_ring(payload))     # RingCorrupt unless a ring name of the scheme
                 continue
             info = topics.get(tid)
             if info is None or info["topic"] in self.errors:   # no description (dropped: ring full) / failed

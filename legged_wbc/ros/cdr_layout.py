@@ -10,7 +10,7 @@ lengths, padding) and variable segments (numeric scalars and numeric arrays):
   the variable segments' bytes, concatenated (``attrgetter`` + ``struct`` + buffer copies, ~2 us
   against ~20 us for ``rclpy.serialization.serialize_message`` of a JointState, which converts every
   joint name again);
-* the consumer (recorder process, :class:`CdrSplicer`, picklable, no rclpy) interleaves the constant
+* the consumer (recorder process, :class:`CdrSplicer`, plain data, no rclpy) interleaves the constant
   segments with the payload's slices and gets the exact CDR bytes ``serialize_message`` would give.
 
 :meth:`MessageLayout.pack` returns ``None`` when the message's shape differs from the template (a
@@ -144,8 +144,8 @@ class _Builder:
 
 @dataclass(frozen=True)
 class CdrSplicer:
-    """The consumer's half (picklable, no rclpy): constant segments + the variable segments' slices of
-    the payload -> CDR bytes."""
+    """The consumer's half (plain data, no rclpy; sent as :func:`~legged_wbc.ros.wire.pack_topic_info`):
+    constant segments + the variable segments' slices of the payload -> CDR bytes."""
 
     consts: tuple[bytes, ...]            # len(slices) + 1 constant segments (possibly empty)
     slices: tuple[tuple[int, int], ...]  # (start, end) in the payload of each variable segment, CDR order

@@ -23,6 +23,12 @@ that the sim process's recorder process drains) cannot share a ``multiprocessing
 :class:`FileLock` instead (a POSIX record lock on the segment's file: a system call, ~1.3 us a lock and
 unlock here against ~0.6 us, with the same ordering guarantee) and map the segment by name without
 multiprocessing's resource tracker (:meth:`RecordRing.attach_file`).
+
+Trust: a ring is a ``/dev/shm`` file of mode 0600 named ``legged_wbc_ring_<32 random hex digits>``
+(:data:`RING_NAME`, 128 bits: not guessable). :meth:`RecordRing.attach_file` takes a name of that scheme
+only (no path, no ``..``), opens it without following a symlink and maps it only if it is a regular file
+of this user with mode 0600 and a header that fits it (else :class:`RingRefused`); :meth:`RecordRing.read`
+raises :class:`RingCorrupt` for a record that runs past the published data or the ring's end.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+import re
+import secrets
+import stat
 import struct
 from multiprocessing import shared_memory
 
@@ -45,6 +54,25 @@ WRAP = 0xFFFF                       # kind: skip to the start of the ring
 STARTING, READY, FAILED, DONE = 0, 1, 2, 3
 _W, _R, _DROPPED, _CLOSED, _CONSUMER, _CAP, _PRODUCER = range(7)
 SHM_DIR = "/dev/shm"                # where POSIX shared memory segments live (Linux)
+RING_PREFIX = "legged_wbc_ring_"
+RING_NAME = re.compile(RING_PREFIX + "[0-9a-f]{32}")   # the names create() gives: nothing else is attached
+
+
+class RingRefused(OSError):
+    """A ring that is not one of ours: a name outside :data:`RING_NAME`, a symlink, another user's file,
+    a mode other than 0600, a header that does not fit the file."""
+
+
+class RingCorrupt(ValueError):
+    """A ring whose contents are not what a producer of the stack writes (a record past the published data
+    or the ring's end; a descriptive record that fails its format check, :mod:`legged_wbc.ros.wire`)."""
+
+
+def check_ring_name(name) -> str:
+    """``name`` if it is of the ring naming scheme (:data:`RING_NAME`), else :class:`RingRefused`."""
+    if not isinstance(name, str) or not RING_NAME.fullmatch(name):
+        raise RingRefused(f"{str(name)[:80]!r} is not a ring name of this stack ({RING_PREFIX}<32 hex digits>)")
+    return name
 
 
 def _padded(n: int) -> int:
@@ -75,10 +103,16 @@ class _MappedSegment:
     ``SharedMemory`` for :class:`RecordRing` (``buf``, ``name``, ``close``), plus ``fd``."""
 
     def __init__(self, name: str):
-        self.name = name
-        self.fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+        self.name = check_ring_name(name)
+        self.fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            self._mmap = mmap.mmap(self.fd, os.fstat(self.fd).st_size)
+            st = os.fstat(self.fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != 0o600:
+                raise RingRefused(f"ring {name}: not a file of this user with mode 0600 (uid {st.st_uid}, "
+                                  f"mode {stat.S_IMODE(st.st_mode):o})")
+            if st.st_size < HEADER_BYTES + 4096:
+                raise RingRefused(f"ring {name}: {st.st_size} bytes, too small for a ring")
+            self._mmap = mmap.mmap(self.fd, st.st_size)
         except BaseException:
             os.close(self.fd)
             raise
@@ -111,7 +145,13 @@ class RecordRing:
     @classmethod
     def create(cls, capacity: int, lock) -> "RecordRing":
         capacity = _padded(max(int(capacity), 4096))
-        shm = shared_memory.SharedMemory(create=True, size=HEADER_BYTES + capacity)
+        while True:
+            try:                              # O_CREAT | O_EXCL, mode 0600
+                shm = shared_memory.SharedMemory(RING_PREFIX + secrets.token_hex(16), create=True,
+                                                 size=HEADER_BYTES + capacity)
+                break
+            except FileExistsError:           # 2**-128: never, but never a ring that is not new either
+                continue
         hdr = np.ndarray((8,), dtype=np.uint64, buffer=shm.buf[:HEADER_BYTES])
         hdr[:] = 0
         hdr[_CAP] = capacity
@@ -127,6 +167,10 @@ class RecordRing:
         """Attach ring ``name`` from any process (no ``multiprocessing`` object shared with its creator):
         mapped by name, locked with a :class:`FileLock` on the segment's file. Raises ``OSError``."""
         seg = _MappedSegment(name)
+        cap = int(np.frombuffer(seg.buf[:HEADER_BYTES], dtype=np.uint64)[_CAP])
+        if cap < 4096 or cap % ALIGN or HEADER_BYTES + cap > len(seg.buf):
+            seg.close()
+            raise RingRefused(f"ring {name}: its header's capacity {cap} does not fit its {len(seg.buf)} bytes")
         return cls(seg, FileLock(seg.fd), owner=False)
 
     @property
@@ -223,6 +267,9 @@ class RecordRing:
         out = []
         cap = self.capacity
         r = self._r
+        if not 0 <= w_pub - r <= cap:
+            raise RingCorrupt(f"ring {self.name}: write position {w_pub} against read position {r} "
+                              f"(capacity {cap})")
         while r < w_pub and len(out) < limit:
             off = r % cap
             if cap - off < REC.size:
@@ -232,6 +279,9 @@ class RecordRing:
             if kind == WRAP:
                 r += cap - off
                 continue
+            if n > cap - off - REC.size or r + REC.size + n > w_pub:
+                raise RingCorrupt(f"ring {self.name}: a record of {n} bytes at position {r} runs past "
+                                  f"{'the ring' if n > cap - off - REC.size else 'the published data'}")
             out.append((kind, tid, t_ns, self.buf[off + REC.size:off + REC.size + n]))
             r += REC.size + _padded(n)
         self._r_next = r
