@@ -23,21 +23,30 @@ Each node runs as its own process: the console script named ``exec`` (looked up 
 ``PATH``) with ``--ros-args [-r __node:=NAME] [-r __ns:=NS] --params-file FILE -p NAME:=VALUE
 -r FROM:=TO`` (``__node`` only when ``name=`` is given: ROS 2 applies it to every node of the
 process, so a container is launched without it), in its own session (so a terminal Ctrl-C reaches only the launcher, which forwards
-it once). The children's environment gets ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and
-``PYTHONUNBUFFERED=1`` unless already set. Output lines are prefixed ``[name]``; with
+it once), with SIGTERM as its parent-death signal (``prctl(PR_SET_PDEATHSIG)``): a launcher that dies,
+even by ``kill -9``, stops its nodes, which close their bags as on SIGTERM (the containers' recorder
+processes in turn follow their container). The children's environment gets
+``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and ``PYTHONUNBUFFERED=1`` unless already set, and
+``LEGGED_WBC_LINK_SECRET``: a random secret of this launch (never printed) that the two parts of
+``layout:=split`` prove to each other on their host link. Output lines are prefixed ``[name]``; with
 ``output="log"`` they go to ``<log dir>/<name>.log`` instead.
 
-Shutdown (like ``ros2 launch``): on Ctrl-C/SIGTERM, or when a node with ``on_exit="shutdown"``
-exits, every running node gets SIGINT, then SIGTERM after ``sigterm_timeout`` (default 5 s), then
-SIGKILL after ``sigkill_timeout`` more (default 5 s). The launcher exits 1 if a node crashed (exited
-non-zero while not being shut down by the launcher, or could not be started), 130 after Ctrl-C
-(SIGINT) when nothing crashed, else 0.
+Shutdown (like ``ros2 launch``): on Ctrl-C/SIGTERM, when a node with ``on_exit="shutdown"`` exits, or
+when a node fails, every running node gets SIGINT, then SIGTERM after ``sigterm_timeout`` (default
+5 s), then SIGKILL after ``sigkill_timeout`` more (default 5 s). A node stopped by a signal exits
+``128 + signum`` (130 / 143, :mod:`legged_wbc.ros.lifetime`); that (or 0, or death by SIGINT /
+SIGTERM) is a clean end only for a node the launcher asked to stop. Any other end the launch did not
+ask for is a failure, one line naming the node and how it ended: a non-zero exit, a node stopped
+from outside (exit 130 / 143, or killed by a signal), a node that had to be killed with SIGKILL, a node
+that could not be started. The launcher exits 1 after a failure, else 130 after Ctrl-C (SIGINT), 143
+after SIGTERM, else 0.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -47,6 +56,11 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from legged_wbc.ros.lifetime import die_with_parent
+
+LINK_SECRET_ENV = "LEGGED_WBC_LINK_SECRET"   # the per-launch secret of the host link (legged_wbc.ros.host_link)
+CLEAN_STOP = frozenset({0, 128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM})
 
 
 class LaunchError(RuntimeError):
@@ -425,10 +439,24 @@ def describe_arguments(plan: LaunchPlan) -> str:
 
 # ------------------------------------------------------------------------------------ running
 def child_env(base: dict | None = None) -> dict:
+    """The nodes' environment: ``base`` (default ours), loopback discovery and unbuffered output unless set,
+    and a new link secret (``LINK_SECRET_ENV``: 32 random bytes as hex) for this launch."""
     env = dict(os.environ if base is None else base)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[LINK_SECRET_ENV] = secrets.token_hex(32)
     return env
+
+
+def how_ended(rc: int, asked: bool) -> str:
+    """How a node with exit status ``rc`` ended, in words, when a signal ended it (``asked``: the launcher
+    sent one); empty for an exit code of its own."""
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+        return f"killed by {name}" + ("" if asked else " from outside")
+    if rc in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        return f"stopped by {signal.Signals(rc - 128).name}" + ("" if asked else " from outside")
+    return ""
 
 
 @dataclass
@@ -438,6 +466,7 @@ class _Proc:
     reader: threading.Thread | None = None
     returncode: int | None = None
     signalled: bool = False   # we asked it to stop
+    killed: bool = False      # it did not stop when asked: we sent SIGKILL
     crashed: bool = False
     last_line: str = ""       # its last line of output: the "why" of the summary when it dies
 
@@ -453,7 +482,7 @@ class Launcher:
         self.procs = [_Proc(a) for a in plan.nodes]
         self._lock = threading.Lock()
         self._shutdown_reason: str | None = None
-        self._interrupted = False
+        self._stopped_by = 0          # the first SIGINT / SIGTERM the launcher received
         self._sigint_count = 0
 
     def say(self, text: str) -> None:
@@ -487,6 +516,9 @@ class Launcher:
                 logf.close()
 
     def start(self) -> None:
+        """Start the nodes. Called by :meth:`run` only: the parent-death signal fires when the thread that
+        started a child ends, and ``run``'s thread lives until every child has ended."""
+        pdeathsig = die_with_parent(signal.SIGTERM)
         for p in self.procs:
             if self._shutdown_reason:
                 break
@@ -494,8 +526,9 @@ class Launcher:
             try:
                 cmd = a.command()
                 p.popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
-            except (LaunchError, OSError) as exc:
+                                           stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                           preexec_fn=pdeathsig)
+            except (LaunchError, OSError, subprocess.SubprocessError) as exc:
                 p.crashed = True
                 p.returncode = -1
                 self.say(f"cannot start {a.name}: {exc}")
@@ -512,8 +545,8 @@ class Launcher:
             self.say(f"shutting down: {reason}")
 
     def _on_signal(self, signum, frame) -> None:
+        self._stopped_by = self._stopped_by or signum
         if signum == signal.SIGINT:
-            self._interrupted = True
             self._sigint_count += 1
         self.request_shutdown(f"{signal.Signals(signum).name} received")
         if self._sigint_count >= 2:  # impatient user: escalate at once
@@ -542,16 +575,24 @@ class Launcher:
             p.returncode = rc
             if p.reader is not None:
                 p.reader.join(timeout=1.0)
-            if rc != 0 and not p.signalled:
+            name = p.action.name
+            if p.killed:
                 p.crashed = True
-                self.say(f"process {p.action.name} died with exit code {rc}")
+                self.say(f"process {name} did not stop within {p.action.sigterm_timeout + p.action.sigkill_timeout:g} s "
+                         f"of SIGINT and SIGTERM: killed by SIGKILL (exit code {rc})")
+            elif rc == 0 or (p.signalled and rc in CLEAN_STOP):
+                self.say(f"process {name} finished (exit code {rc})")
             else:
-                self.say(f"process {p.action.name} finished (exit code {rc})")
+                p.crashed = True
+                how = how_ended(rc, p.signalled)
+                self.say(f"process {name} died with exit code {rc}" + (f" ({how})" if how else ""))
+                self.request_shutdown(f"{name} {how or f'failed (exit code {rc})'}")
             if p.action.shutdown_on_exit and not p.signalled:
-                self.request_shutdown(f"{p.action.name} exited and is marked on_exit=shutdown")
+                self.request_shutdown(f"{name} exited and is marked on_exit=shutdown")
 
     def _stop_all(self) -> None:
         """SIGINT to every running node; SIGTERM after its sigterm_timeout; SIGKILL after sigkill_timeout more."""
+        self._reap()                  # a node that ended on its own is not counted as one we stopped
         t0 = time.monotonic()
         stage: dict[int, int] = {}
         for p in self.running():
@@ -568,6 +609,7 @@ class Launcher:
                     stage[id(p)] = 1
                 elif st == 1 and now > p.action.sigterm_timeout + p.action.sigkill_timeout:
                     self.say(f"{p.action.name} still running after SIGTERM: SIGKILL")
+                    p.killed = True
                     self._signal(p, signal.SIGKILL)
                     stage[id(p)] = 2
             time.sleep(0.02)
@@ -595,7 +637,7 @@ class Launcher:
                             else f"{p.action.name} (exit {p.returncode})" for p in crashed)
             self.say(f"crashed: {why}")
             return 1
-        return 130 if self._interrupted else 0
+        return 128 + self._stopped_by if self._stopped_by else 0
 
 
 def resolve_launch_file(name: str) -> Path:

@@ -75,7 +75,9 @@ def spin_node(make_node, argv=None) -> int:
     The executor is :func:`make_executor`'s (``$LEGGED_WBC_EXECUTOR``: ``events`` by default, or
     ``single``). SIGINT and SIGTERM only set a flag that the spin loop reads at least every
     :data:`SPIN_PERIOD` (nothing is raised inside a callback); then the executor is shut down before
-    the node is destroyed (the EventsExecutor holds the subscriptions' middleware callbacks)."""
+    the node is destroyed (the EventsExecutor holds the subscriptions' middleware callbacks).
+    Returns 0, ``128 + signum`` when a SIGINT / SIGTERM stopped it (130 / 143: the stack's convention for
+    a node stopped by a signal), 2 for a bad parameter or configuration."""
     import os
     import signal
     import sys
@@ -115,4 +117,4 @@ def spin_node(make_node, argv=None) -> int:
             rclpy.shutdown()
         for s, h in old.items():
             signal.signal(s, h)
-    return 0
+    return 128 + stop[0] if stop else 0
