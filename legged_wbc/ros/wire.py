@@ -155,7 +155,7 @@ def _plain(x):
         return x
     if isinstance(x, tuple):
         return [int(x[0]), int(x[1])]
-    return int(x)
+    return int(getattr(x, "value", x))
 
 
 def unpack_topic_info(data) -> dict:
