@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing
+from legged_wbc.ros.shm_ring import DONE, FAILED, READY, STARTING, RecordRing, RingCorrupt
 from legged_wbc.ros.wire import pack_peer_ring, pack_topic_info, unpack_peer_ring, unpack_topic_info
 
 KIND_DATA, KIND_RAW, KIND_TOPIC, KIND_BATCH, KIND_PEER = 0, 1, 2, 3, 4   # KIND_PEER: a ring to drain too
@@ -55,6 +55,7 @@ PEER_COMMIT_S = 0.01    # the control part (split) publishes its records at most
 #                         system call pair; the recorder process looks every POLL_S anyway) [s]
 PEER_ATTACH_S = 5.0     # once the own ring is done: wait this long for a producer that never attached a peer ring [s]
 PEER_IDLE_S = 10.0      # ... and this long for a live producer that neither writes nor closes its ring [s]
+STALL_S = 5.0           # at the close: a recorder process whose heartbeat stands still this long is killed [s]
 
 
 class RecorderProcessError(RuntimeError):
@@ -194,6 +195,7 @@ class RingSink:
         self._serialized: set[str] = set()      # topics no fixed layout fits: recorded serialized
         self._lock = threading.Lock()
         self.closed = False
+        self.described: dict[int, list] = {}   # topic id -> [(ring position, its topic record)], in order
 
     def add_topic(self, topic: str, msgtype: str) -> None:
         self.types[topic] = msgtype
@@ -203,7 +205,11 @@ class RingSink:
         """Describe ``topic`` to the recorder process (False: it did not fit the ring, nor will its message)."""
         tid = self._ids.setdefault(topic, len(self._ids))
         qos, digest = self.describe(topic)
-        return self.ring.put(KIND_TOPIC, tid, 0, pack_topic_info(topic, self.types[topic], splicer, qos, digest))
+        record, at = pack_topic_info(topic, self.types[topic], splicer, qos, digest), self.ring.position
+        if not self.ring.put(KIND_TOPIC, tid, 0, record):
+            return False
+        self.described.setdefault(tid, []).append((at, record))   # ShmBagSink.take_back
+        return True
 
     def write(self, topic: str, t_ns: int, data: bytes) -> None:
         """A serialized (CDR) message of ``topic``."""
@@ -370,7 +376,13 @@ class RingSink:
 class ShmBagSink(RingSink):
     """What a container's ``bag_recorder`` writes to (a :class:`RingSink`): it creates the ring and spawns
     the recorder process that drains it into the bag; :meth:`close` waits until the bag is closed. In the
-    split layout it also creates the control part's ring (:meth:`open_peer_ring`)."""
+    split layout it also creates the control part's ring (:meth:`open_peer_ring`).
+
+    A recording that fails is said, never taken for a success: :meth:`close` checks how the recorder
+    process ended (its report, its exit status) and kills one that made no progress for :data:`STALL_S`;
+    if the bag was not closed there, the records the process had not yet put into the file are taken
+    back from the ring (:meth:`take_back`) and the bag is repaired (:func:`~legged_wbc.ros.bag_repair.
+    repair_bag`). ``failure``: then one line naming the cause and the messages in the bag (logged), else ""."""
 
     def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None,
                  compression: str = "zstd"):
@@ -382,10 +394,14 @@ class ShmBagSink(RingSink):
         ctx = mp.get_context("spawn")     # never fork a process that runs DDS threads
         super().__init__(RecordRing.create(ring_bytes, ctx.Lock()), describe=describe, log=log)
         self.peer_rings: list[RecordRing] = []
-        self.proc = ctx.Process(target=run, name="bag_writer", daemon=False,
+        self.custom_data, self.failure = custom_data, ""
+        self._beat = ctx.RawValue("Q", 0)                 # bumped by the recorder process on every turn
+        self._reports, report = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=process_main, name="bag_writer", daemon=False,
                                 args=(self.ring.name, self.ring.lock, str(self.path), storage, custom_data,
-                                      os.getpid(), compression))
+                                      os.getpid(), compression, self._beat, report))
         self.proc.start()
+        report.close()
         t_end = time.monotonic() + START_TIMEOUT_S
         while self.ring.consumer_state == STARTING and self.proc.is_alive() and time.monotonic() < t_end:
             time.sleep(0.01)
@@ -394,6 +410,102 @@ class ShmBagSink(RingSink):
             self._shutdown(timeout=5.0)
             why = "it failed" if state == FAILED else "it exited" if state != STARTING else "timed out"
             raise RecorderProcessError(f"the recorder process could not open {self.path} ({why}; see its output)")
+
+    def _wait(self, timeout: float) -> str:
+        """Wait for the recorder process to finish; kill it if its heartbeat stood still for
+        :data:`STALL_S` (stopped, hung) or it ran past ``timeout`` [s]. Returns why it was killed, or ""."""
+        last, t_last, t_end = self._beat.value, time.monotonic(), time.monotonic() + timeout
+        why = ""
+        while self.proc.is_alive():
+            self.proc.join(0.05)
+            now, beat = time.monotonic(), self._beat.value
+            if beat != last:
+                last, t_last = beat, now
+            elif now - t_last > STALL_S:
+                why = f"the recorder process made no progress for {STALL_S:g} s (stopped or hung) and was killed"
+            if now > t_end:
+                why = f"the recorder process did not finish within {timeout:g} s and was killed"
+            if why and self.proc.is_alive():
+                os.kill(self.proc.pid, signal.SIGKILL)   # SIGTERM is ignored; a stopped process still dies
+                self.proc.join(5.0)
+                break
+        return why
+
+    def _outcome(self, stalled: str) -> None:
+        """After the recorder process ended: its report, or its exit status; if the bag was not closed
+        there, take the ring's unwritten records back and repair the bag. Sets ``failure``."""
+        import json
+
+        report = None
+        try:
+            if self._reports.poll(0):
+                report = json.loads(self._reports.recv_bytes(1 << 20))
+        except (OSError, EOFError, ValueError):
+            report = None
+        code = self.proc.exitcode
+        if stalled:
+            cause = stalled
+        elif isinstance(report, dict) and report.get("cause"):
+            cause = str(report["cause"])
+        elif code is not None and code < 0:
+            cause = f"the recorder process was killed by {signal.Signals(-code).name}"
+        elif code != 0 or not isinstance(report, dict):
+            cause = f"the recorder process ended with exit status {code} without closing the bag"
+        else:
+            return
+        put = sum(self.counts.values())
+        lost = f", {self.ring.dropped} dropped when the ring was full" if self.ring.dropped else ""
+        if isinstance(report, dict) and report.get("closed"):
+            n = sum(int(v) for v in dict(report.get("counts") or {}).values())
+            self.failure = f"recording FAILED ({cause}): {n} messages in the bag {self.path} of the {put} put " \
+                           f"in the recorder's ring here{lost}"
+            return
+        self.failure = self._repair(cause, put, lost, took_back=not (isinstance(report, dict) and report.get("cause")))
+
+    def _repair(self, cause: str, put: int, lost: str, took_back: bool) -> str:
+        """Repair the bag a dead recorder process left (the ring's unwritten records added when it died
+        without a word: ``took_back``); the failure line."""
+        from legged_wbc.ros.bag_repair import repair_bag
+
+        extra = self.take_back() if took_back else []
+        custom = dict(kv.split("=", 1) for kv in (x.strip() for x in self.custom_data.split(";")) if "=" in kv)
+        custom = {k.strip(): v.strip() for k, v in custom.items()}
+        if self.ring.dropped:
+            custom["dropped_messages"] = str(self.ring.dropped)
+        rep = repair_bag(self.path, custom, extra)
+        state = f"left unreadable: {rep.problem}" if rep.problem else f"repaired: {rep.how}"
+        back = f", {rep.extra_written} of them taken back from the ring" if rep.extra_written else ""
+        return (f"recording FAILED ({cause}): {rep.total} messages in the bag {self.path}{back} of the {put} put "
+                f"in the recorder's ring here{lost}; {state}")
+
+    def take_back(self) -> list:
+        """The records the recorder process read but had not put into the bag's file, and those it never
+        read: ``(topic, msgtype, qos, digest, stamp [ns], CDR bytes)`` from the published read position
+        (:meth:`RecordRing.take_over`) on, with the topic descriptions this producer gave (a record that
+        does not check out ends it)."""
+        start = self.ring.take_over()
+        topics = {}
+        for tid, hist in self.described.items():
+            before = [rec for at, rec in hist if at <= start]
+            if before:
+                topics[tid] = unpack_topic_info(before[-1])
+        out = []
+        try:
+            while True:
+                records = self.ring.read()
+                if not records:
+                    break
+                for kind, tid, t_ns, payload in _expand_batches(records):
+                    if kind == KIND_TOPIC:
+                        topics[tid] = unpack_topic_info(payload)
+                    elif kind in (KIND_DATA, KIND_RAW) and tid in topics:
+                        info = topics[tid]
+                        data = info["splicer"].build(payload) if kind == KIND_DATA else bytes(payload)
+                        out.append((info["topic"], info["msgtype"], info["qos"], info["digest"], t_ns, data))
+                self.ring.consumed()
+        except (RingCorrupt, ValueError):
+            pass
+        return out
 
     def open_peer_ring(self, ring_bytes: int | None = None) -> str:
         """A second ring for a producer in another process (the split's control part: it attaches with
@@ -415,29 +527,32 @@ class ShmBagSink(RingSink):
 
     def close(self, timeout: float = 120.0) -> int:
         """Close the ring, wait until the recorder process has written everything (its peer rings too) and
-        closed the bag. Returns the number of dropped records, the peer rings' included."""
+        closed the bag. Returns the number of dropped records, the peer rings' included. A failed
+        recording: ``failure`` (one line, logged) instead of the lines on drops."""
         with self._lock:
             if self.closed:
                 return 0
             self.closed = True
         dropped = self.ring.dropped
+        peer_dropped = self._shutdown(timeout)
+        if self.failure:
+            self.log(self.failure)
+            return dropped + peer_dropped
         if dropped:
             self.log(f"{dropped} messages did not fit the recorder's ring and were dropped "
                      f"(the recorder process fell behind)")
-        peer_dropped = self._shutdown(timeout)
         if peer_dropped:
             self.log(f"{peer_dropped} messages of the linked part did not fit its ring and were dropped there")
         return dropped + peer_dropped
 
     def _shutdown(self, timeout: float) -> int:
-        """Close the ring, wait for the recorder process, release the rings; the peer rings' drops."""
+        """Close the ring, wait for the recorder process (killed if it stalls), find out how the recording
+        ended (``failure``), release the rings; the peer rings' drops."""
         self.ring.commit()
         self.ring.close()
-        self.proc.join(timeout)
-        if self.proc.is_alive():
-            self.log(f"the recorder process did not finish within {timeout:g} s; terminating it")
-            self.proc.terminate()
-            self.proc.join(5.0)
+        stalled = self._wait(timeout)
+        if self.ring.consumer_state != STARTING:   # it had opened the bag: did the recording go well?
+            self._outcome(stalled)
         self.ring.release()
         dropped = 0
         for ring in self.peer_rings:
@@ -588,7 +703,7 @@ def _parent_alive(pid: int) -> bool:
 
 def _expand_batches(records: list) -> list:
     """The records of a read with each KIND_BATCH record replaced by the KIND_DATA records it holds
-    (payloads stay views into the ring)."""
+    (payloads stay views into the ring); :class:`RingCorrupt` for a batch whose lengths do not add up."""
     if not any(r[0] == KIND_BATCH for r in records):
         return records
     out = []
@@ -598,8 +713,12 @@ def _expand_batches(records: list) -> list:
             continue
         buf, off, end = rec[3], 0, len(rec[3])
         while off < end:
+            if end - off < _SUB.size:
+                raise RingCorrupt(f"a batch record ends in {end - off} stray bytes")
             n, tid, t_ns = _SUB.unpack_from(buf, off)
             off += _SUB.size
+            if n > end - off:
+                raise RingCorrupt(f"a batch's sub-record of {n} bytes runs past its batch ({end - off} left)")
             out.append((KIND_DATA, tid, t_ns, buf[off:off + n]))
             off += n + (-n) % 8
     return out
@@ -646,7 +765,7 @@ class _BagSide:
 
         self.by_name: dict[str, dict] = {}
         self.errors: set[str] = set()
-        self.writer = BagWriter(Path(path), storage, custom_data, compression=compression,
+        self.writer = BagWriter(Path(path), storage, custom_data, compression=compression, chunk_by_caller=True,
                                 describe=lambda topic: (self.by_name[topic]["qos"], self.by_name[topic]["digest"]))
 
     def describe(self, tid: int, payload, topics: dict) -> None:
@@ -675,6 +794,8 @@ class _BagSide:
             if kind == KIND_PEER:
                 peers.append(unpack_peer_ring(payload))     # RingCorrupt unless a ring name of the scheme
                 continue
+            if kind not in (KIND_DATA, KIND_RAW):
+                raise RingCorrupt(f"a record of kind {kind}, which no producer writes")
             info = topics.get(tid)
             if info is None or info["topic"] in self.errors:   # no description (dropped: ring full) / failed
                 continue
@@ -684,12 +805,15 @@ class _BagSide:
                 if data is None:
                     data = info["splicer"].build(payload) if kind == KIND_DATA else bytes(payload)
                 self.writer.write(topic, t_ns, data)
+            except OSError:            # the disk (full, a file size limit, an I/O error): the recording ends
+                raise
             except Exception as exc:   # keep writing the other topics; say it once per topic
                 self.errors.add(topic)
                 _say(f"{topic}: could not write a message ({exc})")
         return peers
 
-    def close(self, path: str, dropped: int, orphaned: bool, peer_dropped: int = 0) -> None:
+    def close(self, path: str, dropped: int, orphaned: bool, peer_dropped: int = 0) -> str:
+        """Close the bag; returns its closing line (the caller prints it when the recording went well)."""
         from legged_wbc.ros.bag_writer import size_note
 
         w = self.writer
@@ -699,31 +823,54 @@ class _BagSide:
         per = ", ".join(f"{k} {v}" for k, v in sorted(w.counts.items()) if v)
         why = " (the container exited without closing the ring)" if orphaned else ""
         peer = f", {peer_dropped} of them by the linked part" if peer_dropped else ""
-        print(f"{_PREFIX}bag closed: {path} ({sum(w.counts.values())} messages: {per}; {dropped} dropped{peer}; "
-              f"{size_note(Path(path))}){why}", flush=True)
+        return (f"{_PREFIX}bag closed: {path} ({sum(w.counts.values())} messages: {per}; {dropped} dropped{peer}; "
+                f"{size_note(Path(path))}){why}")
 
 
 class _Source:
     """A ring the recorder process drains: the container's own, or a peer ring (the split's control part
-    writes it; attached by name, :meth:`RecordRing.attach_file`), with its topic ids."""
+    writes it; attached by name, :meth:`RecordRing.attach_file`), with its topic ids. ``written``: the ring
+    position up to which its records are written to the bag; ``safe``: up to which they are in the file
+    (the read position published to the producer: a killed recorder's records after it are still in the
+    ring, :meth:`ShmBagSink.take_back`)."""
 
     def __init__(self, ring: RecordRing, name: str = ""):
         self.ring, self.name = ring, name
         self.topics: dict[int, dict] = {}
         self.done = False
         self.last_data = time.monotonic()
+        self.written = self.safe = ring.read_position
+        self.outside_close = ""                      # the closed word seen without the producer's seal
+
+    def drained(self) -> bool:
+        """Closed by its producer and read to the end it announced (:attr:`RecordRing.sealed`). A closed
+        word without the seal (set from outside) is noted once and not obeyed: the producer may still
+        write. :class:`RingCorrupt` if the announced end is not where the data ends (a ring cut short)."""
+        ring = self.ring
+        if not ring.closed or ring.unread_bytes():
+            return False
+        sealed = ring.sealed
+        if sealed is None:
+            if not self.outside_close:
+                self.outside_close = (f"the closed word of ring {ring.name} was set without its producer's seal "
+                                      f"(from outside) at byte {ring.read_position}; ignored")
+            return False
+        if sealed != ring.read_position:
+            raise RingCorrupt(f"ring {ring.name} cut short: its producer announced {sealed} bytes, "
+                              f"{ring.read_position} were there")
+        return True
 
     def finished(self, since: float, now: float) -> bool:
         """A peer ring, once the own ring is done (at ``since``): closed and drained, or its producer gone
         (and drained), or none attached within :data:`PEER_ATTACH_S`, or a live one idle for
         :data:`PEER_IDLE_S` (said)."""
         ring = self.ring
-        if ring.closed:                              # set after the producer's last commit
-            return ring.pending_bytes() == 0
+        if self.drained():                           # sealed after the producer's last commit
+            return True
         pid = ring.producer_pid
         if pid and not _alive(pid):                  # gone: what it committed before is there to read
-            return ring.pending_bytes() == 0
-        if ring.pending_bytes():
+            return ring.unread_bytes() == 0
+        if ring.unread_bytes():
             return False
         if not pid:
             if now - since > PEER_ATTACH_S:
@@ -747,50 +894,77 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _drain(ring, bag: _BagSide, parent_pid: int) -> tuple[bool, list]:
+def _read_into_bag(src: _Source, sources: list, bag: _BagSide) -> bool:
+    """One read of ``src`` written to the bag; its ring space given back up to what is in the file (all
+    of it once the writer closed a chunk: then every source's; a source holding back more than a quarter
+    of its ring forces the chunk). False if there was nothing to read."""
+    records = src.ring.read()
+    if not records:
+        return False
+    src.last_data = time.monotonic()
+    for name in bag.write_records(records, src.topics):
+        try:
+            sources.append(_Source(RecordRing.attach_file(name), name))
+        except OSError as exc:
+            _say(f"cannot attach the linked part's ring {name}: {exc}")
+    del records
+    src.ring.consumed(src.safe)
+    src.written = src.ring.read_position
+    if bag.writer.end_batch(force=src.written - src.safe > src.ring.capacity // 4):
+        for s in sources:
+            s.safe = s.written
+        src.ring.consumed(src.safe)
+    return True
+
+
+def _drain(ring, bag: _BagSide, parent_pid: int, beat=None) -> tuple[bool, list]:
     """Write what the producers put into the rings (the own ring and the peer rings it announces) until
     the producer of the own ring closes it (or dies: orphaned, checked every 0.1 s while the rings are
-    empty) and every peer ring is finished (:meth:`_Source.finished`). Returns ``(orphaned, peer sources)``."""
+    empty) and every peer ring is finished (:meth:`_Source.finished`). ``beat``: a shared counter bumped
+    on every turn (the container's sign of progress). Returns ``(orphaned, all sources)``."""
     sources = [_Source(ring)]
     last_check = time.monotonic()
     orphaned, own_done_at = False, None
     while True:
+        if beat is not None:
+            beat.value += 1
         busy = False
         for src in list(sources):
-            records = src.ring.read()
-            if not records:
-                continue
-            busy = True
-            src.last_data = time.monotonic()
-            for name in bag.write_records(records, src.topics):
-                try:
-                    sources.append(_Source(RecordRing.attach_file(name), name))
-                except OSError as exc:
-                    _say(f"cannot attach the linked part's ring {name}: {exc}")
-            del records
-            src.ring.consumed()
+            busy = _read_into_bag(src, sources, bag) or busy
         if busy:
             continue
         now = time.monotonic()
-        if own_done_at is None and (orphaned or (ring.closed and ring.pending_bytes() == 0)):
+        if own_done_at is None and (orphaned or sources[0].drained()):
             own_done_at = now
         if own_done_at is not None:
             for src in sources[1:]:
                 if not src.done:
                     src.done = src.finished(own_done_at, now)
             if all(src.done for src in sources[1:]):
-                return orphaned, sources[1:]
+                return orphaned, sources
         if not orphaned and now - last_check > 0.1:
             last_check = now
             orphaned = not _parent_alive(parent_pid)   # then one more read of every ring before finishing
         time.sleep(POLL_S)
 
 
+def write_error(exc: OSError) -> str:
+    """One line for a write that failed (no traceback): disk full, a file size limit, another error."""
+    import errno
+
+    what = {errno.ENOSPC: "disk full", errno.EFBIG: "file size limit reached", errno.EDQUOT: "disk quota exceeded"}
+    return f"{what.get(exc.errno, 'write error')} ({exc.strerror or exc})"
+
+
 def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_pid: int,
-        compression: str = "zstd") -> int:
-    """The recorder process: ring(s) -> rosbag2 until the producers close their rings (or die)."""
+        compression: str = "zstd", beat=None, report=None) -> int:
+    """The recorder process: ring(s) -> rosbag2 until the producers close their rings (or die).
+    ``report``: the sending end of a pipe; the outcome goes there as one JSON object (:func:`_report`).
+    Exit status 0; 2: the bag could not be opened; 3: the recording failed (said in the report, not here:
+    the container says it in one line)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # container stops us by closing the ring
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file size limit: a write error (EFBIG), not a kill
     ring = RecordRing.attach(ring_name, lock)
     try:
         bag = _BagSide(path, storage, custom_data, compression)
@@ -800,11 +974,54 @@ def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_
         ring.release()
         return 2
     ring.set_consumer_state(READY)
-    orphaned, peers = _drain(ring, bag, parent_pid)
-    peer_dropped = sum(src.ring.dropped for src in peers)
-    bag.close(path, ring.dropped + peer_dropped, orphaned, peer_dropped)
-    for src in peers:
+    cause, closed, sources = "", False, []
+    try:
+        orphaned, sources = _drain(ring, bag, parent_pid, beat)
+        peer_dropped = sum(src.ring.dropped for src in sources[1:])
+        line = bag.close(path, ring.dropped + peer_dropped, orphaned, peer_dropped)
+        closed = True
+        cause = "; ".join(src.outside_close for src in sources if src.outside_close)
+        if not cause:
+            print(line, flush=True)
+    except RingCorrupt as exc:
+        cause = f"corrupt ring: {exc}"
+        closed = _close_anyway(bag, path, ring)
+    except OSError as exc:
+        cause = write_error(exc)
+    _report(report, cause, closed, bag.writer.counts)
+    if cause and not closed:                        # nothing more to write: no flush at exit (a full disk)
+        sys.stdout.flush()
+        os._exit(3)
+    for src in sources[1:]:
         src.ring.release()
-    ring.set_consumer_state(DONE)
+    ring.set_consumer_state(DONE if not cause else FAILED)
     ring.release()
-    return 0
+    return 3 if cause else 0
+
+
+def process_main(*args) -> None:
+    """The recorder process's entry (``multiprocessing``): :func:`run`'s return value is its exit status."""
+    sys.exit(run(*args))
+
+
+def _close_anyway(bag: _BagSide, path: str, ring) -> bool:
+    """Close the bag after a corrupt ring (what was read before is written); False if that failed too."""
+    try:
+        bag.close(path, ring.dropped, False)
+        return True
+    except Exception:
+        return False
+
+
+def _report(conn, cause: str, closed: bool, counts: dict) -> None:
+    """Tell the container how the recording ended: ``{"cause": "" or one line, "closed": the bag was closed
+    here, "counts": messages written per topic}`` (JSON: nothing that runs code when read)."""
+    import json
+
+    if conn is None:
+        return
+    try:
+        conn.send_bytes(json.dumps({"cause": cause, "closed": closed, "counts": counts}).encode())
+        conn.close()
+    except OSError:
+        pass

@@ -298,10 +298,14 @@ class BagWriter:
     the MCAP ``rosbag2`` metadata record, the sqlite3 ``schema`` table); each MCAP channel's metadata holds
     ``topic_type_hash`` (RIHS01, :func:`type_hash`) next to ``offered_qos_profiles``; MCAP chunks are
     zstd-compressed unless ``compression="none"`` (rosbag2's MCAP default; metadata.yaml's
-    ``compression_format``/``compression_mode`` stay empty: compression inside the storage, as rosbag2 says)."""
+    ``compression_format``/``compression_mode`` stay empty: compression inside the storage, as rosbag2 says).
+
+    ``chunk_by_caller`` (the recorder process): an MCAP chunk is closed only at :meth:`end_batch`, so the
+    caller knows which of the messages it wrote are in the file (a chunk is the unit MCAP writes)."""
 
     def __init__(self, path: Path, storage: str = "mcap", custom_data: str = "",
-                 describe: Callable[[str], tuple[list, str | None]] | None = None, compression: str = "zstd"):
+                 describe: Callable[[str], tuple[list, str | None]] | None = None, compression: str = "zstd",
+                 chunk_by_caller: bool = False):
         from rosbags.rosbag2 import StoragePlugin, Writer
         from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
         from rosbags.typesys import Stores, get_typestore
@@ -323,6 +327,7 @@ class BagWriter:
         self.storage = storage
         _as_rosbag2_writes(self.writer.storage)
         self._mcap = self.writer.storage if storage == "mcap" and _has_mcap_internals(self.writer) else None
+        self._auto_chunk = not (chunk_by_caller and self._mcap is not None)
         self.describe = describe or (lambda topic: ([], None))
         self.types: dict[str, str] = {}
         self.counts: dict[str, int] = {}
@@ -366,13 +371,28 @@ class BagWriter:
         chunk.msgs[cid].append((t_ns, bio.tell()))
         bio.write(_MCAP_MESSAGE.pack(0x05, 22 + len(data), cid, 0, t_ns, t_ns))
         bio.write(data)
-        if bio.tell() > _MCAP_CHUNK_BYTES:
+        if bio.tell() > _MCAP_CHUNK_BYTES and self._auto_chunk:
             s.close_chunk()
         w.counts[cid] += 1
         if t_ns < w.min_timestamp:
             w.min_timestamp = t_ns
         if t_ns > w.max_timestamp:
             w.max_timestamp = t_ns
+
+    def end_batch(self, force: bool = False) -> bool:
+        """``chunk_by_caller``: close the open MCAP chunk if it passed its size (or ``force`` and it holds
+        anything) and hand the file its bytes. True when every message written so far is in the file (the
+        OS has it: a killed process loses none of it), or when the writer does not tell (sqlite3 commits at
+        :meth:`close`; rosbags' own chunking): the caller cannot do better than take them as written."""
+        if self._auto_chunk:
+            return True
+        s = self._mcap
+        size = s.chunk.bio.tell()
+        if size > _MCAP_CHUNK_BYTES or (force and size):
+            s.close_chunk()
+            s.bio.flush()
+            return True
+        return not size
 
     def set_custom_data(self, key: str, value: str) -> None:
         """A ``metadata.yaml`` custom-data entry (before :meth:`close`)."""

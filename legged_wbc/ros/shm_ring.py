@@ -52,7 +52,7 @@ WRAP = 0xFFFF                       # kind: skip to the start of the ring
 
 # consumer states
 STARTING, READY, FAILED, DONE = 0, 1, 2, 3
-_W, _R, _DROPPED, _CLOSED, _CONSUMER, _CAP, _PRODUCER = range(7)
+_W, _R, _DROPPED, _CLOSED, _CONSUMER, _CAP, _PRODUCER, _SEALED = range(8)
 SHM_DIR = "/dev/shm"                # where POSIX shared memory segments live (Linux)
 RING_PREFIX = "legged_wbc_ring_"
 RING_NAME = re.compile(RING_PREFIX + "[0-9a-f]{32}")   # the names create() gives: nothing else is attached
@@ -167,10 +167,10 @@ class RecordRing:
         """Attach ring ``name`` from any process (no ``multiprocessing`` object shared with its creator):
         mapped by name, locked with a :class:`FileLock` on the segment's file. Raises ``OSError``."""
         seg = _MappedSegment(name)
-        cap = int(np.frombuffer(seg.buf[:HEADER_BYTES], dtype=np.uint64)[_CAP])
-        if cap < 4096 or cap % ALIGN or HEADER_BYTES + cap > len(seg.buf):
+        cap, size = int(np.frombuffer(seg.buf[:HEADER_BYTES], dtype=np.uint64)[_CAP]), len(seg.buf)
+        if cap < 4096 or cap % ALIGN or HEADER_BYTES + cap > size:
             seg.close()
-            raise RingRefused(f"ring {name}: its header's capacity {cap} does not fit its {len(seg.buf)} bytes")
+            raise RingRefused(f"ring {name}: its header's capacity {cap} does not fit its {size} bytes")
         return cls(seg, FileLock(seg.fd), owner=False)
 
     @property
@@ -196,9 +196,18 @@ class RecordRing:
         return bool(self._hdr[_CLOSED])
 
     def close(self) -> None:
-        """Producer: nothing more will come (the consumer drains and finishes)."""
+        """Producer: nothing more will come (the consumer drains and finishes). Seals the ring first: its
+        final write position (:attr:`sealed`) tells the consumer that everything up to it was announced by
+        the producer itself, and a closed word set from outside (no seal, or another position) apart."""
         with self.lock:
+            self._hdr[_SEALED] = int(self._hdr[_W]) + 1
             self._hdr[_CLOSED] = 1
+
+    @property
+    def sealed(self) -> int | None:
+        """The final write position the producer announced when it closed the ring (None: not sealed)."""
+        s = int(self._hdr[_SEALED])
+        return s - 1 if s else None
 
     @property
     def consumer_state(self) -> int:
@@ -253,6 +262,11 @@ class RecordRing:
         self._w = w + need
         return True
 
+    @property
+    def position(self) -> int:
+        """Producer: the position the next record goes to (or after, past a wrap)."""
+        return self._w
+
     def commit(self) -> None:
         """Publish every record put so far to the consumer."""
         with self.lock:
@@ -287,8 +301,27 @@ class RecordRing:
         self._r_next = r
         return out
 
-    def consumed(self) -> None:
-        """Give the records returned by the last :meth:`read` back to the producer."""
+    def consumed(self, upto: int | None = None) -> None:
+        """Give the records returned by the last :meth:`read` back to the producer; ``upto``: only the
+        records before that position (the consumer keeps the rest until they are safe elsewhere; it reads
+        on from its own position, :attr:`read_position`)."""
         self._r = self._r_next
         with self.lock:
-            self._hdr[_R] = self._r
+            self._hdr[_R] = self._r if upto is None else upto
+
+    @property
+    def read_position(self) -> int:
+        """The consumer's next read position (ahead of the published one while it keeps records)."""
+        return self._r
+
+    def unread_bytes(self) -> int:
+        """Consumer: published bytes it has not read yet."""
+        with self.lock:
+            return int(self._hdr[_W]) - self._r
+
+    def take_over(self) -> int:
+        """Read from the position the consumer published (the producer taking over a dead consumer's
+        records with :meth:`read`); returns that position."""
+        with self.lock:
+            self._r = self._r_next = int(self._hdr[_R])
+        return self._r
