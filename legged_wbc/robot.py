@@ -65,11 +65,60 @@ def _vec(name: str, value, n: int) -> tuple[float, ...]:
     return tuple(arr)
 
 
-def _pos(name: str, value) -> float:
-    v = float(value)
-    if not (math.isfinite(v) and v > 0.0):
-        raise ConfigError(f"{name}: must be a positive number, got {value!r}")
+def _pos(name: str, value, hi: float = 1e4) -> float:
+    """A finite number in (0, ``hi``] (lengths [m] up to 10, masses [kg], limits)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: must be a positive number, got {value!r}") from None
+    if not (math.isfinite(v) and 0.0 < v <= hi):
+        raise ConfigError(f"{name}: must be a positive number <= {hi:g}, got {value!r}")
     return v
+
+
+def _num(name: str, value, lo: float, hi: float) -> float:
+    """A finite number in [``lo``, ``hi``]."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: must be a number, got {value!r}") from None
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ConfigError(f"{name}: must be a finite number in [{lo:g}, {hi:g}], got {value!r}")
+    return v
+
+
+# The keys a robot YAML may hold (a nested dict: a section; ``LEG_KEYS``: each entry of ``legs``).
+ROBOT_KEYS = {
+    "name": None, "urdf": None, "base": {"link": None, "mass": None, "size": None, "imu_xyz": None},
+    "leg_type": {"joint_suffixes": None, "foot_link_suffix": None, "coxa_length": None, "femur_length": None,
+                 "tibia_length": None, "foot_length": None, "foot_radius": None, "link_masses": None,
+                 "link_radius": None, "armature": None, "lower": None, "upper": None, "effort": None,
+                 "velocity": None, "actuator": {"stall_torque": None, "no_load_speed": None,
+                                                "coulomb_friction": None, "viscous_friction": None}},
+    "legs": None, "stance": {"reach": None, "height": None, "relative_pitch": None},
+    "contact": {"friction": None}, "gait": {"groups": None, "period": None, "duty": None, "start_time": None},
+}
+LEG_KEYS = ("name", "mount_xyz", "mount_yaw_deg", "mount_roll_deg")
+
+
+def check_robot_keys(d: dict, known: dict = ROBOT_KEYS, where: str = "robot") -> None:
+    """A ConfigError naming the first key of ``d`` that ``known`` does not have (with the closest names)."""
+    import difflib
+
+    for k, v in d.items():
+        if k not in known:
+            close = difflib.get_close_matches(str(k), list(known), n=3, cutoff=0.75)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"known here: {', '.join(known)}"
+            raise ConfigError(f"{where}.{k}: no such robot key ({hint})")
+        if isinstance(known[k], dict):
+            if not isinstance(v, dict):
+                raise ConfigError(f"{where}.{k}: expected a mapping, got {v!r}")
+            check_robot_keys(v, known[k], f"{where}.{k}")
+    legs = d.get("legs") if where == "robot" else None
+    for i, leg in enumerate(legs if isinstance(legs, list) else []):
+        if not isinstance(leg, dict):
+            raise ConfigError(f"robot.legs[{i}]: expected a mapping, got {leg!r}")
+        check_robot_keys(leg, dict.fromkeys(LEG_KEYS), f"robot.legs[{i}]")
 
 
 @dataclass(frozen=True)
@@ -138,17 +187,18 @@ class LegType:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LegType":
-        effort, velocity = _vec("leg_type.effort", d["effort"], 4), _vec("leg_type.velocity", d["velocity"], 4)
+        effort, velocity = (tuple(_pos(f"leg_type.{k}[{i}]", v) for i, v in
+                                  enumerate(_vec(f"leg_type.{k}", d[k], 4))) for k in ("effort", "velocity"))
         return cls(
             joint_suffixes=tuple(str(s) for s in d["joint_suffixes"]),
             foot_link_suffix=str(d.get("foot_link_suffix", "foot")),
-            coxa_length=_pos("leg_type.coxa_length", d["coxa_length"]),
-            femur_length=_pos("leg_type.femur_length", d["femur_length"]),
-            tibia_length=_pos("leg_type.tibia_length", d["tibia_length"]),
-            foot_length=_pos("leg_type.foot_length", d["foot_length"]),
-            foot_radius=_pos("leg_type.foot_radius", d["foot_radius"]),
+            coxa_length=_pos("leg_type.coxa_length", d["coxa_length"], 10.0),
+            femur_length=_pos("leg_type.femur_length", d["femur_length"], 10.0),
+            tibia_length=_pos("leg_type.tibia_length", d["tibia_length"], 10.0),
+            foot_length=_pos("leg_type.foot_length", d["foot_length"], 10.0),
+            foot_radius=_pos("leg_type.foot_radius", d["foot_radius"], 10.0),
             link_masses=tuple(_pos(f"leg_type.link_masses[{i}]", m) for i, m in enumerate(_vec("leg_type.link_masses", d["link_masses"], 4))),
-            link_radius=_pos("leg_type.link_radius", d["link_radius"]),
+            link_radius=_pos("leg_type.link_radius", d["link_radius"], 10.0),
             armature=_vec("leg_type.armature", d.get("armature", [0, 0, 0, 0]), 4),
             lower=_vec("leg_type.lower", d["lower"], 4),
             upper=_vec("leg_type.upper", d["upper"], 4),
@@ -231,14 +281,17 @@ class RobotConfig:
     @classmethod
     def from_dict(cls, d: dict, source: str = "") -> "RobotConfig":
         if "robot" in d:
+            if set(d) != {"robot"} or not isinstance(d["robot"], dict):
+                raise ConfigError(f"robot config {source}: one top-level 'robot:' mapping expected")
             d = d["robot"]
+        check_robot_keys(d)
         try:
             legs = tuple(
                 LegConfig(
                     name=str(leg["name"]),
                     mount_xyz=_vec(f"legs[{i}].mount_xyz", leg["mount_xyz"], 3),
-                    mount_yaw_deg=float(leg["mount_yaw_deg"]),
-                    mount_roll_deg=float(leg.get("mount_roll_deg", 0.0)),
+                    mount_yaw_deg=_num(f"legs[{i}].mount_yaw_deg", leg["mount_yaw_deg"], -360.0, 360.0),
+                    mount_roll_deg=_num(f"legs[{i}].mount_roll_deg", leg.get("mount_roll_deg", 0.0), -90.0, 90.0),
                 )
                 for i, leg in enumerate(d["legs"])
             )
@@ -248,14 +301,16 @@ class RobotConfig:
                 urdf=str(d["urdf"]),
                 base_link=str(base.get("link", "base_link")),
                 base_mass=_pos("base.mass", base["mass"]),
-                base_size=_vec("base.size", base["size"], 3),
+                base_size=tuple(_pos(f"base.size[{i}]", v, 10.0)
+                                for i, v in enumerate(_vec("base.size", base["size"], 3))),
                 imu_xyz=_vec("base.imu_xyz", base.get("imu_xyz", [0, 0, 0]), 3),
                 leg_type=LegType.from_dict(d["leg_type"]),
                 legs=legs,
-                stance_reach=_pos("stance.reach", d["stance"]["reach"]),
-                stance_height=_pos("stance.height", d["stance"]["height"]),
-                stance_relative_pitch=float(d["stance"].get("relative_pitch", 0.0)),
-                friction=float(d.get("contact", {}).get("friction", 0.9)),
+                stance_reach=_pos("stance.reach", d["stance"]["reach"], 10.0),
+                stance_height=_pos("stance.height", d["stance"]["height"], 10.0),
+                stance_relative_pitch=_num("stance.relative_pitch", d["stance"].get("relative_pitch", 0.0),
+                                           -math.pi, math.pi),
+                friction=_pos("contact.friction", d.get("contact", {}).get("friction", 0.9), 10.0),
                 gait=dict(d.get("gait", {})),
                 source=source,
             )
@@ -275,21 +330,84 @@ def find_config(subdir: str, name_or_path: str, what: str) -> Path:
     return p
 
 
-def load_yaml_file(path: str | Path):
-    """``yaml.safe_load`` of a file; an unreadable file or a YAML syntax error is a ConfigError that
-    names the file and the line (not ``<unicode string>``)."""
-    p = Path(path)
+# Bounds of every YAML input (scenario, robot, parameter and sweep files, a bag's metadata.yaml, ``--set``
+# values): the project's files are a few kB; a YAML alias repeats its anchor's whole subtree, so a small
+# file can stand for billions of nodes ("billion laughs"): the expanded node count is bounded too.
+MAX_YAML_BYTES = 1 << 20        # 1 MiB
+MAX_YAML_NODES = 100_000        # nodes after alias expansion (a scenario has ~100, a bag's metadata ~1000)
+
+
+class _Refused(yaml.YAMLError):
+    """A well-formed YAML document the loader will not build (too many nodes once expanded, recursive)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a document whose aliases expand to more than
+    :data:`MAX_YAML_NODES` nodes, or refer to an enclosing node (a recursive structure)."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
+
+
+def _expanded_size(node, sizes: dict, open_ids: set) -> int:
+    """Nodes in ``node``'s tree with every alias expanded (memoised per shared node, so linear in
+    the document); raises ``yaml.YAMLError`` past :data:`MAX_YAML_NODES` or on a cycle."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_ids:
+        raise _Refused("a recursive alias (a node that contains itself)")
+    open_ids.add(key)
+    n = 1
+    if isinstance(node, yaml.MappingNode):
+        n += sum(_expanded_size(k, sizes, open_ids) + _expanded_size(v, sizes, open_ids) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        n += sum(_expanded_size(v, sizes, open_ids) for v in node.value)
+    open_ids.discard(key)
+    if n > MAX_YAML_NODES:
+        raise _Refused(f"more than {MAX_YAML_NODES} nodes once its aliases are expanded")
+    sizes[key] = n
+    return n
+
+
+def load_yaml_text(text: str | bytes, source: str):
+    """The one YAML parser of the project's inputs: ``yaml.safe_load`` semantics, bounded (size
+    :data:`MAX_YAML_BYTES`, alias expansion :data:`MAX_YAML_NODES`), UTF-8 only. Every failure is one
+    :class:`ConfigError` line naming ``source`` (a path, ``--set KEY``) and, for syntax, the line."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{source}: larger than {MAX_YAML_BYTES} bytes, the most a YAML input may be")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{source}: not UTF-8 text (byte 0x{text[exc.start]:02x} at offset {exc.start}): "
+                              "not a YAML file") from None
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except _Refused as exc:
+        raise ConfigError(f"{source}: refused: {exc} (YAML aliases / anchors)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{p}:{where}: YAML syntax error: {what}") from None
+        raise ConfigError(f"{source}:{where} YAML syntax error: {what}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: YAML nested too deeply") from None
+
+
+def load_yaml_file(path: str | Path):
+    """:func:`load_yaml_text` of a file; an unreadable, oversized, non-UTF-8 or malformed file is a
+    ConfigError that names the file and the line (not ``<unicode string>``)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    return load_yaml_text(data, str(p))
 
 
 def load_robot_config(path: str | Path | None = None) -> RobotConfig:
@@ -304,7 +422,10 @@ def load_robot_config(path: str | Path | None = None) -> RobotConfig:
     d = load_yaml_file(p)
     if not isinstance(d, dict):
         raise ConfigError(f"{p}: a robot config must be a mapping, got {type(d).__name__}")
-    return RobotConfig.from_dict(d, source=str(p))
+    try:
+        return RobotConfig.from_dict(d, source=str(p))
+    except ConfigError as exc:
+        raise ConfigError(str(exc) if str(exc).startswith("robot config") else f"{p}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------

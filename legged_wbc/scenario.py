@@ -42,13 +42,15 @@ step and its Coulomb + viscous joint friction; see :mod:`mujoco_bridge.sim`).
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from dataclasses import dataclass
 
 import yaml
 
 from legged_wbc import terrain as _terrain
-from legged_wbc.robot import ConfigError, find_config, load_yaml_file
+from legged_wbc.params import FieldSpec, flatten
+from legged_wbc.robot import ConfigError, find_config, load_yaml_file, load_yaml_text
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,12 @@ PHYSICS_DEFAULTS = {
     "payload": {"mass_kg": 0.0},
     "push": {"enabled": False, "force_n": 0.0, "start_offset": 0.0, "duration": 0.0},
     "terrain": dict(_terrain.DEFAULTS),
+    "noise": {"joint_velocity": 0.0, "gyro": 0.0, "accel": 0.0, "seed": 0},
 }
 # Top-level keys a scenario file may omit, with their defaults.
-SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators": "ideal", "preset": "robust"}
+SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators": "ideal", "preset": "robust",
+                   "robot": "hexapod"}
+MAX_DELAY_TICKS = 500      # 1 s of 2 ms control ticks: the longest command / sensor delay a scenario may give
 ACTUATOR_MODELS = ("ideal", "realistic")
 # Settings presets (scenario key ``preset``): overrides under the scenario's controller / estimator blocks.
 PRESETS = {
@@ -106,6 +111,115 @@ PRESETS = {
                "estimator": {"touchdown": {"sigma_dq_meas": 0.15}}},
     "paper": {"controller": {}, "estimator": {}},      # the parameter files as they are: the paper's method
 }
+
+
+# ------------------------------------------------------------------------------------ the scenario schema
+# Every key of a scenario (file, ``--set``, a sweep's draws) is checked here, once: unknown keys (with the
+# closest names), types (an integer key takes an integral number only), finiteness and ranges, as the
+# node parameters are (legged_wbc.params.FieldSpec). ``controller`` / ``estimator`` hold node parameters,
+# checked by the nodes' own schemas; ``terrain`` by legged_wbc.terrain.Terrain.
+_DAY = 86400.0             # the longest time a scenario may give [s]
+
+
+def _spec(name: str, default, lo=None, hi=None, unit: str = "s", desc: str = "", typ: str | None = None,
+          choices=None) -> FieldSpec:
+    typ = typ or {bool: "bool", int: "int", float: "float", str: "str"}[type(default)]
+    return FieldSpec(name=f"scenario.{name}", type=typ, default=default, min=lo, max=hi, choices=choices,
+                     description=desc + (f" [{unit}]" if unit else ""), unit=unit)
+
+
+def _time(name: str, desc: str, lo: float = 0.0) -> FieldSpec:
+    return _spec(name, 0.0, lo, _DAY, "s", desc)
+
+
+SCHEMA = {s.name[len("scenario."):]: s for s in (
+    _spec("name", "", unit="", desc="scenario name"),
+    _spec("robot", "hexapod", unit="", desc="robot config (config/robot_NAME.yaml)"),
+    _spec("initial_height", 0.3, 0.05, 2.0, "m", "base height at t = 0"),
+    _time("stand_up.start", "stand-up start"), _time("stand_up.duration", "stand-up duration"),
+    _spec("stand_up.height", 0.42, 0.1, 1.5, "m", "standing / walking base height"),
+    _time("walk.gait_start", "gait start"), _time("walk.t_s", "steady walking from"),
+    _spec("walk.forward_velocity", 0.1, -2.0, 2.0, "m/s", "forward speed"),
+    _time("evaluation.window", "metrics window length"), _spec("duration", 1.0, 0.0, _DAY, "s", "run length"),
+    _spec("disturbance.enabled", False, unit=""), _spec("disturbance.leg", "lh", unit="", desc="disturbed leg"),
+    _spec("disturbance.torque_nm", 0.0, 0.0, 1000.0, "N m", "null-space torque"),
+    _spec("disturbance.sign", 1, unit="", desc="direction", choices=(-1, 1)),
+    _time("disturbance.start_offset", "start after walk.t_s", -_DAY), _time("disturbance.duration", "length"),
+    _spec("fall.min_height", 0.22, 0.0, 2.0, "m", "fall: base height below"),
+    _spec("fall.max_tilt_deg", 35.0, 0.0, 180.0, "deg", "fall: base tilt above"),
+    _spec("noise.joint_velocity", 0.0, 0.0, 100.0, "rad/s", "joint velocity noise std"),
+    _spec("noise.gyro", 0.0, 0.0, 100.0, "rad/s", "gyro noise std"),
+    _spec("noise.accel", 0.0, 0.0, 1000.0, "m/s^2", "accelerometer noise std"),
+    _spec("noise.seed", 0, 0, 2**63 - 1, "", "noise seed"),
+    _spec("ground.friction", 0.9, 0.0, 10.0, "", "foot-floor friction (null: the robot config's)"),
+    _spec("payload.mass_kg", 0.0, -1000.0, 1000.0, "kg", "mass added to the body"),
+    _spec("push.enabled", False, unit=""), _spec("push.force_n", 0.0, -1e4, 1e4, "N", "lateral force"),
+    _time("push.start_offset", "start after walk.t_s", -_DAY), _time("push.duration", "length"),
+    _spec("squeeze.enabled", False, unit=""), _spec("squeeze.legs", ("lf", "lm"), unit="", typ="str_array"),
+    _spec("squeeze.torque_nm", 0.0, 0.0, 1000.0, "N m", "hip-yaw torque"),
+    _time("squeeze.start_offset", "start after walk.t_s", -_DAY), _time("squeeze.duration", "length"),
+    _spec("command_delay_ticks", 0, 0, MAX_DELAY_TICKS, "", "command delay in 2 ms ticks"),
+    _spec("sensor_delay_ticks", 0, 0, MAX_DELAY_TICKS, "", "sensor delay in 2 ms ticks"),
+    _spec("actuators", "ideal", unit="", choices=ACTUATOR_MODELS), _spec("preset", "robust", unit=""),
+)}
+NODE_SECTIONS = ("controller", "estimator")   # node parameters (checked by the nodes' schemas)
+LIST_KEYS = ("commands",)   # lists checked where they are used (the velocity command schedule: closed_loop)
+NULLABLE = ("ground.friction",)
+TERRAIN_KEYS = tuple(f"terrain.{k}" for k in _terrain.DEFAULTS)
+SECTIONS = tuple(sorted({k.split(".")[0] for k in SCHEMA if "." in k} | {"terrain"}))
+
+
+def _unknown(key: str, where: str) -> ConfigError:
+    """The error of an unknown scenario key: the closest known names, else the names at its level."""
+    known = list(SCHEMA) + list(TERRAIN_KEYS) + list(NODE_SECTIONS) + list(LIST_KEYS)
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.75)
+    prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    level = sorted({k[len(prefix):].split(".")[0] for k in known if k.startswith(prefix)}) or \
+        sorted({k.split(".")[0] for k in known})
+    hint = f"did you mean {' or '.join(close)}?" if close else f"known here: {', '.join(level)}"
+    return ConfigError(f"{where}: no such scenario key ({hint})")
+
+
+def known_key(key: str) -> bool:
+    """A key ``--set`` may give: a schema key, a section, a terrain key, or under controller / estimator."""
+    return (key in SCHEMA or key in TERRAIN_KEYS or key in SECTIONS or key in LIST_KEYS
+            or key.split(".")[0] in NODE_SECTIONS)
+
+
+def checked_raw(raw: dict) -> dict:
+    """A copy of ``raw`` (defaults filled in) with every :data:`SCHEMA` key checked and coerced; an
+    unknown key, a missing one, a bad type, a non-finite or out-of-range value is a ConfigError."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"scenario: expected a mapping, got {type(raw).__name__}")
+    out = with_physics_defaults(raw)
+    for sec in SECTIONS + NODE_SECTIONS:
+        if out.get(sec) is not None and not isinstance(out[sec], dict):
+            raise ConfigError(f"scenario.{sec}: expected a mapping, got {out[sec]!r}")
+    for key in LIST_KEYS:
+        if out.get(key) is not None and not isinstance(out[key], list):
+            raise ConfigError(f"scenario.{key}: expected a list, got {out[key]!r}")
+    own = {k: v for k, v in out.items() if k not in NODE_SECTIONS + LIST_KEYS + ("terrain",)}
+    for key in flatten(own):
+        if key not in SCHEMA:
+            raise _unknown(key, f"scenario.{key}")
+    for key in flatten(out.get("terrain") or {}, "terrain."):
+        if key not in TERRAIN_KEYS:
+            raise _unknown(key, f"scenario.{key}")
+    for key, spec in SCHEMA.items():
+        *path, leaf = key.split(".")
+        cur = out
+        for part in path:
+            cur = cur.get(part)
+            if not isinstance(cur, dict):
+                raise ConfigError(f"scenario: missing key {part!r}")
+        if leaf not in cur:
+            raise ConfigError(f"scenario: missing key {key!r}")
+        value = cur[leaf]
+        if value is None and key in NULLABLE:
+            continue
+        value = _SPECIAL[key](value) if key in _SPECIAL else spec.coerce(value)
+        cur[leaf] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def _merged(base: dict, top: dict) -> dict:
@@ -171,40 +285,42 @@ class Scenario:
 
 
 def _set_dotted(d: dict, key: str, value) -> None:
+    """``d[a][b]... = value`` for ``--set a.b...=value``; the key must be one :func:`known_key` names
+    (the value is checked with the rest by :func:`checked_raw`)."""
+    if not known_key(key):
+        raise _unknown(key, f"--set {key}")
     parts = key.split(".")
     cur = d
-    for k, p in enumerate(parts[:-1]):
-        if p not in cur or not isinstance(cur[p], dict):
-            if parts[0] in ("controller", "estimator") and (k == 0 or p not in cur):
-                cur[p] = {}   # e.g. estimator.touchdown.gamma_land: nested parameter names
-            else:
-                raise ConfigError(f"--set {key}: no such scenario key {'.'.join(parts[:k + 1])!r}")
+    for p in parts[:-1]:
+        if not isinstance(cur.get(p), dict):
+            cur[p] = {}   # e.g. estimator.touchdown.gamma_land: nested parameter names
         cur = cur[p]
-    leaf = parts[-1]
-    if parts[0] in ("controller", "estimator") and len(parts) >= 2:
-        cur[leaf] = value
-        return
-    if leaf not in cur:
-        raise ConfigError(f"--set {key}: no such scenario key (known here: {sorted(cur)})")
-    cur[leaf] = value
+    cur[parts[-1]] = value
 
 
 def parse_overrides(items: list[str] | None) -> list[tuple[str, object]]:
+    """``["key=value", ...]`` -> ``[(key, value parsed as YAML), ...]``; a ConfigError names the item."""
     out = []
     for item in items or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         k, v = item.split("=", 1)
-        out.append((k.strip(), yaml.safe_load(v)))
+        out.append((k.strip(), load_yaml_text(v, f"--set {k.strip()}")))
     return out
 
 
 def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scenario:
     p = find_config("scenarios", name_or_path, "scenario")
     doc = load_yaml_file(p)
-    if not isinstance(doc, dict) or "scenario" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("scenario"), dict):
         raise ConfigError(f"{p}: not a scenario file (no top-level 'scenario:' mapping)")
-    raw = with_physics_defaults(doc["scenario"])   # so --set push.* etc. works on older files
+    if set(doc) != {"scenario"}:
+        raise ConfigError(f"{p}: unknown top-level key(s) {sorted(str(k) for k in doc if k != 'scenario')} "
+                          "(a scenario file holds one 'scenario:' mapping)")
+    try:
+        raw = checked_raw(doc["scenario"])   # the file itself, then the overrides; defaults filled in
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     for k, v in parse_overrides(overrides):
         _set_dotted(raw, k, v)
     return scenario_from_dict(raw)
@@ -226,10 +342,11 @@ def with_physics_defaults(raw: dict) -> dict:
 
 
 def _delay_ticks(value, key: str = "command_delay_ticks") -> int:
-    """A delay in ticks: an integer >= 0 (``2`` or ``2.0``; not ``2.5``, ``true`` or ``-1``)."""
+    """A delay in ticks: an integer in [0, :data:`MAX_DELAY_TICKS`] (``2`` or ``2.0``; not ``2.5``,
+    ``true``, ``-1`` or ``1e9``)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value != int(value) or value < 0):
-        raise ConfigError(f"scenario.{key}: must be an integer >= 0, got {value!r}")
+            or value != int(value) or not 0 <= value <= MAX_DELAY_TICKS):
+        raise ConfigError(f"scenario.{key}: must be an integer >= 0 and <= {MAX_DELAY_TICKS}, got {value!r}")
     return int(value)
 
 
@@ -237,6 +354,18 @@ def _actuators(value) -> str:
     if value not in ACTUATOR_MODELS:
         raise ConfigError(f"scenario.actuators: must be one of {', '.join(ACTUATOR_MODELS)}, got {value!r}")
     return value
+
+
+def _preset(value) -> str:
+    if not isinstance(value, str) or value not in PRESETS:
+        raise ConfigError(f"scenario.preset: must be one of {', '.join(PRESETS)}, got {value!r}")
+    return value
+
+
+# keys with a check of their own (and messages the README quotes), instead of FieldSpec.coerce
+_SPECIAL = {"command_delay_ticks": _delay_ticks,
+            "sensor_delay_ticks": lambda v: _delay_ticks(v, "sensor_delay_ticks"),
+            "actuators": _actuators, "preset": _preset}
 
 
 def _estimator_base(preset: str, terrain: dict | None) -> dict:
@@ -250,13 +379,10 @@ def _estimator_base(preset: str, terrain: dict | None) -> dict:
 
 
 def scenario_from_dict(raw: dict) -> Scenario:
-    raw = with_physics_defaults(raw)
-    delay = _delay_ticks(raw["command_delay_ticks"])
-    sensor_delay = _delay_ticks(raw["sensor_delay_ticks"], "sensor_delay_ticks")
-    actuators = _actuators(raw["actuators"])
-    preset = raw["preset"]
-    if preset not in PRESETS:
-        raise ConfigError(f"scenario.preset: must be one of {', '.join(PRESETS)}, got {preset!r}")
+    """The scenario of a ``scenario:`` mapping, checked against :data:`SCHEMA` (:func:`checked_raw`)."""
+    raw = checked_raw(raw)
+    delay, sensor_delay = raw["command_delay_ticks"], raw["sensor_delay_ticks"]
+    actuators, preset = raw["actuators"], raw["preset"]
     try:
         walk, su, dist = raw["walk"], raw["stand_up"], raw["disturbance"]
         t_s = float(walk["t_s"])
