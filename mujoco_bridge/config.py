@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from legged_wbc import params as P
 from legged_wbc.params import param, validate
 from legged_wbc.robot import ConfigError, share_path
+from mujoco_bridge.command_source import check_command_source
 
 NODE_NAME = "mujoco_bridge"
 
@@ -72,6 +73,11 @@ class BridgeConfig:
                                    unit="s")
     qos_depth: int = param(200, 1, 100000, "history depth of the reliable publishers", unit="messages", live=False)
     scenario: str = param("none", desc="disturbance scenario name (none = no disturbance)", live=False)
+    command_source: str = param("first", desc="whose /joint_torque_cmd the bridge applies: first = the first "
+                                "publisher of the run with a well-formed command; a node name (/wbc_controller: "
+                                "the launch's own controller) = that node's first publisher; link = the host "
+                                "link's peer (layout:=split); any other publisher's commands are dropped and "
+                                "counted (commands_foreign)", live=False)
     viewer: bool = param(False, desc="open the MuJoCo passive viewer (needs a display)", live=False)
     noise_joint_velocity: float = param(0.0, 0.0, 100.0, "white noise std of joint velocities", unit="rad/s",
                                         live=False)
@@ -81,6 +87,8 @@ class BridgeConfig:
 
     def __post_init__(self):
         validate(self)
+        if (why := check_command_source(self.command_source)) is not None:
+            raise ConfigError(why)
         if self.mode == "lockstep" and self.command_timing == "untimed":
             raise ConfigError("command_timing: untimed needs mode: realtime (lockstep pairs commands with ticks)")
         if self.sample_stamps == "wall" and self.mode != "realtime":

@@ -10,6 +10,7 @@ act from the next tick). ``duration`` > 0: the node exits (status 0) after that 
 import signal
 import sys
 import threading
+import time
 
 import numpy as np
 from rclpy.node import Node
@@ -20,6 +21,7 @@ from std_msgs.msg import Float64MultiArray
 from legged_wbc.robot import ConfigError
 from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, tf_publisher, io as ros_io
 from legged_wbc.ros.params import NodeParameters
+from mujoco_bridge.command_source import CommandSources
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, bridge_simulation, delay_ticks,
                                           scenario_disturbance)
@@ -59,7 +61,8 @@ class MujocoBridge(Node):
                                      log=log, effort_limit=self.robot.effort,
                                      command_delay_ticks=delay_ticks(self.scenario))
         self.physics = BridgePhysics(self.sim, self.n, log, scenario_disturbance(self.scenario, self.robot,
-                                                                                 self.sched, log))
+                                                                                 self.sched, log),
+                                     counters=self.sched.counters)
         self.ports.physics_step = self.physics.step
         self.request_stop = self.sched.request_stop            # from a signal handler or the container
 
@@ -94,8 +97,12 @@ class MujocoBridge(Node):
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
         self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
                                                        timed=cfg.command_timing == "stamped")
+        self.cmd_sources = CommandSources(cfg.command_source, self._publisher_node, self.sched.counters,
+                                          self.get_logger())
+        self._gid_names: dict[bytes, str] = {}
+        self._graph_asked = -1e9
         self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
-                                                  cmd_qos, adapter=adapters.JointStateAdapter)
+                                                  cmd_qos, adapter=adapters.JointStateAdapter, with_source=True)
         self._leg_order = ros_io.JointOrder(self.leg_names)
         self.sub_support = None
         if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
@@ -125,13 +132,34 @@ class MujocoBridge(Node):
         self.cfg = self.sched.cfg = cfg          # read by the scheduler at its next tick / step
 
     # ------------------------------------------------------------ inputs (executor thread, or in publish)
-    def _on_command(self, sample: adapters.JointSample) -> None:
+    def _on_command(self, sample: adapters.JointSample, source=None) -> None:
+        """A torque command from ``source`` (DDS: its ``MessageInfo``; in the process: its publisher; None:
+        a direct call): applied only if it comes from the publisher the bridge follows (:class:`CommandSources`)."""
+        follows = self.cmd_sources.check(source)
+        if follows is False:                     # another publisher's: counted, never applied
+            return
         try:
             cmd = self.cmd_decoder.decode_fields(sample.stamp_ns, sample.names, sample.effort)
         except ros_io.CommandError as exc:
             self.sched.reject(str(exc), kind=exc.kind)
             return
+        if follows is None:                      # command_source: first, and this is the first well-formed one
+            self.cmd_sources.follow(source)
         self.sched.offer_command(cmd, self.source_time() if self.source_time else None)
+
+    def _publisher_node(self, info: dict) -> str | None:
+        """The fully qualified name of the node whose publisher sent a DDS message (its ``MessageInfo``),
+        from the ROS graph (asked again at most every 0.2 s while a publisher is not in it); None if unknown."""
+        gid = info.get("publisher_gid")
+        key = bytes(gid["data"]) if gid else None
+        if key in self._gid_names or key is None or time.monotonic() - self._graph_asked < 0.2:
+            return self._gid_names.get(key)
+        self._graph_asked = time.monotonic()
+        for ep in self.get_publishers_info_by_topic(self.sub_cmd.topic_name):
+            if ep.node_name and ep.node_name != "_NODE_NAME_UNKNOWN_":
+                ns = ep.node_namespace.rstrip("/")
+                self._gid_names[bytes(bytearray(ep.endpoint_gid))] = f"{ns}/{ep.node_name}"
+        return self._gid_names.get(key)
 
     def _on_support(self, sample: adapters.JointSample) -> None:
         ns = sample.stamp_ns

@@ -142,14 +142,21 @@ class BridgePhysics:
     (checked: a wrong shape or a non-finite value is logged and replaced by zero); the applied
     disturbance is kept in :attr:`dist_applied` for ``/disturbance``. A torque array returned again
     (the same object: :class:`ScenarioDisturbance` holds a tick's torque over its steps) was checked
-    and set when it first came: ``disturbance_fn`` returns a new array for a new torque."""
+    and set when it first came: ``disturbance_fn`` returns a new array for a new torque.
 
-    def __init__(self, sim, n: int, log, disturbance_fn=None):
+    A command torque beyond a joint's effort limit is clamped by the simulation
+    (:meth:`~mujoco_bridge.sim.MujocoSim.set_torque`, as ros2_control's joint limiters saturate a command)
+    and counted in ``counters["commands_clamped"]`` (the scheduler's counters: ``/bridge/diagnostics``);
+    the first one of a run is logged with its joint."""
+
+    def __init__(self, sim, n: int, log, disturbance_fn=None, counters: dict | None = None):
         self.sim = sim
         sim.track_saturation = False   # nothing here reads the flags: no per-step work for them
         self.n = n
         self.log = log
         self.disturbance_fn = disturbance_fn
+        self.counters = counters if counters is not None else {}
+        self.counters.setdefault("commands_clamped", 0)
         self.dist_applied = np.zeros(n)
         self._tau_set = None            # the torque array last handed to the simulation (never mutated)
         self._dist_set = 0              # disturbance_fn's array last handed to it (0: none yet; None: zero)
@@ -157,7 +164,8 @@ class BridgePhysics:
     def step(self, tau: np.ndarray, step: int) -> None:
         sim = self.sim
         if tau is not self._tau_set:    # a command's torque drives several steps: checked and set once
-            sim.set_torque(tau)
+            if sim.set_torque(tau):     # clamped to the effort limits
+                self._clamped(tau)
             self._tau_set = tau
         dist = None
         if self.disturbance_fn is not None:
@@ -165,6 +173,18 @@ class BridgePhysics:
         if dist is not self._dist_set:  # a torque held over several steps (a tick's): checked and set once
             self._set_disturbance(dist)
         sim.step(1)
+
+    def _clamped(self, tau: np.ndarray) -> None:
+        """Count a command the simulation clamped to the effort limits; log the first of the run."""
+        c = self.counters
+        c["commands_clamped"] += 1
+        if c["commands_clamped"] == 1:
+            limit = self.sim.effort_limit
+            j = int(np.argmax(np.abs(tau) - limit))
+            name = self.sim.robot.joint_names[j]
+            self.log.warning(f"torque command beyond the effort limit: {tau[j]:.6g} N m for {name} (limit "
+                             f"{limit[j]:g} N m): clamped to the limit; such commands are counted in "
+                             "commands_clamped (/bridge/diagnostics), this line is not repeated")
 
     def _set_disturbance(self, dist) -> None:
         """Check ``disturbance_fn``'s new torque (None: zero) and hand it to the simulation."""

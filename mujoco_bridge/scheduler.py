@@ -166,7 +166,8 @@ SUPPORT_KEPT = 50                # support estimates kept: at least the last thi
 
 DIAG_FIELDS = ("sim_time", "tick", "commands_applied", "deadline_misses", "stale_commands", "rejected_commands",
                "watchdog_active", "watchdog_events", "realtime_factor", "overruns", "window_ticks", "window_deadline_misses",
-               "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us", "controller_waits")
+               "command_latency_p50_us", "command_latency_p99_us", "command_latency_max_us", "controller_waits",
+               "commands_clamped", "commands_foreign")
 
 
 class MonotonicClock:
@@ -244,7 +245,8 @@ class BridgeScheduler:
         self.tick = 0                       # current control tick (lockstep: the one we wait a command for)
         self.tau = None                     # the torque of the last applied command
         self.counters = dict(commands_applied=0, deadline_misses=0, stale_commands=0, rejected_commands=0,
-                             watchdog_events=0, overruns=0, controller_waits=0)
+                             watchdog_events=0, overruns=0, controller_waits=0, commands_clamped=0,
+                             commands_foreign=0)
         self.watchdog_active = False
         self.stop_requested = False
         self.got_first_command = False

@@ -8,8 +8,9 @@ accelerometer specific force in the base frame [m/s^2]). Ground truth (``q``, ``
 is available separately for evaluation only.
 
 Actuators (``actuators``, the scenario key of the same name): ``"ideal"`` applies the commanded
-torque as it is (MuJoCo clamps it to the joint's ``effort`` through the URDF's
-``actuatorfrcrange``, as it always did); ``"realistic"`` adds the robot YAML's joint friction to the
+torque as it is, clamped to the joint's ``effort`` (:meth:`MujocoSim.set_torque` clamps it before MuJoCo,
+which would clamp the force to the same value through the URDF's ``actuatorfrcrange``, as it always
+did; the bridge counts those commands, ``commands_clamped``); ``"realistic"`` adds the robot YAML's joint friction to the
 model (:func:`legged_wbc.mujoco_model.build_spec`) and clips the command at every physics step to
 the torque-speed envelope at the joint velocity of that step (:class:`ActuatorEnvelope`). Either
 way :meth:`MujocoSim.take_saturation` says which joints were clipped since it was last called.
@@ -143,6 +144,7 @@ class MujocoSim:
                 per_joint.append(x[conv.pin_to_act])
             self.envelope = ActuatorEnvelope(*per_joint)     # actuator order
         self._saturated = np.zeros(m.nu, dtype=bool)         # clipped since take_saturation(), actuator order
+        self._init_limits()
         # ideal actuators: flag the clamped joints at each step (off where nobody takes the flags, the
         # bridge: its bags derive them from the commands; the envelope's clipping flags it anyway)
         self.track_saturation = True
@@ -170,6 +172,15 @@ class MujocoSim:
         self.physics = {"friction": None, "payload_kg": 0.0, "push": None}
         self._push = None
 
+    def _init_limits(self) -> None:
+        """What :meth:`set_torque` clamps to: the effort limits [N m] in Pinocchio order (MuJoCo's own,
+        inf where a joint has none), with its preallocated scratch."""
+        self.effort_limit = self._act_effort[self.conv.act_to_pin]
+        self._tau_lo = -self.effort_limit
+        self._over = np.zeros(self.robot.n, dtype=bool)      # joints beyond the limit (scratch)
+        self._held_clamped = None     # actuator order: the joints the held torque was clamped at (None: none)
+        self.commands_clamped = 0     # set_torque calls that clamped a joint since the construction
+
     def _init_outputs(self) -> None:
         """Index arrays of :meth:`sensors`: one gather each (the IMU's
         quaternion wxyz -> xyzw, gyro and accelerometer from ``sensordata``; the joints in Pinocchio
@@ -193,16 +204,30 @@ class MujocoSim:
         self.d.qpos[:] = self.conv.qpos_from_pin(q)
         self.d.qvel[:] = 0.0 if v is None else self.conv.qvel_from_pin(q, v)
         self.tau[:] = 0.0
+        self._held_clamped = None
         self.disturbance[:] = 0.0
         self._saturated[:] = False
         self._history.clear()
         mujoco.mj_forward(self.m, self.d)
 
-    def set_torque(self, tau: np.ndarray) -> None:
-        """Joint torque command [N m], Pinocchio joint order; held until the next call."""
+    def set_torque(self, tau: np.ndarray) -> bool:
+        """Joint torque command [N m], Pinocchio joint order; held until the next call. A torque beyond
+        a joint's effort limit (:attr:`effort_limit`, the URDF's ``effort``) is clamped to it here, the one
+        place the bridge and the headless loop both go through, before it reaches MuJoCo (which clamps the
+        actuator force to the same value: the physics is the same to the bit); while the torque is held
+        the joint counts as saturated (:meth:`take_saturation`). Returns True if a joint was clamped
+        (:attr:`commands_clamped` counts those calls)."""
         if tau.shape != (self.robot.n,) or not np.isfinite(tau).all():
             raise ValueError(f"torque command must be {self.robot.n} finite values")
-        self.tau[:] = tau
+        held, over = self.tau, self._over
+        np.minimum(np.maximum(tau, self._tau_lo, out=held), self.effort_limit, out=held)
+        np.not_equal(held, tau, out=over)
+        if not over.any():
+            self._held_clamped = None
+            return False
+        self._held_clamped = over[self.conv.pin_to_act]
+        self.commands_clamped += 1
+        return True
 
     def set_disturbance(self, tau_dist: np.ndarray) -> None:
         self.disturbance[:] = tau_dist
@@ -253,9 +278,9 @@ class MujocoSim:
         if not self._plain:
             self._step_modelled(n)
             return
-        # ideal actuators, no sensor delay: MuJoCo clamps the torque to the joint's effort limit
-        if self.track_saturation:
-            self._saturated |= np.abs(self.d.ctrl) > self._act_effort
+        # ideal actuators, no sensor delay: the torque was clamped to the effort limits (set_torque)
+        if self.track_saturation and self._held_clamped is not None:
+            self._saturated |= self._held_clamped
         if self._push is None:
             for _ in range(n):
                 mujoco.mj_step(self.m, self.d)
@@ -271,8 +296,8 @@ class MujocoSim:
         m, d, env, hist = self.m, self.d, self.envelope, self._history
         cmd = d.ctrl.copy()
         push = self._push
-        if env is None:
-            self._saturated |= np.abs(cmd) > self._act_effort
+        if self._held_clamped is not None:             # clamped to the effort limit (set_torque)
+            self._saturated |= self._held_clamped
         if self.sensor_delay_steps and not hist:
             hist.append(self._snapshot())           # the state after 0 steps
         for _ in range(n):

@@ -82,7 +82,8 @@ def bridge_status(sched, window: Window, hardware_id: str = "") -> Status:
     wall = window.elapsed()
     d_sim = window.delta("sim_time", sim_t)
     d = {k: int(window.delta(k, c[k])) for k in ("deadline_misses", "watchdog_events", "stale_commands",
-                                                 "rejected_commands", "commands_applied")}
+                                                 "rejected_commands", "commands_clamped", "commands_foreign",
+                                                 "commands_applied") if k in c}
     watchdog = bool(sched.watchdog_active)
     was_damping = window.prev.get("watchdog_active", 0) > 0
     window.prev["watchdog_active"] = float(watchdog)
@@ -90,7 +91,8 @@ def bridge_status(sched, window: Window, hardware_id: str = "") -> Status:
               "realtime_factor": f"{d_sim / wall:.3f}" if wall > 0 else "nan",
               "watchdog_active": str(watchdog).lower(),
               **{k: str(int(c[k])) for k in ("commands_applied", "deadline_misses", "watchdog_events",
-                                             "stale_commands", "rejected_commands", "overruns") if k in c},
+                                             "stale_commands", "rejected_commands", "commands_clamped",
+                                             "commands_foreign", "overruns") if k in c},
               **{f"{k}_last_window": str(v) for k, v in d.items()}}
     if watchdog:
         return Status(ERROR, "mujoco_bridge: command timing", "watchdog: damping the joints (no command in time)",

@@ -76,6 +76,7 @@ class _Subscription:
     dds: object = None                  # the rclpy subscription, if it had to go through DDS
     own_only: bool = False              # a tap that takes this process's publications only (never the link's)
     tick_samples_only: bool = False     # ignores samples stamped between control ticks (a linked peer skips them)
+    with_source: bool = False           # the callbacks also take the publisher: cb(value_or_msg, publisher)
     errors: int = 0
     _last_log: float = field(default=-1e9, repr=False)
 
@@ -125,7 +126,10 @@ class IntraPublisher:
         for sub in self._local:
             try:
                 if value is not None and sub.value_cb is not None:
-                    sub.value_cb(value)
+                    if sub.with_source:           # the subscriber decides whose messages it takes
+                        sub.value_cb(value, self)
+                    else:
+                        sub.value_cb(value)
                 elif sub.tap is not None:          # recorder: the object, packed by the recorder itself
                     item = msg if value is None else AdaptedValue(value, self.adapter)
                     if bus.defer_raw:             # after the control chain, see IntraProcessBus.flush
@@ -136,7 +140,7 @@ class IntraPublisher:
                     if msg is None:
                         msg = self.adapter.to_ros(value)
                     if not sub.raw:
-                        sub.callback(msg)
+                        sub.callback(msg, self) if sub.with_source else sub.callback(msg)
                     elif bus.defer_raw:
                         bus._deferred.append((sub, msg))
                         continue
@@ -179,7 +183,7 @@ class IntraPublisher:
                         from rclpy.serialization import deserialize_message
 
                         obj = deserialize_message(bytes(raw), self.msg_type)
-                    sub.callback(obj)
+                    sub.callback(obj, self) if sub.with_source else sub.callback(obj)
             except Exception:
                 self.bus._callback_failed(sub)
         if self._dds_n:
@@ -324,7 +328,7 @@ class IntraProcessBus:
         return ip
 
     def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None,
-                            value_callback=None, tick_samples_only: bool = False, **kw):
+                            value_callback=None, tick_samples_only: bool = False, with_source: bool = False, **kw):
         """``tap`` (raw subscriptions only): called with the message object (or, from an adapted
         publisher, an :class:`AdaptedValue`) for in-process deliveries, instead of ``callback`` with its
         serialization (the recorder packs it itself, see :mod:`legged_wbc.ros.bag_process`); messages
@@ -333,13 +337,15 @@ class IntraProcessBus:
         instead. ``value_callback``: called with the value of an adapted publisher in the process
         (``callback`` then takes messages: DDS, plain publishers). ``tick_samples_only``: the callbacks
         ignore samples stamped between control ticks; when every subscription a linked process feeds on a
-        topic says so, that process does not send those samples (:meth:`link_tick_only`)."""
+        topic says so, that process does not send those samples (:meth:`link_tick_only`). ``with_source``:
+        the callbacks take the publisher too (``cb(value, publisher)``; through DDS rclpy's message info):
+        the bridge applies one publisher's commands, whatever the transport delivers."""
         name = node.resolve_topic_name(topic)
         sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
                             tap=tap if raw else None, value_cb=value_callback,
                             batch=getattr(tap, "batch", None) if raw else None,
                             own_only=bool(raw and tap is not None and getattr(tap, "own_only", False)),
-                            tick_samples_only=bool(tick_samples_only))
+                            tick_samples_only=bool(tick_samples_only), with_source=bool(with_source))
         with self._lock:
             if self._finalized and name not in self._pubs:
                 sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)

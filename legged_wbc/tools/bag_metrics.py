@@ -271,7 +271,8 @@ def _metric_series(run: RunData) -> tuple[dict, str | None]:
 
 
 # the bridge's counters a bag's last /bridge/diagnostics sample gives (None for the headless loop)
-BRIDGE_COUNTERS = ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "controller_waits")
+BRIDGE_COUNTERS = ("deadline_misses", "stale_commands", "rejected_commands", "watchdog_events", "controller_waits",
+                   "commands_clamped", "commands_foreign")
 
 
 def _add_run_fields(run: RunData, m: dict) -> None:
@@ -289,7 +290,7 @@ def _add_run_fields(run: RunData, m: dict) -> None:
     if run.kind == "bag":
         b = run.bridge
         for k in BRIDGE_COUNTERS + ("commands_applied",):
-            m[k] = int(b[k]) if k in b else None      # controller_waits: bags since the bridge waits for it
+            m[k] = int(b[k]) if k in b else None      # a field the bridge that wrote the bag did not have yet
         m.update(realtime_quality(run))
         m.update(bag_size(run.path, run.sim_time_s))
     else:

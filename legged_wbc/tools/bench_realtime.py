@@ -568,6 +568,7 @@ def _stack_details(stack: dict, m: dict) -> dict:
             "command_latency_max_us": m.get("command_latency_max_us"), "ticks_timed": m.get("ticks_timed"),
             "ticks_dropped": m.get("ticks_dropped"),
             "deadline_misses": m.get("deadline_misses"), "watchdog_events": m.get("watchdog_events"),
+            "commands_clamped": m.get("commands_clamped"), "commands_foreign": m.get("commands_foreign"),
             "sim_time_s": m.get("sim_time_s"), "distance_m": m.get("distance_m"),
             "violation_rate_pct": m.get("violation_rate_pct"), "fall_reason": m.get("fall_reason"),
             **({"unavailable": m["unavailable"]} if m.get("unavailable") else {}),

@@ -25,23 +25,55 @@ def create_publisher(node, msg_type, topic: str, qos, adapter=None, **kw):
 
 
 def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, adapter=None,
-                        tick_samples_only: bool = False, **kw):
+                        tick_samples_only: bool = False, with_source: bool = False, **kw):
     """``node.create_subscription``, or the in-process subscription of a composed node (see
     :func:`create_publisher`; ``tap``: :meth:`IntraProcessBus.create_subscription`, ignored outside a
     container). With an ``adapter`` class (:mod:`legged_wbc.ros.adapters`) ``callback`` takes values:
     an adapted publisher's in the process as they are, any other message through ``adapter.to_value``.
     ``tick_samples_only``: ``callback`` ignores samples stamped between control ticks (``tick_from_stamp``
-    None), so a linked process need not send them (:meth:`IntraProcessBus.create_subscription`)."""
+    None), so a linked process need not send them (:meth:`IntraProcessBus.create_subscription`).
+    ``with_source``: ``callback(msg_or_value, source)`` also gets who sent it: through DDS rclpy's
+    ``MessageInfo`` (a dict with the ``publisher_gid``), in the process the publisher
+    (:class:`~legged_wbc.ros.intra_process.IntraPublisher`, a ``LinkPublisher`` for the linked process's)."""
     from legged_wbc.ros.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
-    on_msg = callback if adapter is None else (lambda msg: callback(adapter.to_value(msg)))
+    if with_source:
+        on_msg = WithSource(callback if adapter is None else (lambda msg, src: callback(adapter.to_value(msg), src)))
+    else:
+        on_msg = callback if adapter is None else (lambda msg: callback(adapter.to_value(msg)))
     if bus is None:
         return node.create_subscription(msg_type, topic, on_msg, qos, raw=raw, **kw)
     node._intra_bus = bus
     return bus.create_subscription(node, msg_type, topic, on_msg, qos, raw=raw, tap=tap,
                                    value_callback=callback if adapter is not None else None,
-                                   tick_samples_only=tick_samples_only, **kw)
+                                   tick_samples_only=tick_samples_only, with_source=with_source, **kw)
+
+
+class WithSource:
+    """A subscription callback ``fn(msg, source)`` that rclpy calls with the message and its
+    ``MessageInfo``. Its signature asks for both (rclpy then takes the info with the message); it also
+    takes the pair as one argument, as rclpy 9.1.2's EventsExecutor passes it (``callback(msg_info)``
+    with the ``(msg, info)`` tuple, where the wait-set executors call ``callback(msg, info)``)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args):
+        msg, source = args if len(args) == 2 else args[0]
+        return self.fn(msg, source)
+
+
+def _with_source_signature():
+    import inspect
+
+    p = inspect.Parameter
+    return inspect.Signature([p("msg", p.POSITIONAL_ONLY), p("source", p.POSITIONAL_ONLY)])
+
+
+WithSource.__signature__ = _with_source_signature()
 
 
 # ----------------------------------------------------------------------------- start-up helper
