@@ -33,6 +33,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -371,11 +372,23 @@ class _ProgressLine:
 
 
 def save_run(res: RunResult, out: str | Path) -> Path:
+    """``out/log.npz`` and ``out/metrics.json``, each written under a temporary name and renamed,
+    ``metrics.json`` last (an earlier one removed first): a failed write never leaves a
+    ``metrics.json`` without its ``log.npz``; the temporary files are removed on failure."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(res.metrics, indent=2) + "\n")
     meta = {"scenario": res.scenario.raw, "controller": res.mode, "control_dt": CONTROL_DT}
-    np.savez_compressed(out / "log.npz", meta=json.dumps(meta), **res.series)
+    tmp_log, tmp_metrics = out / ".log.npz.partial", out / ".metrics.json.partial"
+    try:
+        with open(tmp_log, "wb") as fh:
+            np.savez_compressed(fh, meta=json.dumps(meta), **res.series)
+        tmp_metrics.write_text(json.dumps(res.metrics, indent=2) + "\n")
+        (out / "metrics.json").unlink(missing_ok=True)
+        os.replace(tmp_log, out / "log.npz")
+        os.replace(tmp_metrics, out / "metrics.json")
+    finally:
+        tmp_log.unlink(missing_ok=True)
+        tmp_metrics.unlink(missing_ok=True)
     return out
 
 

@@ -60,3 +60,26 @@ def nonneg_int(text: str) -> int:
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return v
+
+
+def check_out_dir(path, option: str = "--out") -> None:
+    """A ConfigError (one line, exit status 2) unless ``path`` is a directory this process can write
+    in, or can be created as one: checked before a run, so a long run does not end in a traceback
+    on ``--out /etc/hostname``. Nothing is created (a probe file in the directory, or in its nearest
+    existing ancestor, is opened unlinked and closed)."""
+    import tempfile
+    from pathlib import Path
+
+    from legged_wbc.robot import ConfigError
+
+    p = Path(path)
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        why = "exists and is not a directory" if probe == p else f"{probe} is not a directory"
+        raise ConfigError(f"{option} {p}: {why}")
+    try:
+        tempfile.TemporaryFile(dir=probe).close()
+    except OSError as exc:
+        raise ConfigError(f"{option} {p}: cannot write in {probe} ({exc.strerror or exc})") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from legged_wbc.cli.argtypes import positive_float
+from legged_wbc.cli.argtypes import check_out_dir, positive_float
 
 
 def cmd_run(args) -> int:
@@ -17,6 +17,7 @@ def cmd_run(args) -> int:
         if mode == "cbf_paper":             # WBC-CBF with the paper's settings (the preset under the --set's)
             mode, sets = "cbf", ["preset=paper"] + sets
         sc = load_scenario(args.scenario, sets)
+        check_out_dir(args.out)
         loop = ClosedLoop(sc, mode, solver=args.solver)
     except ValueError as exc:   # a ConfigError, or e.g. an unknown disturbance leg
         print(f"legged-wbc run: {exc}", file=sys.stderr)
@@ -31,7 +32,12 @@ def cmd_run(args) -> int:
     finally:
         if viewer is not None:
             viewer.close()
-    out = save_run(res, args.out)
+    try:
+        out = save_run(res, args.out)
+    except OSError as exc:          # e.g. the disk full: nothing that looks complete is left
+        print(f"legged-wbc run: cannot write {args.out} ({exc.strerror or exc}): no metrics.json, no log.npz",
+              file=sys.stderr)
+        return 1
     m = res.metrics
     end = m["sim_time_s"]
     if m.get("window_s") is None:
