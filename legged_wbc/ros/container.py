@@ -58,8 +58,9 @@ class ContainerConfig:
                                        live=False)
     link: str = param("walking", desc="name of the host link joining a sim and a control part (per ROS domain)",
                       live=False)
-    link_timeout: float = param(0.0, 0.0, 3600.0, "wait at most this long for the linked part [s]; 0 = forever",
-                                live=False)
+    link_timeout: float = param(120.0, 0.0, 3600.0, "wait at most this long for the linked part to connect [s] (a "
+                                "first run compiles ~75 s; a connected one proves the launch's secret within 5 s); "
+                                "0 = forever", live=False)
     idle_poll: str = param("auto", choices=("auto", "always", "never"), live=False, desc="realtime, with the "
                            "bridge: SCHED_IDLE spinners keep idle CPUs from halting (idle_poll.py); auto: no cpuidle")
     chain: bool = param(True, live=False, desc="the controller takes the co-located estimator's estimate by a call "

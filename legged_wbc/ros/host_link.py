@@ -35,21 +35,38 @@ part connects to. It carries frames (length, kind, body).
   fell behind (``newest_only``: stale frames skipped and counted).
 * **End**: the sim part sends BYE when it stops; the control part answers the last frame, says BYE
   and ends; a peer whose process died closes the stream, which ends the link on the other side.
+* **Trust** (:meth:`HostLink._connect`): an abstract socket has no file permissions and its address is
+  listed in ``/proc/net/unix``, so anyone on the machine can try it. The link admits its own peer only:
+  the other end's credentials (``SO_PEERCRED``) must be this user's, and before a byte is read as data
+  both ends prove the launch's secret (:func:`link_secret`) by HMAC-SHA256 over fresh nonces
+  (challenge-response both ways, constant-time comparisons; :data:`AUTH_TIMEOUT_S` for a connected peer).
+  The sim part refuses any other connection with one line and keeps listening for the real peer; the
+  control part refuses a listener that fails and ends. The control frames (HELLO, SUBS, RECORD) are
+  versioned plain JSON checked field by field (:mod:`legged_wbc.ros.wire`: topic names by ROS rules,
+  message types of the stack's interface packages, ring names of :mod:`~legged_wbc.ros.shm_ring`'s scheme):
+  nothing is unpickled, and a malformed frame ends the link with one line. The DATA frames carry no
+  per-frame MAC: the stream is a Unix socket between two processes of one user that proved the secret at
+  its start, which no third process can write into; the data path costs what it did.
 
 Lockstep stays bit-identical to the headless loop: the numbers cross as their float64 bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
-import pickle
+import re
 import select
 import socket
+import stat
 import struct
 import threading
 import time
 
 import numpy as np
+
+from legged_wbc.ros import wire
 
 HELLO, SUBS, DATA, BYE, RECORD = 1, 2, 3, 4, 5
 _DATA = bytes([DATA])
@@ -58,6 +75,18 @@ MAX_READ = 1 << 16
 _ITEM = struct.Struct("<HI")        # topic id, item length [bytes]
 _FRAME = struct.Struct("<I")        # frame length [bytes] (the stream carries frames: kind byte + body)
 _SENT = struct.Struct("<q")         # DATA frames: when it was sent, CLOCK_MONOTONIC [ns] (one clock per machine)
+
+
+SECRET_ENV = "LEGGED_WBC_LINK_SECRET"   # 64 hex digits: the launch's secret, handed to both parts by the launcher
+AUTH_TIMEOUT_S = 5.0                    # a connected peer proves the secret (and says HELLO) within this [s]
+CONTROL_VERSION = 0xC1                  # the encoding of HELLO / SUBS / RECORD (wire.pack); pickle starts 0x80
+MAX_CONTROL_FRAME = 1 << 22             # bytes of a HELLO / SUBS / RECORD frame, at most
+_MAGIC = b"LWBCLNK\x01"                 # what the control part says first (the link's protocol and version)
+_NONCE = 32
+_LINK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+# packages whose message types may cross the link (the stack's interfaces, package.xml)
+LINK_MSG_PACKAGES = frozenset({"builtin_interfaces", "diagnostic_msgs", "geometry_msgs", "nav_msgs", "rosgraph_msgs",
+                               "sensor_msgs", "std_msgs", "tf2_msgs"})
 
 
 def link_address(name: str) -> bytes:
@@ -71,7 +100,221 @@ def peer_part(part: str) -> str:
 
 
 class LinkError(RuntimeError):
-    """The link could not be set up (address in use, no peer in time)."""
+    """The link could not be set up (address in use, no peer in time, a peer that is not ours), or a
+    frame of the peer was malformed."""
+
+
+class LinkStopped(LinkError):
+    """A stop was asked for (SIGINT / SIGTERM) while the link waited for its peer."""
+
+
+class _Refused(Exception):
+    """One connection that is not our peer (said in one line; the sim part keeps listening)."""
+
+
+# ----------------------------------------------------------------------------------------- the secret
+def link_secret(name: str, part: str, timeout: float = AUTH_TIMEOUT_S, stop=None) -> tuple[bytes, str | None]:
+    """The launch's secret for link ``name``: ``(32 bytes, key file this part created or None)``.
+
+    From :data:`SECRET_ENV` (64 hex digits) when set: the project's launcher hands every child of one
+    launch the same random one. Else (e.g. under ``ros2 launch``) through a key file
+    (:func:`key_file_path`): the sim part (``part="sim"``) creates a random secret and writes it (mode
+    0600, created exclusively, never through a symlink; it replaces a key a dead launch left); the
+    control part reads it, waiting up to ``timeout`` s for it (``stop()``: give up). Raises
+    :class:`LinkError` (a malformed variable, a key directory or file that is not this user's and private)."""
+    env = os.environ.get(SECRET_ENV)
+    if env is not None:
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", env):
+            raise LinkError(f"{SECRET_ENV} must be 64 hex digits (a 256-bit secret), not {len(env)} characters")
+        return bytes.fromhex(env), None
+    path = key_file_path(name)
+    if part == "sim":
+        secret = os.urandom(32)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret.hex() + "\n")
+        os.replace(tmp, path)                 # atomic: the control part never reads half a key
+        return secret, path
+    return _read_key(path, timeout, stop), None
+
+
+def _read_key(path: str, timeout: float, stop) -> bytes:
+    t_end = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if time.monotonic() > t_end:
+                raise LinkError(f"no key file {path} within {timeout:g} s (set {SECRET_ENV} for both parts, or "
+                                "start the sim part as this user)") from None
+            if stop is not None and stop():
+                raise LinkStopped("stopped while waiting for the link's key file") from None
+            time.sleep(0.05)
+            continue
+        with os.fdopen(fd) as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != 0o600:
+                raise LinkError(f"key file {path} is not this user's with mode 0600: refused")
+            text = f.read(100).strip()
+        if re.fullmatch(r"[0-9a-f]{64}", text):
+            return bytes.fromhex(text)
+        raise LinkError(f"key file {path} does not hold a key")
+
+
+def key_file_path(name: str) -> str:
+    """Where the sim part of link ``name`` leaves the launch's secret when :data:`SECRET_ENV` is not set:
+    ``link.<ROS_DOMAIN_ID>.<name>.key`` in ``$XDG_RUNTIME_DIR/legged_wbc`` (if ``XDG_RUNTIME_DIR`` is this
+    user's private directory) or ``/tmp/legged_wbc-<uid>``; the directory is made 0700 and must be this
+    user's, private and not a symlink (else :class:`LinkError`)."""
+    uid = os.geteuid()
+    base = os.environ.get("XDG_RUNTIME_DIR") or ""
+    d = os.path.join(base, "legged_wbc") if base and _private_dir(base, uid) else f"/tmp/legged_wbc-{uid}"
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    if not _private_dir(d, uid):
+        raise LinkError(f"{d} is not a private directory of this user (mode 0700, not a symlink): no key file there")
+    domain = os.environ.get("ROS_DOMAIN_ID", "0") or "0"
+    return os.path.join(d, f"link.{domain}.{name}.key")
+
+
+def _private_dir(path: str, uid: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077
+
+
+def _mac(secret: bytes, label: bytes, addr: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(secret, b"|".join((label, addr, first, second)), hashlib.sha256).digest()
+
+
+def peer_credentials(sock) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+    return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+
+
+def _recv_exact(sock, n: int, t_end: float, stop) -> bytes:
+    """``n`` bytes from ``sock`` by ``t_end`` (monotonic), looking at ``stop()`` every 0.1 s; raises
+    :class:`_Refused` (silent, or closed) or :class:`LinkStopped`."""
+    buf = b""
+    while len(buf) < n:
+        left = t_end - time.monotonic()
+        if stop is not None and stop():
+            raise LinkStopped("stopped while waiting for the link's peer")
+        if left <= 0:
+            raise _Refused("said nothing valid in time")
+        if select.select([sock], [], [], min(0.1, left))[0]:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise _Refused("closed the connection")
+            buf += chunk
+    return buf
+
+
+# ----------------------------------------------------------------------------------------- control frames
+ADAPTERS = ("JointStateAdapter", "ImuAdapter", "OdometryAdapter", "ArrayAdapter", "ClockAdapter")   # ValueCodec's
+MAX_TOPICS = 1024
+MAX_TEMPLATE = 1 << 16                  # bytes of a message template (a JointState of 18 joints: ~600)
+
+
+def link_msgtype(value, what: str = "type") -> str:
+    """A message type that may cross the link: ``pkg/msg/Name`` of :data:`LINK_MSG_PACKAGES` whose class
+    exists (raises :class:`~legged_wbc.ros.wire.FormatError`)."""
+    wire.msgtype(value, what)
+    if value.split("/")[0] not in LINK_MSG_PACKAGES:
+        raise wire.FormatError(f"{what}: {value} is not a message type of the stack's interface packages")
+    from legged_wbc.ros.bag_writer import message_class
+
+    try:
+        message_class(value)
+    except (ImportError, AttributeError, ValueError):
+        raise wire.FormatError(f"{what}: no message type {value}") from None
+    return value
+
+
+def _topic_counts(obj, what: str) -> dict[str, int]:
+    if not isinstance(obj, dict) or len(obj) > MAX_TOPICS:
+        raise wire.FormatError(f"{what}: an object of at most {MAX_TOPICS} topics expected")
+    return {wire.topic(t, what): wire.integer(n, f"{what}[{t}]", 0, 2**31 - 1) for t, n in obj.items()}
+
+
+def _topics(obj, what: str) -> list[str]:
+    return [wire.topic(t, what) for t in wire.sequence(obj, what, MAX_TOPICS)]
+
+
+def _check_pub(p) -> dict:
+    p = wire.fields(p, "HELLO.pubs[]", {"topic": str, "type": str, "adapter": (str, type(None)),
+                                        "template": (str, type(None)), "names": (list, type(None))})
+    wire.topic(p["topic"], "HELLO.pubs[].topic")
+    link_msgtype(p["type"], "HELLO.pubs[].type")
+    if p["adapter"] is not None and p["adapter"] not in ADAPTERS:
+        raise wire.FormatError(f"HELLO.pubs[].adapter: {p['adapter']!r:.60} is not one of {ADAPTERS}")
+    names = p["names"]
+    if names is not None:
+        names = [wire.text(n, "HELLO.pubs[].names[]") for n in wire.sequence(names, "HELLO.pubs[].names", 4096)]
+    template = None
+    if p["template"] is not None:
+        template = wire.blob(p["template"], "HELLO.pubs[].template", MAX_TEMPLATE)
+        from rclpy.serialization import deserialize_message
+
+        from legged_wbc.ros.bag_writer import message_class
+
+        try:
+            deserialize_message(template, message_class(p["type"]))
+        except Exception as exc:              # rclpy's own check of the CDR bytes
+            raise wire.FormatError(f"HELLO.pubs[].template: not a {p['type']} ({type(exc).__name__})") from None
+    return {**p, "template": template, "names": names}
+
+
+def parse_hello(body) -> dict:
+    """A HELLO frame's body -> ``{pubs, subs, tick_only, pid}`` checked field by field (raises
+    :class:`~legged_wbc.ros.wire.FormatError`)."""
+    d = wire.fields(wire.unpack(body, CONTROL_VERSION, MAX_CONTROL_FRAME), "HELLO",
+                    {"pubs": list, "subs": dict, "tick_only": list, "pid": int})
+    return {"pubs": [_check_pub(p) for p in wire.sequence(d["pubs"], "HELLO.pubs", MAX_TOPICS)],
+            "subs": _topic_counts(d["subs"], "HELLO.subs"), "tick_only": _topics(d["tick_only"], "HELLO.tick_only"),
+            "pid": wire.integer(d["pid"], "HELLO.pid", 1, 2**31 - 1)}
+
+
+def parse_subs(body) -> dict:
+    """A SUBS frame's body -> ``{subs, tick_only}`` (raises :class:`~legged_wbc.ros.wire.FormatError`)."""
+    d = wire.fields(wire.unpack(body, CONTROL_VERSION, MAX_CONTROL_FRAME), "SUBS", {"subs": dict, "tick_only": list})
+    return {"subs": _topic_counts(d["subs"], "SUBS.subs"), "tick_only": _topics(d["tick_only"], "SUBS.tick_only")}
+
+
+def parse_record(body) -> dict:
+    """A RECORD frame's body -> ``{ring, topics, stamp_topic, clock_topic, sim_time}``: the ring's name of
+    :mod:`~legged_wbc.ros.shm_ring`'s naming scheme (no path), topic -> a type of the stack (raises
+    :class:`~legged_wbc.ros.wire.FormatError`)."""
+    from legged_wbc.ros.shm_ring import RING_NAME
+
+    d = wire.fields(wire.unpack(body, CONTROL_VERSION, MAX_CONTROL_FRAME), "RECORD", {"ring": str, "topics": dict},
+                    {"stamp_topic": (str, type(None)), "clock_topic": bool, "sim_time": bool})
+    wire.text(d["ring"], "RECORD.ring", RING_NAME)
+    if len(d["topics"]) > MAX_TOPICS:
+        raise wire.FormatError(f"RECORD.topics: more than {MAX_TOPICS}")
+    topics = {wire.topic(t, "RECORD.topics"): link_msgtype(m, "RECORD.topics[]") for t, m in d["topics"].items()}
+    if d["stamp_topic"] is not None:
+        wire.topic(d["stamp_topic"], "RECORD.stamp_topic")
+    out = {"ring": d["ring"], "topics": topics}
+    out.update({k: d[k] for k in ("stamp_topic", "clock_topic", "sim_time") if k in d and d[k] is not None})
+    return out
+
+
+def _plain_pub(p: dict) -> dict:
+    """A published topic's HELLO entry in plain types (the template's CDR bytes as base64)."""
+    t = p.get("template")
+    names = p.get("names")
+    return {"topic": p["topic"], "type": p["type"], "adapter": p.get("adapter"),
+            "template": None if t is None else wire.b64(t), "names": None if names is None else list(names)}
 
 
 # ----------------------------------------------------------------------------------------- values
@@ -174,20 +417,30 @@ class HostLink:
     def __init__(self, name: str, part: str, log=None):
         if part not in PARTS:
             raise LinkError(f"link part must be one of {PARTS}, not {part!r}")
+        if not isinstance(name, str) or not _LINK_NAME.fullmatch(name):
+            raise LinkError(f"link name {str(name)[:80]!r}: letters, digits, '_', '.', '-' (at most 100), "
+                            "not starting with '.' or '-'")
         self.name, self.part = name, part
         self.log = log or (lambda msg: print(msg, flush=True))
         self.addr = link_address(name)
         self.sock = None
         self._listener = None
+        self._secret, self._key_file = None, None     # the launch's secret (link_secret); the key file we wrote
+        self.auth_timeout = AUTH_TIMEOUT_S
         if part == "sim":
             self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                self._listener.bind(self.addr)
+                self._listener.bind(self.addr)        # the address is ours; listen() once we accept (_connect)
             except OSError as exc:
                 self._listener.close()
                 raise LinkError(f"link {name!r}: address in use, is another stack with this link name and "
                                 f"ROS_DOMAIN_ID running? ({exc})") from None
-            self._listener.listen(1)
+            try:
+                self._secret, self._key_file = link_secret(name, part)
+            except (LinkError, OSError) as exc:
+                self._listener.close()
+                raise LinkError(f"link {name!r}: {exc}") from None
+        self._listening = False
         self._tls = threading.local()
         self._send_lock = threading.Lock()
         self._out_ids: dict[str, int] = {}           # our published topic -> id (HELLO order)
@@ -209,56 +462,139 @@ class HostLink:
 
     # ------------------------------------------------------------ set-up
     def _connect(self, timeout: float, stop) -> None:
+        """Wait for the peer (at most ``timeout`` s, 0: forever; ``stop()`` looked at every 0.1 s) and admit
+        it only if it is this user's and proves the launch's secret (module docstring, *Trust*)."""
         t0 = time.monotonic()
-        next_log = t0 + 2.0
+        t_end, next_log = t0 + timeout if timeout else float("inf"), t0 + 2.0
+        if self._listener is not None and not self._listening:
+            self._listener.listen(8)
+            self._listening = True
         while self.sock is None:
-            if self._listener is not None:
-                self._listener.settimeout(0.05)
-                try:
-                    self.sock, _ = self._listener.accept()
-                except socket.timeout:
-                    pass
-            else:
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    s.connect(self.addr)
-                    self.sock = s
-                except (ConnectionRefusedError, FileNotFoundError):
-                    s.close()
-                    time.sleep(0.05)
             now = time.monotonic()
             if stop is not None and stop():
-                raise LinkError("stopped while waiting for the link's peer")
-            if timeout and now - t0 > timeout:
+                raise LinkStopped("stopped while waiting for the link's peer")
+            if now > t_end:
                 raise LinkError(f"link {self.name!r}: no {peer_part(self.part)} part within {timeout:g} s")
-            if self.sock is None and now > next_log:
+            if now > next_log:
                 self.log(f"link {self.name!r}: waiting for the {peer_part(self.part)} part")
                 next_log = now + 10.0
+            if self._listener is not None:
+                self._accept_one(min(0.1, t_end - now), stop)
+            else:
+                self._connect_once(t_end, stop)
         self.sock.setblocking(True)
         self._readable = select.poll()            # "is anything there?" without a failing recv
         self._readable.register(self.sock, select.POLLIN)
+
+    def _accept_one(self, wait: float, stop) -> None:
+        """The sim part: one connection, admitted (``self.sock``) or refused with one line."""
+        if not select.select([self._listener], [], [], max(wait, 0.0))[0]:
+            return
+        try:
+            conn, _ = self._listener.accept()
+        except OSError:
+            return
+        pid = "?"
+        try:
+            pid, uid, _ = peer_credentials(conn)
+            if uid != os.geteuid():
+                raise _Refused(f"is user {uid}, not this one")
+            conn.settimeout(None)
+            t_end = time.monotonic() + self.auth_timeout
+            if _recv_exact(conn, len(_MAGIC), t_end, stop) != _MAGIC:
+                raise _Refused("does not speak this link's protocol")
+            n_c, n_s = _recv_exact(conn, _NONCE, t_end, stop), os.urandom(_NONCE)
+            conn.sendall(n_s + _mac(self._secret, b"sim", self.addr, n_c, n_s))
+            proof = _recv_exact(conn, 32, t_end, stop)
+            if not hmac.compare_digest(proof, _mac(self._secret, b"control", self.addr, n_s, n_c)):
+                raise _Refused("does not know this launch's secret")
+        except (_Refused, OSError) as exc:
+            conn.close()
+            self.log(f"link {self.name!r}: refused a connection (pid {pid}): it {exc}; "
+                     f"still waiting for the {peer_part(self.part)} part")
+            return
+        except BaseException:
+            conn.close()
+            raise
+        self.sock = conn
+
+    def _connect_once(self, t_end: float, stop) -> None:
+        """The control part: one attempt; a listener that is not this launch's sim part ends the wait."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(self.addr)
+        except (ConnectionRefusedError, FileNotFoundError):
+            s.close()
+            time.sleep(0.05)
+            return
+        pid = "?"
+        try:
+            pid, uid, _ = peer_credentials(s)
+            if uid != os.geteuid():
+                raise _Refused(f"is user {uid}, not this one")
+            if self._secret is None:              # the key file is there once the sim part listens
+                try:
+                    self._secret = link_secret(self.name, self.part, self.auth_timeout, stop)[0]
+                except OSError as exc:
+                    raise LinkError(f"link {self.name!r}: cannot read the launch's key ({exc})") from None
+            n_c = os.urandom(_NONCE)
+            s.sendall(_MAGIC + n_c)
+            # the sim part may be refusing another connection first: twice the time a connection has
+            answer = _recv_exact(s, _NONCE + 32, min(t_end, time.monotonic() + 2 * self.auth_timeout + 1), stop)
+            n_s = answer[:_NONCE]
+            if not hmac.compare_digest(answer[_NONCE:], _mac(self._secret, b"sim", self.addr, n_c, n_s)):
+                raise _Refused("does not know this launch's secret")
+            s.sendall(_mac(self._secret, b"control", self.addr, n_s, n_c))
+        except (_Refused, OSError) as exc:
+            s.close()
+            raise LinkError(f"link {self.name!r}: the process at its address (pid {pid}) "
+                            f"is not this launch's sim part: it {exc}; refused") from None
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
 
     def handshake(self, pubs: list[dict], subs: dict[str, int], timeout: float, stop=None,
                   tick_only=()) -> None:
         """Connect and exchange HELLOs (see the module docstring). ``pubs``: ``{topic, type, adapter,
         template, names}`` per published topic; ``subs``: topic -> local subscriptions wanting the
         peer's; ``tick_only``: those of them taken on the control ticks only (the peer sends nothing
-        between ticks). Raises :class:`LinkError` after ``timeout`` s (0 = wait forever) without a peer."""
+        between ticks). Raises :class:`LinkError` after ``timeout`` s (0 = wait forever) without a peer
+        that proves the launch's secret, when the peer's HELLO is missing or malformed, and
+        :class:`LinkStopped` once ``stop()`` is true."""
         self._out_ids = {p["topic"]: i for i, p in enumerate(pubs)}
         self._out_codecs = [ValueCodec(p["adapter"], names=p.get("names")) for p in pubs]
         self._connect(timeout, stop)
-        self._send_ctrl(HELLO, {"pubs": pubs, "subs": dict(subs), "tick_only": sorted(tick_only), "pid": os.getpid()})
-        self.sock.settimeout(timeout or None)
-        try:
-            kind, body = self._read_frame()
-        except (socket.timeout, OSError) as exc:
-            raise LinkError(f"link {self.name!r}: no HELLO from the {peer_part(self.part)} part ({exc})") from None
+        self._send_ctrl(HELLO, {"pubs": [_plain_pub(p) for p in pubs], "subs": dict(subs),
+                                "tick_only": sorted(tick_only), "pid": os.getpid()})
+        kind, body = self._read_control_frame(time.monotonic() + self.auth_timeout, stop)
         if kind != HELLO:
             raise LinkError(f"link {self.name!r}: the peer spoke first with frame kind {kind}, not HELLO")
-        peer = pickle.loads(body)
+        try:
+            peer = parse_hello(body)
+        except wire.FormatError as exc:
+            raise LinkError(f"link {self.name!r}: a malformed HELLO from the {peer_part(self.part)} part ({exc})") \
+                from None
         self.peer_pubs, self.peer_subs = peer["pubs"], peer["subs"]
-        self.peer_tick_only = set(peer.get("tick_only", ()))
-        self.sock.settimeout(None)
+        self.peer_tick_only = set(peer["tick_only"])
+
+    def _read_control_frame(self, t_end: float, stop) -> tuple[int, bytearray]:
+        """The handshake's next frame by ``t_end`` (monotonic), looking at ``stop()`` every 0.1 s."""
+        while (frame := self._take_frame()) is None:
+            if len(self._rbuf) >= _FRAME.size and _FRAME.unpack_from(self._rbuf, 0)[0] > MAX_CONTROL_FRAME:
+                raise LinkError(f"link {self.name!r}: the {peer_part(self.part)} part sent a frame too long for HELLO")
+            left = t_end - time.monotonic()
+            if stop is not None and stop():
+                raise LinkStopped("stopped while waiting for the link's peer")
+            if left <= 0:
+                raise LinkError(f"link {self.name!r}: no HELLO from the {peer_part(self.part)} part within "
+                                f"{self.auth_timeout:g} s")
+            if self._readable.poll(max(1, int(min(0.1, left) * 1e3))):
+                chunk = self.sock.recv(MAX_READ)
+                if not chunk:
+                    raise LinkError(f"link {self.name!r}: the {peer_part(self.part)} part closed the link before HELLO")
+                self._rbuf += chunk
+        return frame
 
     def bind_inputs(self, deliver_for: dict[str, object]) -> None:
         """``topic -> deliver(value)`` for the peer's topics this process takes (None: not taken)."""
@@ -278,7 +614,7 @@ class HostLink:
         self._send_ctrl(RECORD, dict(info))
 
     def _send_ctrl(self, kind: int, obj) -> None:
-        body = bytes([kind]) + pickle.dumps(obj)
+        body = bytes([kind]) + (b"" if obj is None else wire.pack(CONTROL_VERSION, obj))
         try:
             with self._send_lock:
                 self.sock.sendall(_FRAME.pack(len(body)) + body)
@@ -377,6 +713,8 @@ class HostLink:
                 pass
         except (EOFError, OSError):
             pass                                      # the peer is gone, or we closed
+        except LinkError as exc:                      # a malformed control frame: the link ends here
+            self.log(str(exc))
         finally:
             self.closed.set()
 
@@ -388,7 +726,12 @@ class HostLink:
             return
         self._take_available()
         while (frame := self._take_frame()) is not None:
-            if not self._handle(*frame, False, False):
+            try:
+                more = self._handle(*frame, False, False)
+            except LinkError as exc:                  # a malformed control frame: the link ends here
+                self.log(str(exc))
+                more = False
+            if not more:
                 self.closed.set()
                 return
 
@@ -438,18 +781,29 @@ class HostLink:
             if self.after_frame is not None:
                 self.after_frame()                    # the control part: this frame's records, after the replies
         elif kind == SUBS:
-            announced = pickle.loads(body)
+            announced = self._parse(parse_subs, body, "SUBS")
             self.peer_subs, self.peer_tick_only = announced["subs"], set(announced["tick_only"])
             if self.on_peer_subs is not None:
                 self.on_peer_subs(self.peer_subs)
         elif kind == RECORD:
+            info = self._parse(parse_record, body, "RECORD")
             if self.on_record is not None:
-                self.on_record(pickle.loads(body))
+                self.on_record(info)
         elif kind == BYE:
             if self.part == "control":
                 self.bye()                            # after our last replies: the sim part may close
             return False
+        else:
+            raise LinkError(f"link {self.name!r}: a frame of unknown kind {kind} from the {peer_part(self.part)} "
+                            "part; the link ends")
         return True
+
+    def _parse(self, parse, body, what: str) -> dict:
+        try:
+            return parse(body)
+        except wire.FormatError as exc:
+            raise LinkError(f"link {self.name!r}: a malformed {what} frame from the {peer_part(self.part)} part "
+                            f"({exc}); the link ends") from None
 
     def frame_time(self) -> float | None:
         """The send time [s, ``time.monotonic``'s clock] of the frame being delivered, else None."""
@@ -480,6 +834,12 @@ class HostLink:
             off += length
 
     def close(self) -> None:
+        if self._key_file is not None:                # ours (the sim part wrote it): gone with the link
+            try:
+                os.unlink(self._key_file)
+            except OSError:
+                pass
+            self._key_file = None
         for s in (self.sock, self._listener):
             if s is not None:
                 try:
