@@ -453,3 +453,117 @@ def test_a_second_ring_from_another_process_goes_into_the_same_bag_and_drops_are
     assert [m.pose.pose.position.x for m in odom] == list(range(300))
     assert [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in odom] == [k * 2_000_000 for k in range(300)]
     assert "/big" not in read
+
+
+# ------------------------------------------------------------------------------------ trust in the rings
+# Records are versioned plain JSON, never pickles; a ring is attached by a name of its scheme only, if it is
+# this user's 0600 file and not a symlink; records that run past the data are corruption (RingCorrupt).
+class _Mkdir:
+    """A pickle that makes a directory when unpickled: proof that code ran."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_ring_records_of_the_old_pickle_format_are_refused(tmp_path):
+    """The recorder process reads a topic record and a second ring's name as versioned JSON checked field
+    by field: records in the old pickle format (one that would run code among them), a ring name that is a
+    path and a layout whose slices run past its payload are :class:`RingCorrupt`, and nothing is unpickled.
+    What the producer writes comes back equal (layout, QoS, type hash)."""
+    import pickle
+
+    from rclpy.qos import QoSProfile
+
+    from legged_wbc.ros.bag_process import KIND_PEER, KIND_TOPIC, _BagSide
+    from legged_wbc.ros.bag_writer import qos_to_rosbags
+    from legged_wbc.ros.shm_ring import RingCorrupt
+    from legged_wbc.ros.wire import pack, pack_peer_ring, pack_topic_info, unpack_peer_ring, unpack_topic_info
+
+    marker = tmp_path / "code_ran"
+    splicer = MessageLayout.from_message(_stack_messages(np.random.default_rng(1))["/joint_states"]).splicer
+    qos = [qos_to_rosbags(QoSProfile(depth=7))]
+    rec = pack_topic_info("/joint_states", "sensor_msgs/msg/JointState", splicer, qos, "RIHS01_" + "c" * 64)
+    assert unpack_topic_info(rec) == {"topic": "/joint_states", "msgtype": "sensor_msgs/msg/JointState",
+                                      "splicer": splicer, "qos": qos, "digest": "RIHS01_" + "c" * 64}
+    name = "legged_wbc_ring_" + "0123456789abcdef" * 2
+    assert unpack_peer_ring(pack_peer_ring(name)) == name
+    old_topic = pickle.dumps({"topic": "/joint_states", "msgtype": "sensor_msgs/msg/JointState", "splicer": splicer,
+                              "qos": [], "digest": None, "x": _Mkdir(marker)})
+    bad_slices = pack(0xB1, {"topic": "/a", "msgtype": "std_msgs/msg/String", "qos": [], "digest": None,
+                             "splicer": {"consts": ["", ""], "slices": [[0, 99]], "size": 8}})
+    bag = _BagSide(str(tmp_path / "bag"), "mcap", "", "zstd")
+    try:
+        for kind, payload in ((KIND_TOPIC, old_topic), (KIND_TOPIC, bad_slices), (KIND_TOPIC, b""),
+                              (KIND_PEER, pickle.dumps({"ring": name})), (KIND_PEER, pack_peer_ring("../../tmp/x")),
+                              (KIND_PEER, pack(0xB1, {"ring": name, "more": 1}))):
+            with pytest.raises(RingCorrupt):
+                bag.write_records([(kind, 0, 0, memoryview(payload))], {})
+        assert not marker.exists()
+    finally:
+        bag.writer.close()
+
+
+def test_a_ring_is_attached_by_a_name_of_its_scheme_only_and_only_if_it_is_this_users(tmp_path):
+    """``attach_file`` (what the split's control part does with RECORD's ring, and the recorder process with
+    a peer ring) refuses a path (the issue's ``../../<dir>/<file>``), another naming scheme, a symlink (the
+    file it points to stays untouched), a file of mode 0644 or of another user, and a header whose capacity
+    does not fit the file; the rings it creates carry 128 random bits in their names, mode 0600."""
+    from legged_wbc.ros.shm_ring import RING_NAME, RING_PREFIX, SHM_DIR, RingRefused
+
+    ring = RecordRing.create(1 << 12, None)
+    try:
+        assert RING_NAME.fullmatch(ring.name) and os.stat(f"{SHM_DIR}/{ring.name}").st_mode & 0o777 == 0o600
+        RecordRing.attach_file(ring.name).release()
+    finally:
+        ring.release()
+    for name in ("../../tmp/x", "psm_1234abcd", RING_PREFIX + "0" * 31 + "/", RING_PREFIX + "../" + "0" * 29):
+        with pytest.raises(RingRefused, match="not a ring name"):
+            RecordRing.attach_file(name)
+    target = tmp_path / "target"
+    target.write_bytes(bytes(8192))
+    target.chmod(0o600)
+    path = Path(SHM_DIR, RING_PREFIX + os.urandom(16).hex())
+    try:
+        path.symlink_to(target)
+        with pytest.raises(OSError):                 # O_NOFOLLOW: ELOOP
+            RecordRing.attach_file(path.name)
+        path.unlink()
+        path.write_bytes(bytes(8192))
+        path.chmod(0o644)
+        with pytest.raises(RingRefused, match="mode 0600"):
+            RecordRing.attach_file(path.name)
+        path.chmod(0o600)
+        with pytest.raises(RingRefused, match="capacity 0 does not fit"):
+            RecordRing.attach_file(path.name)
+        if os.geteuid() == 0:                        # a file of another user (root can make one)
+            os.chown(path, 65534, 65534)
+            with pytest.raises(RingRefused, match="uid 65534"):
+                RecordRing.attach_file(path.name)
+    finally:
+        path.unlink(missing_ok=True)
+    assert target.read_bytes() == bytes(8192)
+
+
+def test_a_record_past_the_published_data_is_ring_corruption():
+    """A record header whose size runs past the published write position or the ring's end, and a write
+    position more than a ring ahead of the read position, are :class:`RingCorrupt`, never a loop."""
+    from legged_wbc.ros.shm_ring import REC, RingCorrupt
+
+    ring = RecordRing.create(1 << 12, mp.get_context("spawn").Lock())
+    try:
+        assert ring.put(0, 1, 5, b"abcdefgh")
+        ring.commit()
+        REC.pack_into(ring.buf, 0, 1000, 0, 1, 5)          # the size word says more than was published
+        with pytest.raises(RingCorrupt, match="past the published data"):
+            ring.read()
+        REC.pack_into(ring.buf, 0, 1 << 20, 0, 1, 5)
+        with pytest.raises(RingCorrupt, match="past the ring"):
+            ring.read()
+        ring._hdr[0] = 1 << 40                              # write position
+        with pytest.raises(RingCorrupt, match="write position"):
+            ring.read()
+    finally:
+        ring.release()
