@@ -35,6 +35,7 @@ def cmd_launch(args) -> int:
         else:
             rest.append(a)
     args.args = rest
+    _check_file_arguments(rest)
     try:
         if args.show_args:
             plan = load_launch(resolve_launch_file(args.launch_file), {}, strict=False)
@@ -44,6 +45,21 @@ def cmd_launch(args) -> int:
     except LaunchError as exc:
         print(f"legged-wbc launch: {exc}", file=sys.stderr)
         return 2
+
+
+def _check_file_arguments(launch_args: list[str]) -> None:
+    """``scenario:=`` and ``robot:=`` loaded (and checked) here, before any node starts: a bad file is
+    one line and exit status 2 from the launcher, not one line per node and a crashed launch."""
+    from legged_wbc.robot import load_robot_config
+    from legged_wbc.scenario import load_scenario
+
+    for a in launch_args:
+        name, sep, value = a.partition(":=")
+        if sep and value not in ("", "none"):
+            if name == "scenario":
+                load_scenario(value)
+            elif name == "robot":
+                load_robot_config(value)
 
 
 # ------------------------------------------------------------------------------------ param

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from legged_wbc.metrics import CONTROL_DT, compute_metrics, roll_pitch_from_quat_xyzw
-from legged_wbc.terrain_metrics import terrain_metrics
+from legged_wbc.terrain_metrics import KEYS as TERRAIN_KEYS, terrain_metrics
 from legged_wbc.tools.bag_files import bag_size
 from legged_wbc.tools.bag_series import read_bag_messages, series_from_messages
 from legged_wbc.tools.run_data import (
@@ -144,13 +144,13 @@ def load_headless(path: Path, label: str | None = None) -> RunData:
 
 # ------------------------------------------------------------------------------------ bags
 def load_bag(path: Path, label: str | None = None) -> RunData:
-    import yaml
+    from legged_wbc.robot import ConfigError, load_yaml_file
 
     try:
-        meta = yaml.safe_load((path / "metadata.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunInputError(f"{path}: unreadable metadata.yaml ({exc})") from exc
-    if "rosbag2_bagfile_information" not in meta:
+        meta = load_yaml_file(path / "metadata.yaml") or {}
+    except ConfigError as exc:         # unreadable, binary, malformed, oversized: one line
+        raise RunInputError(f"{path}: unreadable metadata.yaml ({exc})") from None
+    if not isinstance(meta, dict) or "rosbag2_bagfile_information" not in meta:
         raise RunInputError(f"{path}: metadata.yaml is not rosbag2 metadata (no rosbag2_bagfile_information)")
     msgs, _ = read_bag_messages(path)
     return run_from_messages(path, msgs, parse_custom_data(meta), label)
@@ -224,7 +224,8 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     m = compute_metrics(S, win[0], win[1], run.theta_min, run.theta_max, fell=bool(run.fell))
     if run.fell is None:
         m["fell"] = None
-    m.update(terrain_metrics(S, win[0], win[1]))   # None where the run lacks the series (a bag: the feet's truth)
+    # None where the run lacks the series (a bag: the feet's truth; a bag without /estimator/support: all)
+    m.update(terrain_metrics(S, win[0], win[1]) if "support" in S else dict.fromkeys(TERRAIN_KEYS))
     _add_run_fields(run, m)
     unavailable = _unavailable(run, m)
     if sat_why:

@@ -168,8 +168,8 @@ def _names_from_messages(run: RunData, msgs: dict) -> None:
     ``/joint_states``."""
     if msgs.get(T_PITCH):
         run.leg_names = list(msgs[T_PITCH][0][1].name)
-    elif msgs.get(T_SUPPORT):
-        run.leg_names = list(msgs[T_SUPPORT][0][1].name)
+    elif msgs.get(T_SUPPORT):      # the legs, then the support plane's normal (support_plane_normal_x, ...)
+        run.leg_names = [n for n in msgs[T_SUPPORT][0][1].name if not n.startswith("support_plane")]
     elif msgs.get(T_GT_CONTACTS):
         run.leg_names = _label_fields(msgs[T_GT_CONTACTS][0][1])
     if msgs.get(T_JOINT_STATES):

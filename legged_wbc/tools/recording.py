@@ -242,11 +242,13 @@ def _cdr_header_stamp_ns(raw) -> int:
 
 def _bag_custom_data(d: Path) -> dict:
     """``custom_data`` of the bag's ``metadata.yaml`` (the recorder stores its ``key=value;...`` there)."""
-    import yaml
+    from legged_wbc.robot import ConfigError, load_yaml_file
 
     try:
-        info = yaml.safe_load((d / "metadata.yaml").read_text()) or {}
-    except Exception:  # noqa: BLE001 - rosbags has parsed it already; custom data is optional
+        info = load_yaml_file(d / "metadata.yaml") or {}
+    except ConfigError:  # rosbags has parsed it already; custom data is optional
+        return {}
+    if not isinstance(info, dict):
         return {}
     return _parse_custom_data((info.get("rosbag2_bagfile_information") or {}).get("custom_data"))
 
