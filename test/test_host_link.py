@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import threading
 import uuid
 
@@ -270,6 +271,44 @@ def test_a_forged_peer_without_the_secret_is_refused_and_the_real_pair_still_joi
         sim.close()
         ctl.close()
     assert not os.path.exists(key)
+
+
+_AS_NOBODY = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(bytes.fromhex(sys.argv[1]))
+try:
+    s.sendall(bytes.fromhex(sys.argv[2]))
+    print(len(s.recv(100)))
+except (BrokenPipeError, ConnectionResetError):   # closed on it before it finished sending
+    print(0)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+                    reason="needs root to run a process as another user (nobody)")
+def test_another_users_process_is_refused_by_its_credentials(link_env, tmp_path, monkeypatch):
+    """The issue's attack as it was run: user ``nobody`` connects to the (world-reachable) abstract address
+    of a root launch before the control part and sends a pickled HELLO. The sim part refuses it by its
+    credentials (``SO_PEERCRED``) in one line, reading nothing it sent; the real pair joins after it."""
+    monkeypatch.setenv(SECRET_ENV, os.urandom(32).hex())
+    name, said, marker = link_env, [], tmp_path / "code_ran"
+    sim = HostLink(name, "sim", log=said.append)
+    t_sim, res = _in_thread(sim.handshake, [], {}, 20.0)
+    try:
+        _connect_raw(name).close()                  # listening now (a same-user probe: refused, said)
+        r = subprocess.run(["/usr/bin/python3", "-c", _AS_NOBODY, link_address(name).hex(),
+                            (_pickle_frame(marker) + b"\0" * 64).hex()], user=65534, group=65534, extra_groups=[],
+                           cwd="/", capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
+        ctl = HostLink(name, "control", log=lambda m: None)
+        ctl.handshake([], {}, 20.0)
+        t_sim.join(10.0)
+        ctl.close()
+        assert "exc" not in res and not marker.exists()
+        assert any("refused a connection" in m and "is user 65534, not this one" in m for m in said), said
+    finally:
+        sim.close()
 
 
 def test_a_listener_that_takes_the_address_first_cannot_pass_for_the_sim_part(link_env, tmp_path, monkeypatch):

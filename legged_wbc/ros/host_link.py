@@ -201,6 +201,14 @@ def peer_credentials(sock) -> tuple[int, int, int]:
     return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
 
 
+def _wait_readable(sock, timeout: float) -> bool:
+    """Does ``sock`` hold something to read (or a connection to accept) within ``timeout`` s? (``poll``:
+    no limit on the descriptor's number, unlike ``select``.)"""
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(max(0, int(timeout * 1e3))))
+
+
 def _recv_exact(sock, n: int, t_end: float, stop) -> bytes:
     """``n`` bytes from ``sock`` by ``t_end`` (monotonic), looking at ``stop()`` every 0.1 s; raises
     :class:`_Refused` (silent, or closed) or :class:`LinkStopped`."""
@@ -211,7 +219,7 @@ def _recv_exact(sock, n: int, t_end: float, stop) -> bytes:
             raise LinkStopped("stopped while waiting for the link's peer")
         if left <= 0:
             raise _Refused("said nothing valid in time")
-        if select.select([sock], [], [], min(0.1, left))[0]:
+        if _wait_readable(sock, min(0.1, left)):
             chunk = sock.recv(n - len(buf))
             if not chunk:
                 raise _Refused("closed the connection")
@@ -488,7 +496,7 @@ class HostLink:
 
     def _accept_one(self, wait: float, stop) -> None:
         """The sim part: one connection, admitted (``self.sock``) or refused with one line."""
-        if not select.select([self._listener], [], [], max(wait, 0.0))[0]:
+        if not _wait_readable(self._listener, max(wait, 0.0)):
             return
         try:
             conn, _ = self._listener.accept()
