@@ -382,7 +382,8 @@ class ShmBagSink(RingSink):
     process ended (its report, its exit status) and kills one that made no progress for :data:`STALL_S`;
     if the bag was not closed there, the records the process had not yet put into the file are taken
     back from the ring (:meth:`take_back`) and the bag is repaired (:func:`~legged_wbc.ros.bag_repair.
-    repair_bag`). ``failure``: then one line naming the cause and the messages in the bag (logged), else ""."""
+    repair_bag`). ``failure``: then one line naming the cause and the messages in the bag, for the owner to
+    say last (the container's exit), else ""."""
 
     def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None,
                  compression: str = "zstd"):
@@ -528,7 +529,7 @@ class ShmBagSink(RingSink):
     def close(self, timeout: float = 120.0) -> int:
         """Close the ring, wait until the recorder process has written everything (its peer rings too) and
         closed the bag. Returns the number of dropped records, the peer rings' included. A failed
-        recording: ``failure`` (one line, logged) instead of the lines on drops."""
+        recording: ``failure`` (one line, not logged here) instead of the lines on drops."""
         with self._lock:
             if self.closed:
                 return 0
@@ -536,7 +537,6 @@ class ShmBagSink(RingSink):
         dropped = self.ring.dropped
         peer_dropped = self._shutdown(timeout)
         if self.failure:
-            self.log(self.failure)
             return dropped + peer_dropped
         if dropped:
             self.log(f"{dropped} messages did not fit the recorder's ring and were dropped "

@@ -427,6 +427,17 @@ class BagWriter:
                     con.execute("UPDATE schema SET ros_distro = ?", (ROS_DISTRO,))
                 con.close()
 
+    def abandon(self) -> None:
+        """Let go of the storage files without writing anything more (after a write error: a full disk);
+        what is on disk stays for :func:`~legged_wbc.ros.bag_repair.repair_bag`."""
+        self.closed = True
+        for f in (getattr(self.writer.storage, "bio", None), getattr(self.writer.storage, "conn", None)):
+            try:
+                if f is not None:
+                    f.close()
+            except Exception:
+                pass
+
     def size_bytes(self) -> int:
         """Bytes of the bag's storage files (after :meth:`close`)."""
         return bag_size_bytes(self.path)

@@ -23,7 +23,8 @@ the nodes, the bridge and the recorder or the estimator and the controller, join
 (:mod:`legged_wbc.ros.host_link`). The control part runs its chain in the link's receiver thread and
 ends when the sim part says bye or is gone.
 Exit status: the bridge's (0 at the end of ``duration`` or on Ctrl-C / SIGTERM, after the bag is
-closed), 2 for a bad parameter or configuration, 1 if a node raised.
+closed), 2 for a bad parameter or configuration, 1 if a node raised or the recording failed (its recorder
+process could not write, died, stalled or found its ring corrupt: one line, the bag repaired).
 """
 
 from __future__ import annotations
@@ -233,6 +234,9 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         if rclpy.ok():
             rclpy.shutdown()
         ignore_stop_signals()   # everything is closed: a late stop signal must not make this an exit -2
+    if recorder is not None and recorder.failure:   # said last: the line a launcher quotes
+        print(f"{CONTAINER_NODES[part]}: {recorder.failure}", file=sys.stderr, flush=True)
+        rc = rc or 1
     return rc
 
 

@@ -22,7 +22,10 @@ writes them unchanged (CDR) with ``rosbags.rosbag2.Writer`` (rosbag2 format vers
   graph, the recorder first drains every message already received (until ``drain_time`` passes
   without a new one), then closes the bag, which writes the MCAP summary / commits sqlite and
   writes ``metadata.yaml``: the bag is complete and readable. Exit status 0; 2 for a bad
-  parameter or an existing output directory.
+  parameter or an existing output directory; 1 when the recording failed (a full disk, a file size
+  limit, a recorder process that died, stalled or found its ring corrupt: ``failure``, said in one line
+  with the messages the bag holds; the bag is repaired from what is on disk, as ``ros2 bag reindex``
+  does, :mod:`legged_wbc.ros.bag_repair`).
 
 Parameters: see :class:`~legged_wbc.ros.bag_writer.RecorderConfig` and ``config/recorder.yaml``.
 """
@@ -75,6 +78,8 @@ class BagRecorder(Node):
         self.seen_peers: set[str] = set()
         self.stop_reason: str | None = None
         self.closed = False
+        self.failure = ""                 # a failed recording, in one line (close; its owner says it last)
+        self._write_error: OSError | None = None
         self._qos_depth = int(P["qos_depth"])
         self._clock_topic_stamps = P["stamp_source"] == "clock_topic"
         self.stamps = BagStamps(bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps)
@@ -170,9 +175,13 @@ class BagRecorder(Node):
 
     # ---------------------------------------------------------------- writing
     def _on_message(self, topic: str, data: bytes) -> None:
-        if not self.closed:
+        if not self.closed and self._write_error is None:
             now = 0 if self._clock_topic_stamps else self.get_clock().now().nanoseconds
-            self.bag.write(topic, self.stamps.of_bytes(topic, data, now), data)
+            try:
+                self.bag.write(topic, self.stamps.of_bytes(topic, data, now), data)
+            except OSError as exc:        # the disk: nothing more can be written (said once, at close)
+                self._write_error = exc
+                self.stop_reason = "the bag cannot be written"
             self.last_rx = time.monotonic()
 
     def record_linked_part(self, bus) -> list[str]:
@@ -187,13 +196,36 @@ class BagRecorder(Node):
     def close(self) -> None:
         if self.closed:
             return
-        self.closed, dropped = True, self.bag.close() or 0
+        self.closed, dropped = True, 0
+        try:
+            if self._write_error is not None:
+                raise self._write_error
+            dropped = self.bag.close() or 0
+        except OSError as exc:            # this process's writer (layout:=processes): repaired here
+            self._fail_in_process(exc)
+            return
+        self.failure = getattr(self.bag, "failure", "")   # the recorder process's (said by the sink)
+        if self.failure:
+            return
         total = sum(self.counts.values())
         per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
         where = " by the recorder process" if self.local is not None else ""
         mine = " from this process" if self.local is not None and self.local.own_only else ""
         self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages{mine}: {per}"
                                f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(self.path)})")
+
+
+    def _fail_in_process(self, exc: OSError) -> None:
+        """The in-process writer could not write: its file left as it is, the bag repaired, one line."""
+        from legged_wbc.ros.bag_process import write_error
+        from legged_wbc.ros.bag_repair import repair_bag
+
+        self.bag.abandon()
+        custom = dict(kv.split("=", 1) for kv in (x.strip() for x in self.config.custom_data.split(";")) if "=" in kv)
+        rep = repair_bag(self.path, {k.strip(): v.strip() for k, v in custom.items()})
+        state = f"left unreadable: {rep.problem}" if rep.problem else f"repaired: {rep.how}"
+        self.failure = (f"recording FAILED ({write_error(exc)}): {rep.total} messages in the bag {self.path} of the "
+                        f"{sum(self.counts.values())} it took; {state}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         node.drain(lambda t: executor.spin_once(timeout_sec=t))   # never lose the last messages
         node.get_logger().info(f"stopping ({why})")
         node.close()
+        if node.failure:
+            node.get_logger().error(node.failure)
+            rc = 1
     finally:
         if node is not None and not node.closed:
             node.close()
