@@ -312,6 +312,296 @@ def test_sigint_to_launcher_is_forwarded(tmp_path, fake_bin):
     assert "[sl] got SIGINT, stopping" in out and "process sl finished (exit code 0)" in out
 
 
+def _term_note(fake_bin: Path) -> None:
+    """``lwbc_term_note FILE``: a node that, on SIGTERM, writes the signal's name to FILE and exits 143 (the
+    stack's convention, 128 + SIGTERM); SIGINT ends it with 130."""
+    _script(fake_bin, "lwbc_term_note", """\
+        import signal, sys, time
+        def h(s, f):
+            open(sys.argv[1], "w").write(signal.Signals(s).name)
+            sys.exit(128 + s)
+        signal.signal(signal.SIGTERM, h)
+        signal.signal(signal.SIGINT, h)
+        print("waiting", flush=True)
+        time.sleep(60)
+        """)
+
+
+def _run_and_signal(tmp_path, body: str, name: str, sig) -> tuple[int, str, float]:
+    """Run the launch ``body`` in this (main) thread; once node ``name`` printed a line, send it ``sig``
+    from another thread (from outside the launcher). The launch's rc, its output and its wall time after
+    the signal."""
+    import signal
+    import threading
+    import time
+
+    f = tmp_path / "s.launch.xml"
+    f.write_text(f"<launch>{body}</launch>")
+    out = io.StringIO()
+    launcher = L.Launcher(L.load_launch(f, {}), out=out)
+    sent = []
+
+    def kill_it():
+        t_end = time.monotonic() + 20
+        while f"[{name}] " not in out.getvalue() and time.monotonic() < t_end:
+            time.sleep(0.02)
+        os.kill(launcher.pids()[name], sig)
+        sent.append(time.monotonic())
+
+    threading.Thread(target=kill_it, daemon=True).start()
+    rc = launcher.run()
+    return rc, out.getvalue(), time.monotonic() - sent[0]
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_a_node_stopped_from_outside_fails_the_launch(tmp_path, fake_bin, how):
+    """A node the launch did not ask to stop ends (SIGTERM / SIGINT: it exits 143 / 130, the convention; or
+    SIGKILL): one line naming it and how it ended, the other nodes shut down, launch rc 1. The same node
+    stopped by the launcher is a clean end (the last part)."""
+    import signal
+
+    _term_note(fake_bin)
+    note = tmp_path / "note"
+    rc, out, after = _run_and_signal(tmp_path, f"""
+        <node pkg="p" exec="lwbc_term_note" name="rec" args="{note}"/>
+        <node pkg="p" exec="lwbc_sleeper" name="sl" on_exit="shutdown"/>""", "rec", getattr(signal, how))
+    assert rc == 1, out
+    code = {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -9}[how]
+    why = f"killed by {how} from outside" if how == "SIGKILL" else f"stopped by {how} from outside"
+    line = f"process rec died with exit code {code} ({why})"
+    assert out.count(line) == 1, out
+    assert f"shutting down: rec {why}" in out and "[sl] got SIGINT, stopping" in out, out
+    assert "process sl finished (exit code 0)" in out and f"crashed: rec (exit {code})" in out, out
+    assert after < 5.0, out
+    # asked by the launcher (the finisher ends the launch): 130 from the same node is clean
+    rc, out = _run(tmp_path, f"""
+        <node pkg="p" exec="lwbc_term_note" name="rec" args="{note}"/>
+        <node pkg="p" exec="lwbc_finisher" name="fin" on_exit="shutdown"/>""")
+    assert rc == 0 and "process rec finished (exit code 130)" in out and "crashed" not in out, out
+
+
+def test_a_stopped_node_is_killed_within_the_bound_and_named(tmp_path, fake_bin):
+    """A node that cannot stop (SIGSTOP: neither SIGINT nor SIGTERM act) is killed sigterm_timeout +
+    sigkill_timeout after the shutdown began; the launch then ends, rc 1, naming it."""
+    import signal
+    import time
+
+    f = tmp_path / "s.launch.xml"
+    f.write_text("""<launch>
+        <node pkg="p" exec="lwbc_sleeper" name="frozen" sigterm_timeout="0.5" sigkill_timeout="0.5"/>
+        <node pkg="p" exec="lwbc_term_note" name="ender" args="{}" on_exit="shutdown"/></launch>""".format(
+        tmp_path / "note"))
+    _term_note(fake_bin)
+    out = io.StringIO()
+    launcher = L.Launcher(L.load_launch(f, {}), out=out)
+    import threading
+
+    marks = {}
+
+    def freeze_then_end():
+        t_end = time.monotonic() + 20
+        while not ("[frozen] sleeping" in out.getvalue() and "[ender] waiting" in out.getvalue()) \
+                and time.monotonic() < t_end:
+            time.sleep(0.02)
+        pids = launcher.pids()
+        os.kill(pids["frozen"], signal.SIGSTOP)
+        marks["t0"] = time.monotonic()
+        os.kill(pids["ender"], signal.SIGKILL)      # a required node fails: the launch shuts down
+
+    threading.Thread(target=freeze_then_end, daemon=True).start()
+    rc = launcher.run()
+    took = time.monotonic() - marks["t0"]
+    text = out.getvalue()
+    assert rc == 1, text
+    assert "frozen still running 0.5 s after SIGINT: SIGTERM" in text and "still running after SIGTERM: SIGKILL" in text
+    assert text.count("process frozen did not stop within 1 s of SIGINT and SIGTERM: killed by SIGKILL "
+                      "(exit code -9)") == 1, text
+    assert "crashed: " in text and "frozen (exit -9)" in text, text
+    assert 1.0 <= took < 4.0, (took, text)
+
+
+def test_link_secret_reaches_every_node_and_is_never_printed(tmp_path, fake_bin, monkeypatch):
+    """Each launch hands its nodes one new random secret (LEGGED_WBC_LINK_SECRET, 32 bytes as hex), also
+    over a value inherited from the launcher's environment; the launch's output never shows it."""
+    import hashlib
+
+    _script(fake_bin, "lwbc_secret", """\
+        import hashlib, os
+        s = os.environ.get("LEGGED_WBC_LINK_SECRET")
+        print("secret", "unset" if s is None else f"{len(s)} {hashlib.sha256(s.encode()).hexdigest()}", flush=True)
+        """)
+    monkeypatch.setenv(L.LINK_SECRET_ENV, "inherited")
+    f = tmp_path / "s.launch.xml"
+    f.write_text('<launch><node pkg="p" exec="lwbc_secret" name="a"/><node pkg="p" exec="lwbc_secret" name="b"/>'
+                 '</launch>')
+    secrets = []
+    for _ in range(2):
+        out = io.StringIO()
+        launcher = L.Launcher(L.load_launch(f, {}), out=out)
+        assert launcher.run() == 0
+        secret = launcher.env[L.LINK_SECRET_ENV]
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        text = out.getvalue()
+        assert f"[a] secret 64 {digest}" in text and f"[b] secret 64 {digest}" in text, text
+        assert secret not in text and int(secret, 16) >= 0
+        secrets.append(secret)
+    assert secrets[0] != secrets[1] and "inherited" not in secrets
+
+
+def _marked(marker: str) -> dict[int, str]:
+    """``{pid: command line}`` of this user's processes whose environment holds ``LWBC_TEST_MARK=marker``:
+    a launch started with it and every process under it (they inherit it; a zombie shows none)."""
+    want = f"LWBC_TEST_MARK={marker}".encode()
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{d}/environ").read_bytes()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if want in env.split(b"\0"):
+            found[int(d)] = cmd.replace(b"\0", b" ").decode(errors="replace").strip()
+    return found
+
+
+def _kill_marked(marker: str) -> None:
+    """SIGKILL to every process of the test's launch still running (after a failed test)."""
+    import signal
+
+    for pid in _marked(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _left_after(marker: str, seconds: float) -> tuple[dict[int, str], float]:
+    """The marked processes still running ``seconds`` from now (empty as soon as none is), and when."""
+    import time
+
+    t0 = time.monotonic()
+    while (left := _marked(marker)) and time.monotonic() - t0 < seconds:
+        time.sleep(0.05)
+    return left, time.monotonic() - t0
+
+
+def test_kill_9_of_the_launcher_stops_its_nodes(tmp_path, fake_bin):
+    """``kill -9`` of ``legged-wbc launch``: its nodes get SIGTERM (their parent-death signal) and none
+    is left running 5 s later (a node that ignores only SIGINT included)."""
+    import signal
+    import subprocess
+    import uuid
+
+    _term_note(fake_bin)
+    note = tmp_path / "note"
+    f = tmp_path / "s.launch.xml"
+    f.write_text(f'<launch><node pkg="p" exec="lwbc_term_note" name="tn" args="{note}"/>'
+                 '<node pkg="p" exec="lwbc_stubborn" name="st"/></launch>')
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, LWBC_TEST_MARK=marker)
+    proc = subprocess.Popen([sys.executable, "-m", "legged_wbc.cli", "launch", str(f)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    seen = ""
+    for line in proc.stdout:
+        seen += line
+        if "[tn] waiting" in seen and "[st] ignoring SIGINT" in seen:
+            break
+    nodes = set(_marked(marker)) - {proc.pid}
+    assert len(nodes) == 2, seen
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        left, took = _left_after(marker, 5.0)
+    finally:
+        _kill_marked(marker)
+    assert not left, left
+    assert note.read_text() == "SIGTERM"
+    print(f"no node left {took:.2f} s after kill -9 of the launcher")
+
+
+def _mcap_bytes(bag: Path) -> int:
+    return sum(f.stat().st_size for f in bag.glob("*.mcap")) if bag.is_dir() else 0
+
+
+def _launch_recording(tmp_path, env, layout: str, bag: Path, min_bytes: int):
+    """``legged-wbc launch walking_sim layout:=LAYOUT record:=BAG`` (lockstep, until stopped), once its bag
+    holds ``min_bytes`` of MCAP (the walk well under way: ~3 kB a simulated millisecond)."""
+    import time
+
+    from test_ros_stack import BIN, Proc
+
+    lp = Proc("launch", [str(BIN / "legged-wbc"), "launch", "walking_sim", f"layout:={layout}", "scenario:=paper",
+                         f"record:={bag}"], env, tmp_path)
+    t_end = time.monotonic() + 180
+    while _mcap_bytes(bag) < min_bytes:
+        assert time.monotonic() < t_end and lp.p.poll() is None, lp.text()[-3000:]
+        time.sleep(0.1)
+    return lp
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("layout", ["container", "split", "processes"])
+def test_kill_9_of_the_launcher_leaves_nothing_of_the_launch_running(tmp_path, ros_env, layout):
+    """``kill -9`` of ``legged-wbc launch`` while it walks and records: within 10 s no process of the launch
+    is left (the nodes, the containers' recorder processes and their helpers), the bag stops growing and
+    is left readable (the nodes stop as on SIGTERM and close it)."""
+    import signal
+    import time
+    import uuid
+
+    from test_ros_stack import read_bag
+
+    marker = uuid.uuid4().hex
+    bag = tmp_path / "bag"
+    lp = _launch_recording(tmp_path, dict(ros_env, LWBC_TEST_MARK=marker), layout, bag, 1 << 20)
+    try:
+        before = _marked(marker)
+        os.kill(lp.p.pid, signal.SIGKILL)
+        lp.p.wait(10)
+        left, took = _left_after(marker, 10.0)
+        size = _mcap_bytes(bag)
+        time.sleep(1.0)
+        grew = _mcap_bytes(bag) - size
+    finally:
+        _kill_marked(marker)
+        lp._fh.close()
+    assert len(before) >= (3 if layout != "processes" else 5), before   # launcher, node(s), recorder process
+    assert not left, (left, lp.text()[-3000:])
+    assert grew == 0
+    topics = read_bag(bag)
+    n = sum(len(v) for v in topics.values())
+    assert (bag / "metadata.yaml").is_file() and len(topics["/joint_states"]) > 300, lp.text()[-3000:]
+    print(f"{layout}: {len(before) - 1} processes under the launcher, none left {took:.2f} s after kill -9; "
+          f"bag {size} B, readable, {n} messages")
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("layout,node", [("processes", "bag_recorder"), ("container", "walking_container"),
+                                         ("split", "sim_container")])
+def test_sigterm_from_outside_to_a_node_fails_the_launch(tmp_path, ros_env, layout, node):
+    """SIGTERM to one of the launch's nodes from outside (not the launcher): the node stops as on SIGTERM
+    (its bag closed), exits 143, and the launch shuts the rest down and exits 1 with one line naming it."""
+    import signal
+
+    bag = tmp_path / "bag"
+    lp = _launch_recording(tmp_path, ros_env, layout, bag, 256 << 10)
+    try:
+        pid = int(lp.wait_for(rf"started {node} \[pid (\d+)\]").group(1))
+        os.kill(pid, signal.SIGTERM)
+        rc = lp.wait(120)
+    finally:
+        lp.stop()
+    out = lp.text()
+    assert rc == 1, out[-3000:]
+    assert out.count(f"process {node} died with exit code 143 (stopped by SIGTERM from outside)") == 1, out[-3000:]
+    # the split's control part may end first (its peer said bye) and be the shutdown's reason: the
+    # launcher's SIGINT to the sim part then does not hide the SIGTERM that stopped it
+    assert f"shutting down: {node} stopped by SIGTERM from outside" in out or layout == "split"
+    assert (bag / "metadata.yaml").is_file(), out[-3000:]
+
+
 # ------------------------------------------------------------------------------------ ros_io
 def test_ros_io_conversions():
     names = ["a", "b", "c"]

@@ -35,7 +35,7 @@ Shutdown (like ``ros2 launch``): on Ctrl-C/SIGTERM, when a node with ``on_exit="
 when a node fails, every running node gets SIGINT, then SIGTERM after ``sigterm_timeout`` (default
 5 s), then SIGKILL after ``sigkill_timeout`` more (default 5 s). A node stopped by a signal exits
 ``128 + signum`` (130 / 143, :mod:`legged_wbc.ros.lifetime`); that (or 0, or death by SIGINT /
-SIGTERM) is a clean end only for a node the launcher asked to stop. Any other end the launch did not
+SIGTERM) is a clean end only for a node the launcher sent that signal. Any other end the launch did not
 ask for is a failure, one line naming the node and how it ended: a non-zero exit, a node stopped
 from outside (exit 130 / 143, or killed by a signal), a node that had to be killed with SIGKILL, a node
 that could not be started. The launcher exits 1 after a failure, else 130 after Ctrl-C (SIGINT), 143
@@ -60,7 +60,7 @@ from pathlib import Path
 from legged_wbc.ros.lifetime import die_with_parent
 
 LINK_SECRET_ENV = "LEGGED_WBC_LINK_SECRET"   # the per-launch secret of the host link (legged_wbc.ros.host_link)
-CLEAN_STOP = frozenset({0, 128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM})
+STOP_EXITS = {128 + signal.SIGINT: signal.SIGINT, 128 + signal.SIGTERM: signal.SIGTERM}   # the nodes' convention
 
 
 class LaunchError(RuntimeError):
@@ -448,15 +448,20 @@ def child_env(base: dict | None = None) -> dict:
     return env
 
 
+def ending_signal(rc: int) -> int | None:
+    """The signal that ended a node with exit status ``rc``: it killed it (``rc`` < 0), or the node stopped on
+    it (130 / 143, :mod:`legged_wbc.ros.lifetime`); None for an exit code of the node's own."""
+    return -rc if rc < 0 else STOP_EXITS.get(rc)
+
+
 def how_ended(rc: int, asked: bool) -> str:
     """How a node with exit status ``rc`` ended, in words, when a signal ended it (``asked``: the launcher
-    sent one); empty for an exit code of its own."""
-    if rc < 0:
-        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
-        return f"killed by {name}" + ("" if asked else " from outside")
-    if rc in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-        return f"stopped by {signal.Signals(rc - 128).name}" + ("" if asked else " from outside")
-    return ""
+    sent that signal); empty for an exit code of its own."""
+    sig = ending_signal(rc)
+    if sig is None:
+        return ""
+    name = signal.Signals(sig).name if sig in signal.valid_signals() else f"signal {sig}"
+    return f"{'killed' if rc < 0 else 'stopped'} by {name}" + ("" if asked else " from outside")
 
 
 @dataclass
@@ -465,10 +470,13 @@ class _Proc:
     popen: subprocess.Popen | None = None
     reader: threading.Thread | None = None
     returncode: int | None = None
-    signalled: bool = False   # we asked it to stop
-    killed: bool = False      # it did not stop when asked: we sent SIGKILL
+    sent: set = field(default_factory=set)   # the signals we sent it (asking it to stop)
     crashed: bool = False
     last_line: str = ""       # its last line of output: the "why" of the summary when it dies
+
+    @property
+    def signalled(self) -> bool:
+        return bool(self.sent)
 
 
 class Launcher:
@@ -561,7 +569,7 @@ class Launcher:
         return [p for p in self.procs if p.popen is not None and p.returncode is None]
 
     def _signal(self, p: _Proc, sig) -> None:
-        p.signalled = True
+        p.sent.add(int(sig))
         try:
             p.popen.send_signal(sig)
         except ProcessLookupError:
@@ -575,16 +583,16 @@ class Launcher:
             p.returncode = rc
             if p.reader is not None:
                 p.reader.join(timeout=1.0)
-            name = p.action.name
-            if p.killed:
+            name, sig = p.action.name, ending_signal(rc)
+            if signal.SIGKILL in p.sent:
                 p.crashed = True
                 self.say(f"process {name} did not stop within {p.action.sigterm_timeout + p.action.sigkill_timeout:g} s "
                          f"of SIGINT and SIGTERM: killed by SIGKILL (exit code {rc})")
-            elif rc == 0 or (p.signalled and rc in CLEAN_STOP):
+            elif rc == 0 or sig in p.sent:    # ended as asked (a stop signal from outside is not one we sent)
                 self.say(f"process {name} finished (exit code {rc})")
             else:
                 p.crashed = True
-                how = how_ended(rc, p.signalled)
+                how = how_ended(rc, sig in p.sent)
                 self.say(f"process {name} died with exit code {rc}" + (f" ({how})" if how else ""))
                 self.request_shutdown(f"{name} {how or f'failed (exit code {rc})'}")
             if p.action.shutdown_on_exit and not p.signalled:
@@ -609,7 +617,6 @@ class Launcher:
                     stage[id(p)] = 1
                 elif st == 1 and now > p.action.sigterm_timeout + p.action.sigkill_timeout:
                     self.say(f"{p.action.name} still running after SIGTERM: SIGKILL")
-                    p.killed = True
                     self._signal(p, signal.SIGKILL)
                     stage[id(p)] = 2
             time.sleep(0.02)
