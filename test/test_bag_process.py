@@ -567,3 +567,218 @@ def test_a_record_past_the_published_data_is_ring_corruption():
             ring.read()
     finally:
         ring.release()
+
+
+# ------------------------------------------------------------------------------------ a failed recording says so
+# Each failure is made for real on a recorder process fed by this test (a few seconds each, not a walk): the
+# recording ends in one line naming the cause and the messages in the bag, the recorder process's exit status
+# is not 0 (the container then exits 1), and the bag opens with rosbags AND the mcap reader holding exactly the
+# reported messages, in order; nothing that reached the recorder is lost unless the disk itself refused it.
+def _js(k: int):
+    return ros_io.joint_state_msg(k * 1_000_000, NAMES, np.full(18, float(k)), np.zeros(18), np.zeros(18))
+
+
+def _produce(sink, n: int, at: int | None = None, action=None) -> int:
+    """``n`` JointStates (position[0] = k) into ``sink``, published after each as the container does;
+    ``action(sink)`` once ``at`` of them are in. Returns how many the sink put into its ring."""
+    sink.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+    for k in range(n):
+        if k == at:
+            action(sink)
+        sink.write_message("/joint_states", k * 1_000_000, _js(k))
+        sink.flush()
+    return sum(sink.counts.values())
+
+
+def _reported(failure: str) -> int:
+    import re
+
+    assert failure and "\n" not in failure and failure.startswith("recording FAILED ("), failure
+    m = re.search(r": (\d+) messages in the bag ", failure)
+    assert m, failure
+    return int(m.group(1))
+
+
+def _bag_positions(bag: Path) -> list:
+    """position[0] of every /joint_states message, read by rosbags (through metadata.yaml) and by the mcap
+    reader (its summary or, without one, its stream): the two must agree."""
+    from rosbags.rosbag2 import Reader
+    from rosbags.typesys import Stores, get_typestore
+
+    store = get_typestore(Stores.ROS2_KILTED)
+    with Reader(bag) as r:
+        by_rosbags = [store.deserialize_cdr(d, c.msgtype).position[0] for c, _, d in r.messages()]
+        assert r.message_count == len(by_rosbags)
+    by_mcap = [m.position[0] for m in _read_mcap_independently(bag).get("/joint_states", [])]
+    assert by_rosbags == by_mcap
+    return by_mcap
+
+
+def test_a_full_disk_ends_the_recording_in_one_line_and_leaves_a_readable_bag(tmp_path, capfd, monkeypatch):
+    """The recorder process may write 2.5 MB (a file size limit, as a full disk: the write fails with EFBIG
+    instead of ENOSPC): one line, no traceback, the bag repaired with what reached the disk."""
+    import resource
+
+    from legged_wbc.ros import bag_process
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    bag = tmp_path / "bag"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    create = RecordRing.create
+
+    def limited_after_the_ring(*args):                  # the ring exists: the recorder process spawned next
+        ring = create(*args)                            # inherits the limit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2_500_000, hard))
+        return ring
+
+    monkeypatch.setattr(bag_process.RecordRing, "create", staticmethod(limited_after_the_ring))
+    try:
+        sink = ShmBagSink(bag, "mcap", "run=full", ring_bytes=8 << 20, compression="none")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        monkeypatch.undo()
+    put = _produce(sink, 8000)
+    sink.close()
+    assert sink.proc.exitcode == 3
+    assert "file size limit reached" in sink.failure, sink.failure
+    n = _reported(sink.failure)
+    assert 0 < n < put == 8000
+    assert _bag_positions(bag) == list(range(n))                       # what reached the disk, in order
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_killed_recorder_loses_nothing_it_was_given(tmp_path):
+    """SIGKILL mid-run: the bag is rebuilt from the file and the ring (records the process had read but not
+    yet put into the file are taken back): every message put into the ring is in the bag."""
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
+    put = _produce(sink, 12000, at=7000, action=lambda s: (time.sleep(0.3), os.kill(s.proc.pid, signal.SIGKILL)))
+    sink.close()
+    assert sink.proc.exitcode == -signal.SIGKILL
+    assert "the recorder process was killed by SIGKILL" in sink.failure, sink.failure
+    assert _reported(sink.failure) == put == 12000
+    assert _bag_positions(bag) == list(range(12000))
+
+
+def test_a_stopped_recorder_is_killed_after_a_bounded_wait_and_its_bag_rebuilt(tmp_path, monkeypatch):
+    from legged_wbc.ros import bag_process
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    monkeypatch.setattr(bag_process, "STALL_S", 1.0)
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
+    put = _produce(sink, 6000, at=3000, action=lambda s: (time.sleep(0.3), os.kill(s.proc.pid, signal.SIGSTOP)))
+    t0 = time.monotonic()
+    sink.close()
+    assert time.monotonic() - t0 < 1.0 + 4.0                             # the stall bound, not the 120 s timeout
+    assert sink.proc.exitcode == -signal.SIGKILL
+    assert "made no progress for 1 s (stopped or hung) and was killed" in sink.failure, sink.failure
+    assert _reported(sink.failure) == put == 6000
+    assert _bag_positions(bag) == list(range(6000))
+
+
+def _garbage(sink) -> None:
+    """64 random bytes committed as if they were records, right after what the producer put."""
+    ring = sink.ring
+    off = ring.position % ring.capacity
+    ring.buf[off:off + 64] = b"\xff" * 8 + os.urandom(56)
+    ring._w += 64
+    ring.commit()
+
+
+def test_garbage_in_the_ring_ends_the_recording_with_what_came_before(tmp_path):
+    """The recorder stops at the first record that does not check out (no endless loop on garbage), closes
+    the bag with everything before it, says so and exits 3; the container does not wait forever."""
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
+    put = _produce(sink, 3000, at=1000, action=_garbage)
+    t0 = time.monotonic()
+    sink.close()
+    assert time.monotonic() - t0 < 5.0
+    assert sink.proc.exitcode == 3
+    assert "corrupt ring" in sink.failure, sink.failure
+    assert _reported(sink.failure) == 1000 and put == 3000
+    assert _bag_positions(bag) == list(range(1000))
+
+
+def test_a_closed_word_set_from_outside_is_said_and_truncates_nothing(tmp_path):
+    """The ring's closed word set by someone else than its producer (no seal: the final position the
+    producer announces when it closes): the recorder says so and records on until the real close."""
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
+
+    def close_from_outside(s):
+        s.ring._hdr[3] = 1                                              # the closed word, no seal
+        time.sleep(0.3)                                                 # the recorder has seen it
+
+    put = _produce(sink, 3000, at=1000, action=close_from_outside)
+    sink.close()
+    assert sink.proc.exitcode == 3
+    assert "set without its producer's seal (from outside)" in sink.failure, sink.failure
+    assert _reported(sink.failure) == put == 3000
+    assert _bag_positions(bag) == list(range(3000))
+
+
+def test_a_clean_recording_reports_no_failure_and_keeps_its_records_until_they_are_in_the_file(tmp_path):
+    """The recorder gives ring space back only once the records are in the file (a chunk written), so the
+    producer's read position trails; a clean close: no failure, exit 0, every message."""
+    from legged_wbc.ros.bag_process import ShmBagSink
+
+    bag = tmp_path / "bag"
+    sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
+    put = _produce(sink, 2000)
+    time.sleep(0.5)
+    with sink.ring.lock:
+        kept = int(sink.ring._hdr[0]) - int(sink.ring._hdr[1])
+    assert kept > 0                                                      # read, not yet in a closed chunk
+    sink.close()
+    assert sink.failure == "" and sink.proc.exitcode == 0
+    assert _bag_positions(bag) == list(range(put))
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+@pytest.mark.ros
+def test_a_container_whose_recorder_is_killed_ends_the_launch_non_zero_with_every_message(tmp_path, ros_env):
+    """Through the launch: the container's recorder process SIGKILLed mid-walk; the launch exits non-zero,
+    its last word is the one failure line, and the bag holds every message the container put in the ring
+    (read by rosbags and by the mcap reader)."""
+    import re
+
+    from rosbags.rosbag2 import Reader
+
+    bag = tmp_path / "bag"
+    p = subprocess.Popen([str(ROOT / ".venv/bin/legged-wbc"), "launch", "walking_sim", "controller:=cbf",
+                          "scenario:=nominal", "duration:=3", f"record:={bag}"],
+                         env=ros_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if "composed" in line:
+            break
+    time.sleep(1.0)
+    writers = [d for d in _descendants(p.pid) if b"spawn_main" in Path(f"/proc/{d}/cmdline").read_bytes()]
+    assert len(writers) == 1, lines
+    os.kill(writers[0], signal.SIGKILL)
+    out = "".join(lines) + p.stdout.read()
+    assert p.wait(timeout=300) != 0, out[-3000:]
+    failed = [ln for ln in out.splitlines() if "recording FAILED" in ln and "walking_container:" in ln]
+    assert len(failed) >= 1 and "killed by SIGKILL" in failed[0], out[-3000:]
+    m = re.search(r": (\d+) messages in the bag .* of the (\d+) put in the recorder's ring here", failed[0])
+    assert m and m.group(1) == m.group(2), failed[0]
+    with Reader(bag) as r:
+        assert r.message_count == int(m.group(1))
+    assert sum(len(v) for v in _read_mcap_independently(bag).values()) == int(m.group(1))
+    assert "Traceback" not in out
