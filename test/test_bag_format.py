@@ -177,3 +177,69 @@ def test_fast_mcap_write_gives_the_bytes_rosbags_writes(tmp_path, compression):
     assert b"topic_type_hash" in files[0] and b"ros_distro: kilted" in files[0]
     if compression == "none":
         assert len(files[0]) > 3 * 2**20       # several chunks
+
+
+# ------------------------------------------------------------------------------------ a bag whose writer died
+def _dead_writer_bag(path: Path, msgs: list, cut: int | None) -> tuple[int, list]:
+    """A bag as a killed writer leaves it: chunks written as they closed, no summary, no footer, no
+    metadata.yaml; ``cut``: the file then cut that many bytes into its last chunk (a full disk). Returns the
+    messages the complete chunks hold and every written message in order."""
+    from legged_wbc.ros.bag_writer import BagWriter
+
+    bw = BagWriter(path, "mcap", "", compression="zstd", chunk_by_caller=True)
+    for k, (topic, msgtype, t_ns, data) in enumerate(msgs):
+        bw.add_topic(topic, msgtype)
+        bw.write(topic, t_ns, data)
+        if k % 1500 == 1499:
+            bw.end_batch(force=True)
+            in_file = k + 1
+    bw.abandon()                                    # the open chunk never reaches the file
+    mcap = next(path.glob("*.mcap"))
+    if cut is not None:
+        size = mcap.stat().st_size
+        with open(mcap, "r+b") as fh:
+            fh.truncate(size - cut)                  # the last chunk cut short (past its message indexes)
+        in_file -= 1500
+    return in_file, msgs
+
+
+@pytest.mark.parametrize("room", ["room for a copy", "disk full"])
+@pytest.mark.parametrize("cut", [None, 40_000])
+def test_a_bag_whose_writer_died_is_repaired_for_both_readers(tmp_path, monkeypatch, room, cut):
+    """What ``ros2 bag reindex`` does: the readable records kept (a chunk cut short dropped), a complete MCAP
+    rewritten (or, with no room for a copy, the file closed in place without a summary), metadata.yaml with
+    the counts per topic; rosbags and the mcap reader then read the same messages, byte for byte."""
+    import errno
+
+    from mcap.reader import make_reader
+    from rosbags.rosbag2 import Reader
+
+    from legged_wbc.ros import bag_repair
+
+    bag = tmp_path / "bag"
+    n, msgs = _dead_writer_bag(bag, _serialized(1300), cut)
+    assert not (bag / "metadata.yaml").exists()
+    if room == "disk full":
+        def no_room(*args):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(bag_repair, "_rewrite", no_room)
+    rep = bag_repair.repair_bag(bag, {"controller": "cbf"})
+    assert rep.problem == "" and rep.total == n > 0
+    assert ("cut after its last complete record" in rep.how) == (room == "disk full")
+    expect = [(topic, t, data) for topic, _, t, data in msgs[:n]]
+    import yaml
+
+    meta = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert meta["custom_data"] == {"controller": "cbf"} and meta["ros_distro"] == "kilted"
+    with Reader(bag) as r:
+        assert r.message_count == n
+        got = [(c.topic, t, bytes(d)) for c, t, d in r.messages()]
+    assert sorted(got) == sorted(expect)
+    with open(next(bag.glob("*.mcap")), "rb") as fh:
+        got = [(ch.topic, m.log_time, m.data) for _, ch, m in make_reader(fh).iter_messages(log_time_order=False)]
+    assert got == expect
+    counts = {}
+    for topic, _, _ in expect:
+        counts[topic] = counts.get(topic, 0) + 1
+    assert rep.counts == counts

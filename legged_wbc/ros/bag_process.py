@@ -396,7 +396,7 @@ class ShmBagSink(RingSink):
         super().__init__(RecordRing.create(ring_bytes, ctx.Lock()), describe=describe, log=log)
         self.peer_rings: list[RecordRing] = []
         self.custom_data, self.failure = custom_data, ""
-        self._beat = ctx.RawValue("Q", 0)                 # bumped by the recorder process on every turn
+        self._beat = ctx.RawArray("Q", 3)                 # the recorder process's progress (_drain)
         self._reports, report = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=process_main, name="bag_writer", daemon=False,
                                 args=(self.ring.name, self.ring.lock, str(self.path), storage, custom_data,
@@ -415,11 +415,11 @@ class ShmBagSink(RingSink):
     def _wait(self, timeout: float) -> str:
         """Wait for the recorder process to finish; kill it if its heartbeat stood still for
         :data:`STALL_S` (stopped, hung) or it ran past ``timeout`` [s]. Returns why it was killed, or ""."""
-        last, t_last, t_end = self._beat.value, time.monotonic(), time.monotonic() + timeout
+        last, t_last, t_end = self._beat[0], time.monotonic(), time.monotonic() + timeout
         why = ""
         while self.proc.is_alive():
             self.proc.join(0.05)
-            now, beat = time.monotonic(), self._beat.value
+            now, beat = time.monotonic(), self._beat[0]
             if beat != last:
                 last, t_last = beat, now
             elif now - t_last > STALL_S:
@@ -468,7 +468,7 @@ class ShmBagSink(RingSink):
         without a word: ``took_back``); the failure line."""
         from legged_wbc.ros.bag_repair import repair_bag
 
-        extra = self.take_back() if took_back else []
+        extra = self.take_back(self._safe_in_file()) if took_back else []
         custom = dict(kv.split("=", 1) for kv in (x.strip() for x in self.custom_data.split(";")) if "=" in kv)
         custom = {k.strip(): v.strip() for k, v in custom.items()}
         if self.ring.dropped:
@@ -479,12 +479,23 @@ class ShmBagSink(RingSink):
         return (f"recording FAILED ({cause}): {rep.total} messages in the bag {self.path}{back} of the {put} put "
                 f"in the recorder's ring here{lost}; {state}")
 
-    def take_back(self) -> list:
+    def _safe_in_file(self) -> int | None:
+        """The own ring's position up to which the file holds the records when the recorder process died
+        after writing the chunk it was closing but before it said so (else None: its read position)."""
+        from legged_wbc.ros.bag_repair import scan_mcap
+
+        number, pos = self._beat[1], self._beat[2]
+        mcap = sorted(self.path.glob("*.mcap"))
+        if not number or len(mcap) != 1 or pos <= self.ring.take_over():
+            return None
+        return pos if scan_mcap(mcap[0]).chunks >= number else None
+
+    def take_back(self, start: int | None = None) -> list:
         """The records the recorder process read but had not put into the bag's file, and those it never
         read: ``(topic, msgtype, qos, digest, stamp [ns], CDR bytes)`` from the published read position
-        (:meth:`RecordRing.take_over`) on, with the topic descriptions this producer gave (a record that
-        does not check out ends it)."""
-        start = self.ring.take_over()
+        (:meth:`RecordRing.take_over`; ``start``: from there instead) on, with the topic descriptions this
+        producer gave (a record that does not check out ends it)."""
+        start = self.ring.take_over(start)
         topics = {}
         for tid, hist in self.described.items():
             before = [rec for at, rec in hist if at <= start]
@@ -894,10 +905,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _read_into_bag(src: _Source, sources: list, bag: _BagSide) -> bool:
+def _read_into_bag(src: _Source, sources: list, bag: _BagSide, beat=None) -> bool:
     """One read of ``src`` written to the bag; its ring space given back up to what is in the file (all
     of it once the writer closed a chunk: then every source's; a source holding back more than a quarter
-    of its ring forces the chunk). False if there was nothing to read."""
+    of its ring forces the chunk). Before a chunk may close, ``beat[1]``/``beat[2]`` say which chunk of the
+    file (its number) makes the own ring safe up to which position: killed while writing it, the
+    container finds out from the file whether it got there (:meth:`ShmBagSink.take_back`). False if there
+    was nothing to read."""
     records = src.ring.read()
     if not records:
         return False
@@ -910,6 +924,8 @@ def _read_into_bag(src: _Source, sources: list, bag: _BagSide) -> bool:
     del records
     src.ring.consumed(src.safe)
     src.written = src.ring.read_position
+    if beat is not None:
+        beat[2], beat[1] = sources[0].written, bag.writer.chunks_closed + 1
     if bag.writer.end_batch(force=src.written - src.safe > src.ring.capacity // 4):
         for s in sources:
             s.safe = s.written
@@ -920,17 +936,18 @@ def _read_into_bag(src: _Source, sources: list, bag: _BagSide) -> bool:
 def _drain(ring, bag: _BagSide, parent_pid: int, beat=None) -> tuple[bool, list]:
     """Write what the producers put into the rings (the own ring and the peer rings it announces) until
     the producer of the own ring closes it (or dies: orphaned, checked every 0.1 s while the rings are
-    empty) and every peer ring is finished (:meth:`_Source.finished`). ``beat``: a shared counter bumped
-    on every turn (the container's sign of progress). Returns ``(orphaned, all sources)``."""
+    empty) and every peer ring is finished (:meth:`_Source.finished`). ``beat``: shared counters, [0]
+    bumped on every turn (the container's sign of progress), [1] and [2] set by :func:`_read_into_bag`.
+    Returns ``(orphaned, all sources)``."""
     sources = [_Source(ring)]
     last_check = time.monotonic()
     orphaned, own_done_at = False, None
     while True:
         if beat is not None:
-            beat.value += 1
+            beat[0] += 1
         busy = False
         for src in list(sources):
-            busy = _read_into_bag(src, sources, bag) or busy
+            busy = _read_into_bag(src, sources, bag, beat) or busy
         if busy:
             continue
         now = time.monotonic()

@@ -35,6 +35,7 @@ class Scan:
     t_min: int = 2**63 - 1
     t_max: int = 0
     good_end: int = 0
+    chunks: int = 0
     complete: bool = False
     stop: str = ""
 
@@ -70,6 +71,7 @@ def _records(path: Path, scan: Scan, messages: bool):
             if isinstance(rec, (DataEnd, Footer)):
                 scan.complete = isinstance(rec, Footer) or scan.complete
                 continue
+            scan.chunks += isinstance(rec, Chunk)
             for r in inner:
                 if isinstance(r, Schema):
                     scan.schemas[r.id] = r

@@ -328,6 +328,7 @@ class BagWriter:
         _as_rosbag2_writes(self.writer.storage)
         self._mcap = self.writer.storage if storage == "mcap" and _has_mcap_internals(self.writer) else None
         self._auto_chunk = not (chunk_by_caller and self._mcap is not None)
+        self.chunks_closed = 0              # chunk_by_caller: chunks end_batch put into the file
         self.describe = describe or (lambda topic: ([], None))
         self.types: dict[str, str] = {}
         self.counts: dict[str, int] = {}
@@ -391,6 +392,7 @@ class BagWriter:
         if size > _MCAP_CHUNK_BYTES or (force and size):
             s.close_chunk()
             s.bio.flush()
+            self.chunks_closed += 1
             return True
         return not size
 

@@ -319,9 +319,9 @@ class RecordRing:
         with self.lock:
             return int(self._hdr[_W]) - self._r
 
-    def take_over(self) -> int:
-        """Read from the position the consumer published (the producer taking over a dead consumer's
-        records with :meth:`read`); returns that position."""
+    def take_over(self, start: int | None = None) -> int:
+        """Read from the position the consumer published, or ``start`` (the producer taking over a dead
+        consumer's records with :meth:`read`); returns that position."""
         with self.lock:
-            self._r = self._r_next = int(self._hdr[_R])
+            self._r = self._r_next = int(self._hdr[_R]) if start is None else start
         return self._r
