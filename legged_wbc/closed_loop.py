@@ -156,7 +156,7 @@ class ClosedLoop:
         over = scenario.controller_overrides(mode)
         if solver:
             over["solver"] = solver
-        self.wcfg = load_wbc_config(overrides=over)
+        self.wcfg = load_wbc_config(overrides=over, robot=scenario.robot)   # checked against its geometry
         self.ctl = make_controller(rm, self.wcfg, self.gait_cfg, impl)
         self.ecfg = load_estimator_config(overrides=scenario.estimator)
         self.est = make_estimator(rm, self.gait_cfg, self.ecfg, impl)

@@ -37,6 +37,10 @@ from legged_wbc.robot import ConfigError, RobotConfig, foot_geometry, load_robot
 
 
 
+KNEE_BEND_MIN = 0.6    # [rad] the least knee bend of a foot placement the controller is asked to hold (0.3: a
+#                        stand height of 0.74 m it allows fell walking, 0.6: 0.72 m walks; the hexapod)
+
+
 def cross3(a, b) -> np.ndarray:
     """Cross product of two 3-vectors (much cheaper than ``np.cross`` for one pair)."""
     a0, a1, a2 = float(a[0]), float(a[1]), float(a[2])
@@ -341,6 +345,41 @@ class RobotModel:
             qj, ok = self.leg_ik(i, p, th, qj)
             if not ok:
                 raise ConfigError(f"leg {self.cfg.legs[i].name}: nominal stance {p} theta={th} is not reachable")
+        return qj
+
+    def foot_depth_range(self, knee_bend_min: float = KNEE_BEND_MIN, tol: float = 1e-3) -> tuple[float, float]:
+        """``(d_min, d_max)`` [m]: how far below the base origin (base frame z, the base level) the foot-sphere
+        centres of all legs can be held at their nominal horizontal placement (``stance.reach`` from the
+        hip yaw axis, nominal relative pitch), with every joint inside its limits and every knee bent by at
+        least ``knee_bend_min`` [rad] (a stretched knee makes the leg Jacobian singular: the controller
+        cannot hold it). Bisection to ``tol`` on IK solutions continued from the nominal stance."""
+        qj = self.stance_joint_positions()
+        nominal = self.cfg.stance_height - self.foot_radius
+        ends = []
+        for step in (-2.0, 2.0):                     # towards the body, away from it
+            ok, bad, q_ok = nominal, nominal + step, qj
+            while abs(bad - ok) > tol:
+                mid = 0.5 * (ok + bad)
+                q = self._feet_at_depth(mid, q_ok, knee_bend_min)
+                if q is None:
+                    bad = mid
+                else:
+                    ok, q_ok = mid, q
+            ends.append(ok)
+        return ends[0], ends[1]
+
+    def _feet_at_depth(self, depth: float, qj0: np.ndarray, knee_bend_min: float) -> np.ndarray | None:
+        """Joint positions with every foot ``depth`` [m] below the base origin at its nominal horizontal
+        placement (IK from ``qj0``), or None: not reached, a joint out of its limits or a knee bent less
+        than ``knee_bend_min`` [rad]."""
+        qj = qj0
+        for i, (p, th) in enumerate(self.stance_targets()):
+            qj, ok = self.leg_ik(i, np.array([p[0], p[1], -depth]), th, qj)
+            knee = qj[self.leg_joints[i][2]]
+            if not ok or abs(knee) < knee_bend_min:
+                return None
+        if np.any(qj < self.lower) or np.any(qj > self.upper):
+            return None
         return qj
 
     def stance_configuration(self, height: float | None = None) -> np.ndarray:

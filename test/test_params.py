@@ -3,6 +3,7 @@ of every node taking effect at the next tick (through the same on-set / post-set
 ``ros2 param set`` takes)."""
 
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -443,3 +444,82 @@ def test_every_live_recorder_parameter_takes_effect(ros_context, tmp_path):
     finally:
         rec.close()
         rec.destroy_node()
+
+
+# ------------------------------------------------------------------------------------ geometry
+REACH = "beyond the legs' reach (hexapod)"
+
+
+def test_foot_depth_range_from_the_leg_kinematics():
+    """The reach the parameter check uses is the legs' own: at its ends the IK solution has a knee bent by
+    exactly the margin (top) and every joint inside its limits; 1 cm further it has none."""
+    from legged_wbc.model import KNEE_BEND_MIN, RobotModel
+
+    rm = RobotModel("hexapod")
+    d_min, d_max = rm.foot_depth_range()
+    lt = rm.cfg.leg_type
+    planar = lt.femur_length + lt.tibia_length          # a stretched femur + tibia: above the true reach
+    assert rm.cfg.stance_height - rm.foot_radius < d_max < planar + lt.foot_length
+    q = rm._feet_at_depth(d_max, rm.stance_joint_positions(), KNEE_BEND_MIN)
+    assert q is not None and min(abs(q[j[2]]) for j in rm.leg_joints) == pytest.approx(KNEE_BEND_MIN, abs=0.02)
+    assert rm._feet_at_depth(d_max + 0.01, q, KNEE_BEND_MIN) is None
+    assert rm._feet_at_depth(d_min - 0.01, rm.stance_joint_positions(), KNEE_BEND_MIN) is None
+
+
+def test_stand_height_out_of_reach_is_refused_with_the_reason(tmp_path):
+    """stand_height 1.5 is inside its declared range [0.1, 1.5] but the legs cannot reach it: refused by the
+    one check every path takes (the config, the headless loop's --set, a parameter file), one line, rc 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from wbc_controller.config import WbcConfig, load_wbc_config, load_wbc_node_config
+
+    spec = {s.name: s for s in P.schema(WbcConfig)}["stand_height"]
+    assert spec.min <= 1.5 <= spec.max                            # the range alone lets it through
+    for over, why in (({"stand_height": 1.5}, f"stand_height: 1.5 m is {REACH}"),
+                      ({"stand_height": 0.1}, "stand_height: 0.1 m leaves the body"),
+                      ({"stand_height": 0.2, "lift_height": 0.4, "stumble_lift": 0.3}, "lift_height: a swing apex")):
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            load_wbc_config(overrides=over)
+    assert load_wbc_config(overrides={"stand_height": 0.7}).stand_height == 0.7
+    with pytest.raises(ConfigError, match=re.escape("reach (quadruped)")):
+        load_wbc_config(overrides={"stand_height": 1.5}, robot="quadruped")
+    f = tmp_path / "wbc.yaml"
+    f.write_text("wbc_controller:\n  ros__parameters:\n    stand_height: 1.5\n")
+    with pytest.raises(ConfigError, match=re.escape(f"stand_height: 1.5 m is {REACH}")):
+        load_wbc_node_config(f)
+    exe = Path(sys.executable).parent / "legged-wbc"
+    r = subprocess.run([str(exe), "run", "--scenario", "nominal", "--duration", "0.1", "--out", str(tmp_path / "r"),
+                        "--set", "controller.stand_height=1.5"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and f"stand_height: 1.5 m is {REACH}" in r.stderr, r.stderr
+    assert not (tmp_path / "r" / "metrics.json").exists()
+
+
+@pytest.mark.ros
+def test_stand_height_out_of_reach_refused_by_the_node(ros_context, tmp_path):
+    """The controller node: a parameter file's stand_height 1.5 stops it at start-up (rc 2, the reason), and a
+    live ``param set`` of 1.5 is rejected with the reason, the running config unchanged."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rclpy.parameter import Parameter
+
+    from domains import domain_id
+
+    node, _ = _wbc_node(ros_context)
+    r = node.set_parameters([Parameter("stand_height", value=1.5)])[0]
+    assert not r.successful and f"stand_height: 1.5 m is {REACH}" in r.reason, r.reason
+    assert node.params.config.stand_height != 1.5 and node.get_parameter("stand_height").value != 1.5
+    assert node.set_parameters([Parameter("stand_height", value=0.5)])[0].successful
+    node.destroy_node()
+    f = tmp_path / "wbc.yaml"
+    f.write_text("wbc_controller:\n  ros__parameters:\n    stand_height: 1.5\n")
+    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain_id()))
+    p = subprocess.run([str(Path(sys.executable).parent / "wbc_controller"), "--ros-args", "-p", "scenario:=none",
+                        "--params-file", str(f)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    assert f"stand_height: 1.5 m is {REACH}" in p.stderr, p.stderr

@@ -13,6 +13,7 @@ tick (``WholeBodyController.set_config``); the solver backend, its settings and 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from pathlib import Path
@@ -180,10 +181,54 @@ class WbcNodeConfig(WbcConfig):
                                           "`joints` parameter); empty = joint_states order", type="str_array",
                                           live=False)
 
+    def __post_init__(self):
+        super().__post_init__()
+        check_reach(self, self.robot)
+
     @property
     def wbc(self) -> WbcConfig:
         """The controller's part (a plain :class:`WbcConfig`)."""
         return subset(self, WbcConfig)
+
+
+@lru_cache(maxsize=8)
+def _reach(robot: str) -> tuple[float, float, float, float]:
+    """``(d_min, d_max, foot_radius, base half-height)`` [m] of ``robot`` (its legs' foot depth range,
+    :meth:`legged_wbc.model.RobotModel.foot_depth_range`; computed once per robot, ~0.3 s)."""
+    from legged_wbc.model import RobotModel
+
+    rm = RobotModel(robot)
+    d_min, d_max = rm.foot_depth_range()
+    return d_min, d_max, float(rm.foot_radius), 0.5 * float(rm.cfg.base_size[2])
+
+
+def check_reach(cfg, robot: str) -> None:
+    """The controller parameters against the robot's geometry: a ``ConfigError`` naming the parameter and
+    the reason when the legs cannot hold them. The one check every path goes through (the node's
+    parameter file and live updates, the headless loop's config and ``--set``: :class:`WbcNodeConfig`).
+
+    With the feet at their nominal placement (``stance.reach``), every joint inside its limits and every
+    knee bent by at least ``KNEE_BEND_MIN`` (:meth:`~legged_wbc.model.RobotModel.foot_depth_range`):
+
+    * ``stand_height`` + ``touchdown_depth`` (a swing target below the ground) within the legs' reach;
+    * a swing foot at its highest (``lift_height`` + ``stumble_lift`` above the ground) still reachable;
+    * the body's underside (half its height below the base origin) at least a foot radius above the ground."""
+    from legged_wbc.model import KNEE_BEND_MIN
+
+    d_min, d_max, r, half = _reach(robot)
+    h = float(cfg.stand_height)
+    top = d_max + r - cfg.touchdown_depth
+    if h > top + 1e-9:
+        raise ConfigError(f"stand_height: {h:g} m is beyond the legs' reach ({robot}): with the feet at their "
+                          f"nominal placement, a touchdown target {cfg.touchdown_depth:g} m below the ground and "
+                          f"the knees bent at least {KNEE_BEND_MIN:g} rad, the base stands at most {top:.3f} m high")
+    apex = cfg.lift_height + cfg.stumble_lift
+    if h - r - apex < d_min - 1e-9:
+        raise ConfigError(f"lift_height: a swing apex of {apex:g} m (lift_height + stumble_lift) at stand_height "
+                          f"{h:g} m is above the legs' reach ({robot}): at most {h - r - d_min:.3f} m")
+    if h < half + r - 1e-9:
+        raise ConfigError(f"stand_height: {h:g} m leaves the body ({2 * half:g} m high) less than a foot radius "
+                          f"({r:g} m) above the ground ({robot}): at least {half + r:.3f} m")
 
 
 def default_config_path() -> Path:
@@ -195,6 +240,10 @@ def load_wbc_node_config(path: str | Path | None = None, overrides: dict | None 
     return load_node_config(WbcNodeConfig, p, NODE_NAME, overrides)
 
 
-def load_wbc_config(path: str | Path | None = None, overrides: dict | None = None) -> WbcConfig:
-    """:class:`WbcConfig` from the parameter file (default ``config/wbc_controller.yaml``) plus ``overrides``."""
+def load_wbc_config(path: str | Path | None = None, overrides: dict | None = None,
+                    robot: str | None = None) -> WbcConfig:
+    """:class:`WbcConfig` from the parameter file (default ``config/wbc_controller.yaml``) plus ``overrides``,
+    checked against ``robot``'s geometry (:func:`check_reach`; default: the file's ``robot``)."""
+    if robot is not None:
+        overrides = {**(overrides or {}), "robot": robot}
     return load_wbc_node_config(path, overrides).wbc
