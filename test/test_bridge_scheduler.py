@@ -708,3 +708,145 @@ def test_wall_stamps_keep_the_physics_clock_when_the_simulation_runs_behind():
     gaps = np.diff(stamps)
     assert gaps.max() == 2_000_000 and gaps.min() >= 1_000_000           # the physics' tick, not 2.5 ms
     assert all(s - (t0 + k * 2_000_000) <= 1_000_000 for k, s in zip(range(3, 500), stamps))
+
+
+# ------------------------------------------------------------------------------------ bounded commands
+def test_over_limit_torque_is_clamped_at_the_bridge_counted_and_the_physics_unchanged(hexapod):
+    """A command beyond a joint's effort limit (1e9 N m on a knee, -5e3 on a hip yaw) is clamped to the limit
+    by the simulation's set_torque before MuJoCo, counted once per command in commands_clamped (a held
+    command is not counted again), logged once a run, reported in /bridge/diagnostics; the physics is bit
+    for bit what MuJoCo's own clamp of the raw torque gave, and the published effort is the applied torque."""
+    import mujoco
+
+    from legged_wbc.ros.diagnostics import Window, bridge_status
+    from mujoco_bridge.scenario_setup import BridgePhysics
+    from mujoco_bridge.sim import MujocoSim
+
+    n, q0 = hexapod.n, hexapod.stance_configuration()
+    sim, raw = MujocoSim(hexapod), MujocoSim(hexapod)
+    for s in (sim, raw):
+        s.reset(q0)
+    r = Rig()
+    phys = BridgePhysics(sim, n, r.log, counters=r.sched.counters)
+    knee, yaw = hexapod.leg_joints[0][2], hexapod.leg_joints[3][0]
+    over = np.zeros(n)
+    over[knee], over[yaw] = 1e9, -5e3
+    within = 0.5 * hexapod.effort
+    commands = [over] * 3 + [within, over.copy()]        # held for 3 steps, then two new commands
+    for step, tau in enumerate(commands):
+        phys.step(tau, step)
+        raw.d.ctrl[:] = raw.conv.ctrl_from_tau(tau)       # what MuJoCo did with the raw command
+        mujoco.mj_step(raw.m, raw.d)
+        assert np.array_equal(sim.d.qpos, raw.d.qpos) and np.array_equal(sim.d.qvel, raw.d.qvel), step
+    lim = sim.effort_limit
+    assert lim[knee] == hexapod.effort[knee] and np.array_equal(sim.tau, np.clip(over, -lim, lim))
+    assert sim.sensors().joint_effort[knee] == lim[knee] != raw.d.actuator_force[raw.conv.pin_to_act.tolist().index(knee)]
+    assert r.sched.counters["commands_clamped"] == 2 == sim.commands_clamped
+    said = r.log.having("beyond the effort limit")
+    assert len(said) == 1 and hexapod.joint_names[knee] in said[0][2] and "clamped" in said[0][2]
+    fields, *_ = r.sched.diagnostics()
+    assert fields["commands_clamped"] == 2.0 and fields["commands_foreign"] == 0.0
+    status = bridge_status(r.sched, Window(clock=lambda: 0.0))
+    assert status.values["commands_clamped"] == "2" and "2 commands clamped" in status.message
+
+
+def test_headless_loop_and_bridge_share_the_clamp(hexapod):
+    """The headless loop holds its torque through the same set_torque: an over-limit torque is clamped
+    and flags the joint as saturated for the steps it is held, exactly as MuJoCo's clamp did."""
+    from mujoco_bridge.sim import MujocoSim
+
+    sim = MujocoSim(hexapod)
+    sim.reset(hexapod.stance_configuration())
+    tau = np.zeros(hexapod.n)
+    tau[hexapod.leg_joints[1][1]] = -1e4
+    assert sim.set_torque(tau) and not sim.set_torque(np.zeros(hexapod.n)) and sim.commands_clamped == 1
+    sim.set_torque(tau)
+    sim.step(2)
+    sat = sim.take_saturation()
+    assert sat[hexapod.leg_joints[1][1]] and sat.sum() == 1
+    sim.set_torque(np.zeros(hexapod.n))
+    sim.step(1)
+    assert not sim.take_saturation().any()
+
+
+class _Pub:
+    """An in-process publisher as the bus hands it to a subscriber (its node, or None over the host link)."""
+
+    def __init__(self, name):
+        self.node = None if name is None else SimpleNamespace(get_fully_qualified_name=lambda: name)
+
+
+def _info(gid: int) -> dict:
+    return {"publisher_gid": {"implementation_identifier": "rmw_fastrtps_cpp", "data": bytes([gid] * 16)}}
+
+
+def test_command_sources_follow_one_publisher():
+    """command_source: the bridge follows one publisher (by name, the first of the run, or the host link);
+    every other one's commands are dropped, counted, and each such publisher logged once."""
+    from mujoco_bridge.command_source import CommandSources, check_command_source
+
+    names = {bytes([1] * 16): "/wbc_controller", bytes([2] * 16): "/intruder"}
+    node_name = lambda info: names.get(info["publisher_gid"]["data"])      # noqa: E731
+    log, counters = Log(), {}
+    s = CommandSources("wbc_controller", node_name, counters, log)
+    assert s.check(_info(2)) is False and s.check(_info(2)) is False and s.check(_info(3)) is False
+    assert s.check(_info(1)) is True and s.check(_info(1)) is True
+    assert s.check(_Pub("/wbc_controller")) is False          # the same name, another publisher: not followed
+    said = log.having("torque commands from")
+    assert counters["commands_foreign"] == 4 and len(said) == 3
+    assert "/intruder" in said[0][2] and "(unknown node)" in said[1][2] and "/wbc_controller" in said[2][2]
+    first = CommandSources("first", node_name, {}, Log())
+    assert first.check(_info(2)) is None                       # undecided until a well-formed command
+    first.follow(_info(2))
+    assert first.check(_info(2)) is True and first.check(_info(1)) is False and first.followed_name == "/intruder"
+    own, intruder = _Pub("/wbc_controller"), _Pub("/intruder")
+    inproc = CommandSources("/wbc_controller", node_name, {}, Log())
+    assert inproc.check(intruder) is False and inproc.check(own) is True and inproc.check(_info(1)) is False
+    link = CommandSources("link", node_name, {}, Log())
+    assert link.check(own) is False and link.check(_Pub(None)) is True
+    for ok in ("first", "link", "/wbc_controller", "ns/wbc_controller", "wbc_controller"):
+        assert check_command_source(ok) is None
+    for bad in ("", "/", "a b", "9x", "/x/"):
+        assert "command_source" in check_command_source(bad)
+    with pytest.raises(ConfigError, match="command_source"):
+        BridgeConfig(command_source="not a name")
+
+
+def test_bridge_in_a_container_applies_its_own_controller_s_commands_only(ros_context):
+    """In-process delivery (a container's bus): the bridge follows the named controller's publisher; a
+    command of a co-located intruder node is counted as foreign and never reaches the scheduler."""
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from rclpy.qos import QoSProfile
+    from sensor_msgs.msg import JointState
+
+    from legged_wbc.ros import adapters, io as ros_io
+    from legged_wbc.ros.intra_process import IntraProcessBus
+    from mujoco_bridge.node import MujocoBridge
+
+    bus = IntraProcessBus()
+    with bus.active():
+        bridge = MujocoBridge(context=ros_context, parameter_overrides=[
+            Parameter("command_source", value="/wbc_controller"), Parameter("scenario", value="none")])
+        pubs = {}
+        for name in ("intruder", "wbc_controller"):
+            node = Node(name, context=ros_context)
+            msg = ros_io.torque_command_msg(0, bridge.joint_names, np.zeros(bridge.n))
+            pubs[name] = (node, ros_io.create_publisher(node, JointState, ros_io.TOPIC_TORQUE_CMD, QoSProfile(depth=10),
+                                                        adapter=adapters.JointStateAdapter(msg)))
+    bus.finalize()
+    try:
+        def send(name, torque):
+            pubs[name][1].publish_value(adapters.JointSample(0, bridge.joint_names, np.zeros(bridge.n),
+                                                             np.zeros(bridge.n), np.full(bridge.n, torque)))
+
+        send("intruder", 1e9)
+        assert bridge.sched._pending is None and bridge.sched.counters["commands_foreign"] == 1
+        send("wbc_controller", 1.0)
+        assert bridge.sched._pending is not None and np.all(bridge.sched._pending.tau == 1.0)
+        send("intruder", 1e9)
+        assert np.all(bridge.sched._pending.tau == 1.0) and bridge.sched.counters["commands_foreign"] == 2
+    finally:
+        for node, _ in pubs.values():
+            node.destroy_node()
+        bridge.destroy_node()

@@ -138,3 +138,67 @@ def test_lockstep_stack_matches_headless_loop(tmp_path):
     assert len(ticks) >= 990, f"only {len(ticks)} ticks in the bag"
     diff = max(np.abs(ros[k] - head.series["joint_pos"][k]).max() for k in ticks)
     assert diff <= 1e-6, f"max joint difference ROS vs headless {diff:.3e} rad"
+
+
+INTRUDER = r'''
+import sys, time, numpy as np, rclpy
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from nav_msgs.msg import Odometry
+from std_msgs.msg import Float64MultiArray
+from legged_wbc.ros import io as ros_io
+duration = float(sys.argv[1])
+rclpy.init()
+n = Node("intruder")
+qos = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+pub = n.create_publisher(JointState, ros_io.TOPIC_TORQUE_CMD, qos)
+st = {"sent": 0, "z": [], "diag": {}}
+def on_js(m):
+    k = ros_io.tick_from_stamp(ros_io.stamp_ns(m))
+    if k is not None:                     # every tick answered with 1e9 N m on every joint, well-formed
+        pub.publish(ros_io.torque_command_msg(k * ros_io.CONTROL_PERIOD_NS, list(m.name), np.full(len(m.name), 1e9)))
+        st["sent"] += 1
+n.create_subscription(JointState, ros_io.TOPIC_JOINT_STATES, on_js, qos)
+n.create_subscription(Odometry, ros_io.TOPIC_GT_ODOM,
+                      lambda m: st["z"].append((ros_io.stamp_ns(m) * 1e-9, m.pose.pose.position.z)), qos)
+n.create_subscription(Float64MultiArray, ros_io.TOPIC_BRIDGE_DIAGNOSTICS,
+                      lambda m: st["diag"].update(ros_io.diagnostics_dict(m)), qos)
+t_end = time.monotonic() + 240
+while time.monotonic() < t_end and st["diag"].get("sim_time", 0.0) < duration - 1e-6:
+    rclpy.spin_once(n, timeout_sec=0.05)
+late = [z for t, z in st["z"] if t >= duration - 1.0]
+print("SENT", st["sent"], "FOREIGN", int(st["diag"].get("commands_foreign", -1)),
+      "APPLIED", int(st["diag"].get("commands_applied", -1)), "ZMIN", min(late) if late else -1.0, flush=True)
+'''
+
+
+def test_a_second_publisher_s_commands_are_not_applied_in_layout_processes(tmp_path):
+    """layout:=processes, lockstep: a real rclpy node answers every tick with a well-formed 1e9 N m command
+    on every joint (before: the last command of a tick won, MuJoCo clipped it to the effort limit, the robot
+    was thrown). The bridge follows the launch's own controller: none of them is applied, each is counted
+    (commands_foreign) and the intruder is logged once; the robot stands (base height)."""
+    env = ros_env()
+    duration = 3.0
+    intruder = subprocess.Popen([sys.executable, "-c", INTRUDER, str(duration)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        run = subprocess.run([str(BIN / "legged-wbc"), "launch", "walking_sim", "layout:=processes",
+                              "scenario:=nominal", f"duration:={duration}"], env=env, capture_output=True, text=True,
+                             timeout=600)
+        out = intruder.communicate(timeout=120)[0]
+    finally:
+        if intruder.poll() is None:
+            intruder.kill()
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    line = [ln for ln in out.splitlines() if ln.startswith("SENT")]
+    assert line, out
+    _, sent, _, foreign, _, applied, _, zmin = line[0].split()
+    # counted as they come (the last ones may still be in flight when the bridge sends its last diagnostics)
+    assert int(sent) > 500 and int(sent) >= int(foreign) >= 0.9 * int(sent), line
+    assert int(applied) >= 0.99 * round(duration / 0.002), line         # the controller's, one per tick
+    assert float(zmin) > 0.35, line                                     # standing (0.42 m), not thrown
+    logs = run.stdout + run.stderr
+    said = [ln for ln in logs.splitlines() if "torque commands from /intruder dropped" in ln]
+    assert len(said) == 1, logs[-3000:]
+    assert "following /wbc_controller" in logs
