@@ -33,7 +33,11 @@ Publishes:
   arrival minus the wall time the answered tick's sample was published);
 * ``/bridge/command_latency`` (Float64MultiArray, label ``tick_and_command_latency_us[pairs]``),
   with every diagnostics sample: ``[tick, latency_us, tick, latency_us, ...]`` of each tick closed
-  in the window (NaN latency: no command by the deadline), for whole-run statistics.
+  in the window (NaN latency: no command by the deadline), for whole-run statistics;
+  also ``controller_waits``, ``commands_clamped`` (commands with a torque beyond a joint's effort
+  limit: clamped to it by :meth:`mujoco_bridge.sim.MujocoSim.set_torque`, not rejected) and
+  ``commands_foreign`` (commands of a publisher the bridge does not follow, never applied:
+  :mod:`mujoco_bridge.command_source`).
 
 The three ground-truth/disturbance topics are published every ``ground_truth_decimation`` physics
 steps (default 2: 500 Hz, on the control ticks; 1 = every physics step), stamped like ``/joint_states``.
@@ -43,7 +47,8 @@ Subscribes to ``/joint_torque_cmd`` (sensor_msgs/JointState): ``name`` = the joi
 each once), ``effort`` = torques [N m], ``header.stamp`` = the sim time of the control tick the
 command answers (see :mod:`legged_wbc.ros.io`). A command with unknown / missing / duplicate names,
 an effort count that does not match, a non-finite torque or a stamp between ticks is rejected
-(reason logged, ``rejected_commands`` counted) and never applied. The latest accepted command is
+(reason logged, ``rejected_commands`` counted) and never applied, and so is one from a publisher
+other than the one the bridge follows (``command_source``). The latest accepted command is
 applied with zero-order hold. ``command_timing: untimed`` (realtime mode only, as a hardware
 interface would) ignores the stamps: every command is untimed and the newest one is applied. For
 the real-time statistics an untimed command whose stamp is that of a sample the bridge published
