@@ -442,7 +442,7 @@ class HostLink:
             except OSError as exc:
                 self._listener.close()
                 raise LinkError(f"link {name!r}: address in use, is another stack with this link name and "
-                                f"ROS_DOMAIN_ID running? ({exc})") from None
+                                f"ROS_DOMAIN_ID running (or another process holding it)? ({exc})") from None
             try:
                 self._secret, self._key_file = link_secret(name, part)
             except (LinkError, OSError) as exc:
