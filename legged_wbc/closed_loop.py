@@ -48,12 +48,15 @@ from mujoco_bridge.sim import SensorNoise
 from mujoco_bridge.timing import CommandDelayLine
 from state_estimator.config import load_estimator_config
 from state_estimator.estimator import StateEstimator
+from wbc_controller.blocks.command import CMD_PX, CMD_PY, CMD_YAW, Commander, CommandLimits, CommandSchedule
 from wbc_controller.config import load_wbc_config
 from wbc_controller.controller import ControllerInput, WholeBodyController
 
 from legged_wbc.gait import GaitConfig, GaitScheduler
-from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, compute_metrics, roll_pitch_from_quat_xyzw
+from legged_wbc.metrics import (CONTROL_DT, CONTROL_PERIOD_NS, command_metrics, compute_metrics,
+                                roll_pitch_from_quat_xyzw)
 from legged_wbc.model import RobotModel
+from legged_wbc.robot import ConfigError
 from legged_wbc.scenario import DisturbanceModel, Scenario
 from wbc_controller.blocks.leg_collision import LegDistance
 from legged_wbc.terrain_metrics import terrain_metrics, true_normals
@@ -160,6 +163,7 @@ class ClosedLoop:
         self.ctl = make_controller(rm, self.wcfg, self.gait_cfg, impl)
         self.ecfg = load_estimator_config(overrides=scenario.estimator)
         self.est = make_estimator(rm, self.gait_cfg, self.ecfg, impl)
+        self.commander = make_commander(scenario, self.wcfg, self.gait_cfg, rm)
         self.disturbance = DisturbanceModel(scenario, rm)
         self.dist_leg = self.disturbance.leg
         self.command_delay = CommandDelayLine(scenario.command_delay_ticks)
@@ -181,12 +185,14 @@ class ClosedLoop:
         duration = sc.duration if duration is None else duration
         steps = int(round(duration / CONTROL_DT))
         S = _series_buffers(steps, self.rm.n_legs, n)
+        if self.commander is not None:
+            S.update(_command_buffers(steps))
+        control = _control_step(self, S)
         record, fall_check = _tick_recorder(S, sim, self.leg_distance), _fall_check(sc, sim)
         report = _ProgressLine(self.mode, duration) if progress else None
         fell, reason = False, ""
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
-        est_update, ctl_update, q_from_mj, qpos = self.est.update, self.ctl.update, sim.conv.q_from_mj, sim.d.qpos
-        leg_joint_flat, dist_leg = self._leg_joint_flat, self.dist_leg
+        q_from_mj, qpos, dist_leg = sim.conv.q_from_mj, sim.d.qpos, self.dist_leg
         delay_push, effort = self.command_delay.push, self.rm.effort
         gc_state = _GcPause.start()
         wall0 = time.perf_counter()
@@ -198,11 +204,7 @@ class ClosedLoop:
                 # MuJoCo's accumulated d.time drifts in the last bits and would shift tick-boundary events
                 t = (k * CONTROL_PERIOD_NS) * 1e-9
                 f = sim.sensors()
-                est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
-                tau_ext = np.empty(n)
-                tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
-                out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext,
-                                                 normal=est.support_normal))
+                est, out = control(k, t, f)
                 tau_applied = delay_push(out.tau)      # command_delay_ticks = 0: out.tau itself
                 if tau_applied is not None:
                     sim.set_torque(tau_applied)
@@ -244,6 +246,7 @@ class ClosedLoop:
         m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
         S["normal_true"] = true_normals(sc.terrain, S["foot_pos_gt"], S["support"])   # evaluation only
         m.update(terrain_metrics(S, t0, t1))
+        m.update(command_metrics(S))
         m.update(sim_time_s=float(sim.time), wall_time_s=float(wall),
                  realtime_factor=float(sim.time / wall) if wall > 0 else None,
                  controller=self.mode, scenario=sc.name, fall_reason=reason or None, terrain=sc.terrain.summary())
@@ -271,6 +274,60 @@ def _series_buffers(steps: int, N: int, n: int) -> dict:
         "late": np.zeros((steps, N), bool), "late_event": np.zeros((steps, N), np.int8),
         "leg_distance": np.zeros(steps), "leg_contacts": np.zeros(steps, np.int32),
     }
+
+
+def make_commander(sc: Scenario, wcfg, gait_cfg: GaitConfig, rm: RobotModel) -> Commander | None:
+    """The loop's command source under a scenario with ``commands`` (:class:`Commander`: the
+    schedule through the controller's command filter, and the gait clock), else None (the scenario's
+    forward walk). A scheduled value over the controller's limits is a :class:`ConfigError`."""
+    entries = sc.raw.get("commands")
+    if not entries:
+        return None
+    limits = CommandLimits.from_config(wcfg)
+    for e in entries:
+        for name, x, m in zip(("vx", "vy", "wz"), (e["vx"], e["vy"], e["wz"]), limits.v_max):
+            if abs(float(x)) > m:
+                raise ConfigError(f"scenario.commands: {name} {x} at t={e['t']} over the controller's limit "
+                                  f"cmd_max_{name if name == 'wz' else name} {m}")
+    schedule = CommandSchedule([(float(e["t"]), float(e["vx"]), float(e["vy"]), float(e["wz"])) for e in entries])
+    return Commander(limits, GaitScheduler(gait_cfg, rm.cfg.leg_names), schedule)
+
+
+def _command_buffers(steps: int) -> dict:
+    """The log's command series (under ``commands``): the clamped target and the filtered command
+    ``(vx, vy, wz)`` [m/s, m/s, rad/s] (heading frame), the gait clock ``tau`` [s] and ``paused``, and
+    the body reference's ``(x, y, yaw)`` [m, m, rad] (world)."""
+    return {"cmd_target": np.zeros((steps, 3)), "cmd_filtered": np.zeros((steps, 3)), "gait_tau": np.zeros(steps),
+            "gait_paused": np.zeros(steps, bool), "cmd_ref": np.zeros((steps, 3))}
+
+
+def _control_step(loop, S: dict):
+    """``control(k, t, sensors) -> (estimate, controller output)``: one tick of the estimator and the
+    controller; under ``commands`` the loop's :class:`Commander` first (its command and gait clock,
+    computed once, to both), logged in row ``k``."""
+    est_update, ctl_update, n, leg_joint_flat = loop.est.update, loop.ctl.update, loop.rm.n, loop._leg_joint_flat
+    cm = loop.commander
+
+    def control(k, t, f):
+        tau_ext = np.empty(n)
+        if cm is None:
+            est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
+            tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
+            return est, ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext,
+                                                   normal=est.support_normal))
+        cmd = cm.tick(t)
+        est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel,
+                         gait_clock=(cmd.tau, cmd.paused))
+        tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
+        out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext,
+                                         normal=est.support_normal, command=cmd))
+        S["cmd_target"][k] = cm.filter.effective_target(t)
+        S["cmd_filtered"][k] = (cmd.vx, cmd.vy, cmd.wz)
+        S["gait_tau"][k], S["gait_paused"][k] = cmd.tau, cmd.paused
+        S["cmd_ref"][k] = loop.ctl.cmd_array[[CMD_PX, CMD_PY, CMD_YAW]]
+        return est, out
+
+    return control
 
 
 def _tick_recorder(S: dict, sim, leg_distance):

@@ -85,17 +85,20 @@ class GaitScheduler:
     def active(self, t: float) -> bool:
         return self.cfg.start_time <= t < self.cfg.stop_time
 
-    def state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def state(self, t: float, paused: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(phases, swing_progress, cycle_index)`` at ``t``: nominal phase per leg (``SUPPORT``,
         ``SWING_UP`` in the first half of its swing, ``SWING_DOWN`` in the second), swing progress
         in [0, 1) (0 in support), index of each leg's current gait cycle (-1 before the gait
-        starts). The numpy specification of :func:`gait_state`."""
+        starts). ``paused`` (a paused gait clock, ``wbc_controller.blocks.command.GaitClock``): every
+        leg in support, as after ``stop_time`` (the kernel: ``stop_time = -inf``). The numpy
+        specification of :func:`gait_state`; ``t`` is the gait clock's time (the time itself while
+        the gait was never paused)."""
         N = self.n_legs
         if t < self.cfg.start_time:
             return np.zeros(N, dtype=int), np.zeros(N), -np.ones(N, dtype=int)
         loc, k = self._local(t)
         cycles = k.astype(int)
-        if not self.active(t):
+        if paused or not self.active(t):
             return np.zeros(N, dtype=int), np.zeros(N), cycles
         s = loc / self.swing_duration
         swinging = (s < 1.0) & (k >= 0) & (self.group >= 0)

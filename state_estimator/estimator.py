@@ -345,10 +345,12 @@ class StateEstimator(EstimatorCore):
         self._in[o:o + m] = a
 
     def update(self, t: float, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-               imu_accel) -> EstimatedState:
+               imu_accel, gait_clock=None) -> EstimatedState:
         """Process one sensor sample (Pinocchio joint order; IMU quaternion ``xyzw`` base->world,
         gyro [rad/s] and accelerometer specific force [m/s^2] in the base frame; effort = applied
-        motor torque [N m]). Raises ``ValueError`` (state untouched) on bad input."""
+        motor torque [N m]). ``gait_clock``: ``(tau, paused)`` of the controller's gait clock
+        (``wbc_controller.blocks.command.GaitClock``; the nominal gait is evaluated at ``tau``, every
+        leg in support while paused), None: at ``t``. Raises ``ValueError`` (state untouched) on bad input."""
         # ---- validate everything before touching any state (the sample buffer is scratch)
         t = self._checked_time(t)
         t_prev = self._t
@@ -363,7 +365,7 @@ class StateEstimator(EstimatorCore):
         first = not self._started
         dt = 0.0 if t_prev is None else t - t_prev
         step = dt if dt > 0 else self.dt
-        phase, cycle = self._gait_phases(t)
+        phase, cycle = self._gait_phases(t) if gait_clock is None else self._clock_phases(gait_clock)
         if first:
             self._first_sample_fast()
         self._kinematics_fast(buf[:self.n], buf[self.n:2 * self.n])
@@ -406,6 +408,21 @@ class StateEstimator(EstimatorCore):
                        self._progress, cycle)
             return phase, cycle
         return gait.phases(t), gait.cycle_index(t)
+
+    def _clock_phases(self, gait_clock):
+        """:meth:`_gait_phases` at a gait clock ``(tau, paused)`` (paused: every leg in support)."""
+        tau, paused = float(gait_clock[0]), bool(gait_clock[1])
+        if not math.isfinite(tau):
+            raise ValueError(f"gait_clock: tau not finite ({tau})")
+        gait = self.gait
+        if type(gait) is GaitScheduler:
+            g = gait.cfg
+            phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
+            gait_state(tau, g.start_time, -math.inf if paused else g.stop_time, g.period, gait.swing_duration,
+                       gait.offset, gait.group, phase, self._progress, cycle)
+            return phase, cycle
+        phase, _, cycle = gait.state(tau, paused=paused)
+        return phase, cycle
 
     def _load_sample(self, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel) -> None:
         """Pack the inputs into the sample buffer and check them (compiled for arrays); raises

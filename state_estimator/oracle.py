@@ -74,9 +74,9 @@ class ReferenceEstimator(EstimatorCore):
         return qj, dqj, tau, (qx / qn, qy / qn, qz / qn, qw / qn), gyro, acc
 
     def update(self, t: float, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro,
-               imu_accel) -> EstimatedState:
-        """Process one sensor sample (as :meth:`StateEstimator.update`). Raises ``ValueError``
-        (state untouched) on bad input."""
+               imu_accel, gait_clock=None) -> EstimatedState:
+        """Process one sensor sample (as :meth:`StateEstimator.update`, ``gait_clock`` too). Raises
+        ``ValueError`` (state untouched) on bad input."""
         t = self._checked_time(t)
         qj, dqj, tau, quat, gyro, acc = self._checked_sample(joint_pos, joint_vel, joint_effort, imu_quat_xyzw,
                                                              imu_gyro, imu_accel)
@@ -87,8 +87,11 @@ class ReferenceEstimator(EstimatorCore):
         R = rotation_from_quat_xyzw(quat)                    # base -> world
         w = tuple(gyro.tolist())
         f = self._specific_force(first, step, w, acc)
-        phase = self.gait.phases(t)
-        cycle = self.gait.cycle_index(t)
+        if gait_clock is None:
+            phase = self.gait.phases(t)
+            cycle = self.gait.cycle_index(t)
+        else:
+            phase, _, cycle = self.gait.state(float(gait_clock[0]), paused=bool(gait_clock[1]))
         nominal = phase == 0
         touchdown = self._touchdown(first, step, qj, dqj, tau, quat, w, f, R, phase, cycle)
         support = (nominal & (self.touchdown.late == 0)) | touchdown   # 2. support set

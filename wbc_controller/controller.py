@@ -48,6 +48,7 @@ from legged_wbc.robot import ConfigError
 
 from .config import WbcConfig
 from .qp import DaqpLdpBackend, LdpProblem, QpProblem, QpResult, make_backend
+from .blocks.command import CMD_SIZE, CommandReference, CommandState, yaw_of_quat_xyzw
 from .blocks.swing import SwingPlanner
 from .blocks.tasks import BodyReferenceGenerator
 
@@ -62,6 +63,7 @@ class ControllerInput:
     support: np.ndarray      # estimated support set S_c (bool, per leg)
     tau_ext: np.ndarray | None = None  # estimated external joint torque (n), "opposes the motor"
     normal: np.ndarray | None = None   # estimated support-plane normal (3,), world frame (None: world z)
+    command: CommandState | None = None  # velocity command and gait clock (blocks.command; None: the scenario's walk)
 
 
 @dataclass
@@ -128,6 +130,8 @@ class ControllerCore:
         self.stance = robot.stance_targets()
         self.theta_nominal = np.array([th for _, th in self.stance])
         self.refs = BodyReferenceGenerator(cfg, gait.start_time)
+        self.command_ref = CommandReference()      # the body reference under a velocity command
+        self.cmd_array = np.zeros(CMD_SIZE)         # its last output (blocks.command.CMD_FIELDS)
         self._build()
         self.reset()
 
@@ -166,6 +170,7 @@ class ControllerCore:
         self.swing.cycle[:] = -1
         if q0 is not None:
             self.refs.reset(q0[:3])
+            self.command_ref.reset(q0[:2], yaw_of_quat_xyzw(q0[3:7]))
 
     def set_config(self, cfg: WbcConfig) -> None:
         """Apply new gains (validated already); takes effect on the next cycle.
@@ -228,6 +233,22 @@ class ControllerCore:
             out_tau = tau.copy()
             self.last_tau = out_tau.copy()
         return out_tau, status
+
+    def _command_of(self, inp: ControllerInput) -> bool:
+        """Under a velocity command (``inp.command``): checked (finite; :class:`InputError`
+        otherwise), then the command reference advanced to ``inp.t`` into :attr:`cmd_array`.
+        Returns whether the cycle runs under a command."""
+        cmd = inp.command
+        if cmd is None:
+            return False
+        try:
+            vals = [float(x) for x in cmd[:7]]
+        except (TypeError, ValueError):
+            raise InputError("controller input command: not numbers") from None
+        if not all(math.isfinite(x) for x in vals):
+            raise InputError("controller input command: contains NaN/inf")
+        self.command_ref.advance(inp.t, cmd, self.cmd_array)
+        return True
 
     @staticmethod
     def _normal_of(inp: ControllerInput) -> tuple[float, float, float]:
@@ -327,6 +348,8 @@ class WholeBodyController(ControllerCore):
             setattr(sw, name, view)
         self._p0[:] = self.refs.p0
         self.refs.p0 = self._p0
+        self._cmd_ref[:] = self.cmd_array
+        self.cmd_array = self._cmd_ref                       # the command reference writes into the workspace
         self._normal_w[:] = (0.0, 0.0, 1.0)                  # world z until an input brings one
         self._normal_last = (0.0, 0.0, 1.0)
         self._qp = K.QpArrays(*(getattr(self._problem, k) for k in K.QpArrays._fields))
@@ -483,6 +506,8 @@ class WholeBodyController(ControllerCore):
         t_in = clock()
         q, v, support, tau_ext = self._check_input_fast(inp)
         nw = self._normal_of(inp)
+        if inp.command is not None or self._cmd_on[0]:
+            self._cmd_on[0] = self._command_of(inp)
         if nw != self._normal_last:              # (one numpy write only when it changes)
             self._normal_w[:] = nw
             self._normal_last = nw

@@ -42,8 +42,10 @@ from .blocks.floating_base import floating_base_rows, rotation_from_quat, symmet
 from .blocks.friction import contact_normals, friction_rows, pyramid_coefficients, pyramid_rows
 from .blocks.joint_limits import joint_limit_rows
 from .blocks.leg_collision import collision_geometry, leg_collision_rows, leg_collision_stage
-from .blocks.swing import SWING_WORK, SwingPlan, start_swings, swing_torques
-from .blocks.tasks import attitude_task, body_reference, body_task, plane_attitude, task_cost, task_targets
+from .blocks.command import CMD_PAUSED, CMD_SIZE, CMD_TAU, CMD_WZ, CMD_YAW
+from .blocks.swing import SWING_WORK, SwingPlan, start_swings, start_swings_command, swing_torques
+from .blocks.tasks import (attitude_task, attitude_task_command, body_reference, body_task, command_reference,
+                           plane_attitude, task_cost, task_targets, yaw_attitude)
 from .blocks.torque import command_torque, torque_envelope, torque_rows
 from .ldp import all_finite, check_direct, ldp_direct, ldp_slack_on, qp_from_ldp
 from .qp import INF
@@ -60,6 +62,7 @@ PARAM_SCALARS = (
     # gait (legged_wbc.gait.gait_state) and swings (blocks.swing)
     ("gait_start_time", F8), ("gait_stop_time", F8), ("gait_period", F8), ("swing_duration", F8),
     ("support_duration", F8), ("z_touchdown", F8), ("touchdown_depth", F8), ("raibert_gain", F8), ("lift_height", F8), ("projection", B1),
+    ("foothold_velocity_gain", F8),
     # task targets (blocks.tasks.task_targets)
     ("w_support", F8), ("w_swing", F8), ("w_pitch", F8), ("mode_none", B1), ("consistent", B1), ("k_dtheta", F8),
     ("theta_ddot_max", F8), ("recenter", B1), ("kp_swing_pitch", F8), ("kd_swing_pitch", F8),
@@ -129,7 +132,7 @@ def make_params(ctl) -> Params:
         gait_start_time=g.cfg.start_time, gait_stop_time=g.cfg.stop_time, gait_period=g.cfg.period,
         swing_duration=g.swing_duration, support_duration=g.support_duration,
         z_touchdown=-c.stand_height + ctl.rm.foot_radius - c.touchdown_depth, touchdown_depth=c.touchdown_depth,
-        raibert_gain=c.raibert_gain,
+        raibert_gain=c.raibert_gain, foothold_velocity_gain=c.foothold_velocity_gain,
         lift_height=c.lift_height, projection=c.swing_pitch_projection, w_support=c.w_support, w_swing=c.w_swing,
         w_pitch=c.w_pitch_none if mode == "none" else c.w_pitch, mode_none=mode == "none",
         consistent=c.support_foot_acceleration == "consistent", k_dtheta=c.k_dtheta,
@@ -182,6 +185,8 @@ def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0, n_lc: int = 0) -> np
         ("sw_planned", np.uint8, (N,)),           # bool (numba takes no bool arrays in records)
         ("sw_lift", f, (N,)), ("sw_stumble", f, (N,)), ("sw_delay", f, (N,)),
         ("cbf_leg", np.uint8, (N,)),              # the legs with a CBF row this cycle (blocks.cbf.barrier_legs)
+        ("cmd_on", np.uint8, (1,)),               # this cycle runs under a velocity command (cmd_ref)
+        ("cmd_ref", f, (CMD_SIZE,)),              # the command reference (blocks.command.CMD_FIELDS)
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
         ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
@@ -232,11 +237,16 @@ def model_stage(M_upper, h_in, q, v, chain, ws):
 @njit(cache=True)
 def cycle_targets(t, q, v, support, tau_ext, compensate, w):
     """What the QP of one cycle is made of, before its blocks (into the workspace record ``w``):
-    body reference and task (on the support plane of ``w.normal_w`` with ``attitude_plane``), the
-    feet's contact normals and pyramid coefficients, gait state, task targets ``W``, ``b``, the swings that begin, swing
-    and compensation torques (``tau_sw_total = tau_sw + tau_comp``)."""
+    body reference and task (on the support plane of ``w.normal_w`` with ``attitude_plane``; under a
+    velocity command, ``cmd_on``, the command reference's horizontal part, yaw and yaw rate:
+    :func:`command_targets`), the feet's contact normals and pyramid coefficients, gait state (at the
+    command's gait clock), task targets ``W``, ``b``, the swings that begin, swing and compensation
+    torques (``tau_sw_total = tau_sw + tau_comp``)."""
     legs, plan = workspace_legs(w), workspace_plan(w)
+    cmd_on = w.cmd_on[0] != 0
     body_reference(t, w.p0, w, w.ref_p, w.ref_v, w.ref_a)
+    if cmd_on:
+        command_reference(w.cmd_ref, w.ref_p, w.ref_v, w.ref_a)
     if w.attitude_plane:          # on the support plane: height along its normal, attitude aligned with it
         nz = plane_attitude(w.normal_w, w.R_d)
         if nz != 1.0:             # the estimator's z is the base's height over the feet's centroid, which
@@ -244,14 +254,20 @@ def cycle_targets(t, q, v, support, tau_ext, compensate, w):
             w.ref_v[2] *= nz
             w.ref_a[2] *= nz
     body_task(w.ref_p, w.ref_v, w.ref_a, q, w.R, v, w, w.acc_body, w.e_rpy)
-    if w.attitude_plane and w.R_d[2, 2] != 1.0:
-        attitude_task(w.R_d, w.R, v, w, w.acc_body, w.e_rpy)
+    if cmd_on:
+        command_targets(t, v, legs, plan, w)
+    else:
+        if w.attitude_plane and w.R_d[2, 2] != 1.0:
+            attitude_task(w.R_d, w.R, v, w, w.acc_body, w.e_rpy)
+        gait_state(t, w.gait_start_time, w.gait_stop_time, w.gait_period, w.swing_duration, w.gait_offset,
+                   w.gait_group, w.phases, w.progress, w.cycles)
     contact_normals(w.R, w.normal_w, w.normal_estimated, w.normals_b)
     pyramid_coefficients(w.normals_b, w.mu, w.fric_coef)
-    gait_state(t, w.gait_start_time, w.gait_stop_time, w.gait_period, w.swing_duration, w.gait_offset, w.gait_group,
-               w.phases, w.progress, w.cycles)
     task_targets(support, legs, w.acc_body, v[3:6], w.theta_nom, w, w.W, w.b)
-    start_swings(w.phases, w.cycles, legs, w.R, w.ref_v, w, plan)
+    if cmd_on:
+        start_swings_command(w.phases, w.cycles, legs, w.R, w.ref_v, w.cmd_ref[CMD_WZ], v[0:3], w, plan)
+    else:
+        start_swings(w.phases, w.cycles, legs, w.R, w.ref_v, w, plan)
     swing_torques(support, w.phases, w.progress, plan, legs, w.M, w, w.b, w.tau_sw, w.swing_work)
     barrier_legs(support, w.phases, plan.planned, w.late_descent, w.cbf_leg)
     tau_comp, tau_sw_total = w.tau_comp, w.tau_sw_total
@@ -264,6 +280,23 @@ def cycle_targets(t, q, v, support, tau_ext, compensate, w):
             tau_comp[k] = 0.0
     for k in range(tau_sw_total.shape[0]):
         tau_sw_total[k] = w.tau_sw[k] + tau_comp[k]
+
+
+@njit(cache=True)
+def command_targets(t, v, legs, plan, w):
+    """The parts of :func:`cycle_targets` a velocity command changes: the desired attitude yawed by
+    the command's yaw (``R_d = R_plane Rz(yaw)``, level: ``Rz(yaw)``) tracked with its yaw rate
+    (:func:`.blocks.tasks.attitude_task_command`), and the gait state at the command's gait clock
+    (``tau``; paused: every leg in support)."""
+    if not w.attitude_plane:
+        for r in range(3):
+            for c in range(3):
+                w.R_d[r, c] = 1.0 if r == c else 0.0
+    yaw_attitude(w.cmd_ref[CMD_YAW], w.R_d)
+    attitude_task_command(w.R_d, w.cmd_ref, w.R, v, w, w.acc_body, w.e_rpy)
+    stop = -math.inf if w.cmd_ref[CMD_PAUSED] != 0.0 else w.gait_stop_time
+    gait_state(w.cmd_ref[CMD_TAU], w.gait_start_time, stop, w.gait_period, w.swing_duration, w.gait_offset,
+               w.gait_group, w.phases, w.progress, w.cycles)
 
 
 @njit(cache=True)

@@ -21,6 +21,7 @@ from legged_wbc.conventions import rotation_from_quat_xyzw
 
 from .blocks.cbf import (barrier_legs_reference, cbf_active_reference, cbf_index, cbf_rows_reference,
                          disturbance_shift_reference)
+from .blocks.command import CMD_PAUSED, CMD_TAU, CMD_WZ
 from .blocks.compensation import null_space_compensation_reference
 from .blocks.contact import contact_rows_reference, normal_force_bounds_reference
 from .blocks.floating_base import floating_base_index, floating_base_rows_reference
@@ -92,11 +93,12 @@ class ReferenceController(ControllerCore):
         solve (again with the CBF slacks if refused), diagnostics."""
         self._check_input(inp)
         normal = np.array(self._normal_of(inp))
+        cmd = self.cmd_array if self._command_of(inp) else None
         support = np.asarray(inp.support, dtype=bool)
         t_cycle = time.perf_counter()
         lb, M, h, R = self._model(inp.q, inp.v)
         t_start = time.perf_counter()  # QP time = build + solve + residual check (as the paper)
-        ref, tau_sw, tau_comp = self._cycle_targets(inp, normal, support, lb, M, R)
+        ref, tau_sw, tau_comp = self._cycle_targets(inp, normal, support, lb, M, R, cmd)
         tau_sw_total = tau_sw + tau_comp
         lc_dmin = self._qp_rows(inp, support, lb, M, h, tau_sw_total)
         res, solve_us, checks, accepted = self._solve_accepted(M, h, lb, tau_sw_total)
@@ -131,23 +133,27 @@ class ReferenceController(ControllerCore):
             self._fd_jdot(lb, qj, dqj)
         return lb, rm.mass_matrix(q), rm.bias(q, v), rotation_from_quat_xyzw(q[3:7])
 
-    def _cycle_targets(self, inp, normal, support, lb, M, R):
-        """Body reference and task (on the support plane with ``body_attitude: plane``), friction
-        pyramids, gait state, task targets, the swings that begin, swing and compensation torques,
-        the legs with a CBF row (support and landing legs), the task cost. Returns ``(ref, tau_sw, tau_comp)``."""
+    def _cycle_targets(self, inp, normal, support, lb, M, R, cmd=None):
+        """Body reference and task (on the support plane with ``body_attitude: plane``; under a
+        velocity command, ``cmd``: its command reference, yawed and turning), friction pyramids,
+        gait state (at the command's gait clock), task targets, the swings that begin, swing and
+        compensation torques, the legs with a CBF row (support and landing legs), the task cost.
+        Returns ``(ref, tau_sw, tau_comp)``."""
         cfg, q, v = self.cfg, inp.q, inp.v
-        ref = self.refs(inp.t)
+        ref = self.refs(inp.t, cmd)
         if cfg.body_attitude == "plane":        # on the support plane: height along its normal, aligned with it
-            ref.R = plane_attitude_reference(normal)
+            ref.R = plane_attitude_reference(normal) if cmd is None else plane_attitude_reference(normal) @ ref.R
             ref.p[2] *= normal[2]
             ref.v[2] *= normal[2]
             ref.a[2] *= normal[2]
         acc_body = body_task_reference(cfg, ref, q[:3], R, v[:3], v[3:6])
         self._pyramids(R, normal)
-        phases, progress, cycles = self.gait.state(inp.t)
+        phases, progress, cycles = (self.gait.state(inp.t) if cmd is None
+                                    else self.gait.state(cmd[CMD_TAU], paused=cmd[CMD_PAUSED] != 0.0))
         W, b = task_targets_reference(support, lb, acc_body, v[3:6], self.theta_nominal, cfg)
         z_td = -cfg.stand_height + self.rm.foot_radius - cfg.touchdown_depth
-        start_swings_reference(phases, cycles, lb, R, ref.v, self._stance_p, z_td, cfg, self.gait, self.swing)
+        start_swings_reference(phases, cycles, lb, R, ref.v, self._stance_p, z_td, cfg, self.gait, self.swing,
+                               None if cmd is None else (cmd[CMD_WZ], v[:3]))
         tau_sw = swing_torques_reference(lb, M, support, phases, progress, b, cfg, self.swing, self.leg_j,
                                          self._Mll_index)
         self._barrier = barrier_legs_reference(support, phases, self.swing.planned, cfg.late_descent_velocity)

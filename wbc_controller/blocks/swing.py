@@ -5,6 +5,7 @@ accelerate the relative pitch). Positions [m], velocities [m/s], accelerations [
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -168,6 +169,38 @@ def solve4(M, b, x, a):
         x[i] = s / a[i, i]
 
 
+@njit(cache=True, inline="always")
+def swing_begins(i, phases, cycles, p, par, plan):
+    """Whether leg ``i`` begins a swing this cycle (out of nominal support in a gait cycle other than
+    the one last planned); if so, its bookkeeping: the cycle, the extra lift from the footholds' rise
+    (:func:`rise_lift`) and the stumble lift (:func:`stumble_reflex`)."""
+    if phases[i] == SUPPORT or cycles[i] == plan.cycle[i]:
+        return False
+    stumble, sw_lift = plan.stumble, plan.lift
+    plan.cycle[i] = cycles[i]
+    sw_lift[i] = rise_lift(p[i, 2], plan.start[i, 2], plan.planned[i])
+    if stumble[i] > 0.0:        # a recent swing met an obstacle: raised lift
+        if sw_lift[i] > 0.0:    # and this foot has stepped up since: every leg keeps it longer
+            for k in range(stumble.shape[0]):
+                stumble[k] = STUMBLE_SWINGS + 1.0
+        stumble[i] -= 1.0
+        if stumble[i] > 0.0:
+            sw_lift[i] = max(sw_lift[i], par.stumble_lift)
+    return True
+
+
+@njit(cache=True, inline="always")
+def swing_planned(i, p, par, plan):
+    """The rest of leg ``i``'s new swing plan: target height (:func:`foothold_height`), vertical end
+    velocities zero, no delay, ``swing_duration``."""
+    plan.target[i, 2] = foothold_height(p[i, 2], par.z_touchdown, par.touchdown_depth)
+    plan.v_start[i, 2] = 0.0
+    plan.v_end[i, 2] = 0.0
+    plan.delay[i] = 0.0
+    plan.duration[i] = par.swing_duration
+    plan.planned[i] = True
+
+
 @njit(cache=True)
 def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     """Plan the swings that begin this cycle (a leg out of nominal support in a gait cycle other
@@ -179,24 +212,13 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
     end velocities zero). Returns the number of swings started. ``legs``: :class:`LegBatch`;
     ``plan``: :class:`SwingPlan` (updated); ``par`` fields: ``stance_p`` (N, 3), ``z_touchdown``, ``touchdown_depth``,
     ``raibert_gain``, ``support_duration``, ``swing_duration``."""
-    p, v_p, stance_p, z_touchdown, touchdown_depth = legs.p, legs.v_p, par.stance_p, par.z_touchdown, par.touchdown_depth
-    raibert_gain, support_duration, swing_duration = par.raibert_gain, par.support_duration, par.swing_duration
-    swing_cycle, sw_start, sw_target, sw_v_start = plan.cycle, plan.start, plan.target, plan.v_start
-    sw_v_end, sw_duration, planned, sw_lift = plan.v_end, plan.duration, plan.planned, plan.lift
-    stumble = plan.stumble
+    p, v_p, stance_p = legs.p, legs.v_p, par.stance_p
+    raibert_gain, support_duration = par.raibert_gain, par.support_duration
+    sw_start, sw_target, sw_v_start, sw_v_end = plan.start, plan.target, plan.v_start, plan.v_end
     started = 0
     for i in range(phases.shape[0]):
-        if phases[i] == SUPPORT or cycles[i] == swing_cycle[i]:
+        if not swing_begins(i, phases, cycles, p, par, plan):
             continue
-        swing_cycle[i] = cycles[i]
-        sw_lift[i] = rise_lift(p[i, 2], sw_start[i, 2], planned[i])
-        if stumble[i] > 0.0:        # a recent swing met an obstacle: raised lift
-            if sw_lift[i] > 0.0:    # and this foot has stepped up since: every leg keeps it longer
-                for k in range(stumble.shape[0]):
-                    stumble[k] = STUMBLE_SWINGS + 1.0
-            stumble[i] -= 1.0
-            if stumble[i] > 0.0:
-                sw_lift[i] = max(sw_lift[i], par.stumble_lift)
         for r in range(3):
             vb = R[0, r] * ref_v[0] + R[1, r] * ref_v[1] + R[2, r] * ref_v[2]
             sw_target[i, r] = stance_p[i, r]
@@ -205,12 +227,59 @@ def start_swings(phases, cycles, legs, R, ref_v, par, plan):
             sw_start[i, r] = p[i, r]
             sw_v_start[i, r] = v_p[i, r]
             sw_v_end[i, r] = -vb
-        sw_target[i, 2] = foothold_height(p[i, 2], z_touchdown, touchdown_depth)
-        sw_v_start[i, 2] = 0.0
-        sw_v_end[i, 2] = 0.0
-        plan.delay[i] = 0.0
-        sw_duration[i] = swing_duration
-        planned[i] = True
+        swing_planned(i, p, par, plan)
+        started += 1
+    return started
+
+
+@njit(cache=True, inline="always")
+def command_foothold(rx, ry, vx, vy, wz, k, T):
+    """Touchdown point (base frame, horizontal) of a foot whose nominal stance point is ``(rx, ry)``
+    under the base twist ``(vx, vy, wz)`` [m/s, rad/s] (base frame), for the Raibert gain ``k`` and
+    the support duration ``T`` [s]: ``p = Rz(phi) r + k T (S v + C z x v)``, ``phi = k wz T``,
+    ``S = sin(phi) / phi``, ``C = (1 - cos(phi)) / phi`` (1 and 0 at ``phi = 0``).
+
+    Derivation: a world-fixed foot seen from a base moving at the constant twist turns about the
+    instantaneous centre ``c = z x v / wz`` by ``-wz t``: ``p(t) = c + Rz(-wz t) (p_td - c)``. Asking it
+    to pass the stance point ``r`` after ``k T`` (``k = 1/2``: the hip is over it at mid-stance) gives
+    ``p_td = c + Rz(phi) (r - c)``, which is the form above (regular at ``wz = 0``, where it is the
+    linear Raibert rule ``r + k T v``; to first order in ``phi`` it is ``r + k T (v + w x r)``, the
+    hip's velocity). Returns ``(x, y)``."""
+    phi = k * wz * T
+    if phi != 0.0:
+        sn, cs = math.sin(phi), math.cos(phi)
+        S, C = sn / phi, (1.0 - cs) / phi
+    else:
+        sn, cs, S, C = 0.0, 1.0, 1.0, 0.0
+    kT = k * T
+    return (cs * rx - sn * ry + kT * (S * vx - C * vy), sn * rx + cs * ry + kT * (S * vy + C * vx))
+
+
+@njit(cache=True)
+def start_swings_command(phases, cycles, legs, R, ref_v, wz, v_base, par, plan):
+    """:func:`start_swings` under a velocity command (base twist ``v_body = R^T v_ref`` and the yaw
+    rate ``wz`` [rad/s]): the target is :func:`command_foothold` of the stance point plus the
+    velocity-error correction ``foothold_velocity_gain (v_B - v_body)`` (``v_base``: the estimated
+    base velocity, base frame [m/s]), reached at the ground speed there, ``-(v_body + wz z x
+    p_target)``. Returns the number of swings started."""
+    p, v_p, stance_p = legs.p, legs.v_p, par.stance_p
+    k, T, kv = par.raibert_gain, par.support_duration, par.foothold_velocity_gain
+    sw_start, sw_target, sw_v_start, sw_v_end = plan.start, plan.target, plan.v_start, plan.v_end
+    vb0 = R[0, 0] * ref_v[0] + R[1, 0] * ref_v[1] + R[2, 0] * ref_v[2]
+    vb1 = R[0, 1] * ref_v[0] + R[1, 1] * ref_v[1] + R[2, 1] * ref_v[2]
+    started = 0
+    for i in range(phases.shape[0]):
+        if not swing_begins(i, phases, cycles, p, par, plan):
+            continue
+        x, y = command_foothold(stance_p[i, 0], stance_p[i, 1], vb0, vb1, wz, k, T)
+        sw_target[i, 0] = x + kv * (v_base[0] - vb0)
+        sw_target[i, 1] = y + kv * (v_base[1] - vb1)
+        sw_v_end[i, 0] = -(vb0 - wz * sw_target[i, 1])
+        sw_v_end[i, 1] = -(vb1 + wz * sw_target[i, 0])
+        for r in range(3):
+            sw_start[i, r] = p[i, r]
+            sw_v_start[i, r] = v_p[i, r]
+        swing_planned(i, p, par, plan)
         started += 1
     return started
 
@@ -400,10 +469,24 @@ class SwingPlanner:
         return P, V, A
 
 
-def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, cfg, gait, planner) -> None:
+def command_foothold_reference(r, v, wz, k, T) -> np.ndarray:
+    """:func:`command_foothold` in numpy: the stance point ``r`` (2,) turned about the instantaneous
+    centre ``c = z x v / wz`` by ``phi = k wz T`` (``r + k T v`` at ``wz = 0``)."""
+    r, v = np.asarray(r, dtype=float)[:2], np.asarray(v, dtype=float)[:2]
+    if wz == 0.0:
+        return r + k * T * v
+    phi = k * wz * T
+    c = np.array([-v[1], v[0]]) / wz
+    Rz = np.array([[math.cos(phi), -math.sin(phi)], [math.sin(phi), math.cos(phi)]])
+    return c + Rz @ (r - c)
+
+
+def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, cfg, gait, planner,
+                           command=None) -> None:
     """:func:`start_swings` in numpy: plan the swings that begin this cycle, from where the foot is
     to the touchdown target (``stance``: the nominal stance points (N, 3); ``gait``: the
-    :class:`GaitScheduler`; ``planner``: the :class:`SwingPlanner`, updated)."""
+    :class:`GaitScheduler`; ``planner``: the :class:`SwingPlanner`, updated). ``command``: ``(wz,
+    v_base)`` under a velocity command (:func:`start_swings_command`), else None."""
     for i in np.flatnonzero((phases != SUPPORT) & (cycles != planner.cycle)):
         planner.cycle[i] = cycles[i]
         rise = legs.p[i, 2] - planner.start[i, 2] - RISE_TOLERANCE
@@ -418,8 +501,15 @@ def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, 
         low = legs.p[i, 2] - cfg.touchdown_depth
         target[2] = low if low < z_touchdown - FOOTHOLD_TOLERANCE else z_touchdown
         v_body = R.T @ ref_v
-        target[:2] += cfg.raibert_gain * v_body[:2] * gait.support_duration
-        planner.begin(i, legs.p[i], target, gait.swing_duration, v_start=legs.v_p[i], v_end=-v_body)
+        if command is None:
+            target[:2] += cfg.raibert_gain * v_body[:2] * gait.support_duration
+            v_end = -v_body
+        else:
+            wz, v_base = command
+            target[:2] = command_foothold_reference(stance[i], v_body, wz, cfg.raibert_gain, gait.support_duration)
+            target[:2] += cfg.foothold_velocity_gain * (np.asarray(v_base)[:2] - v_body[:2])
+            v_end = -(v_body + np.cross([0.0, 0.0, wz], target))
+        planner.begin(i, legs.p[i], target, gait.swing_duration, v_start=legs.v_p[i], v_end=v_end)
         planner.delay[i] = 0.0
 
 

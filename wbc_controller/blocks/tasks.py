@@ -19,6 +19,8 @@ from legged_wbc.jit import announce_compiles
 
 from legged_wbc.model import cross3, cross_rows
 
+from .command import CMD_AX, CMD_AY, CMD_DWZ, CMD_PX, CMD_PY, CMD_VX, CMD_VY, CMD_WZ, CMD_YAW
+
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 
@@ -226,6 +228,60 @@ def attitude_task(R_d, R, v, par, acc_body, e_rpy):
     e_rpy[0], e_rpy[1], e_rpy[2] = e0, e1, e2
 
 
+@njit(cache=True)
+def command_reference(cmd, ref_p, ref_v, ref_a):
+    """Under a velocity command: the horizontal body reference (world x, y: position [m], velocity
+    [m/s], acceleration [m/s^2]) from the command reference ``cmd``
+    (:data:`.command.CMD_FIELDS`) into ``ref_p/v/a[0:2]`` (the height stays :func:`body_reference`'s)."""
+    ref_p[0], ref_p[1] = cmd[CMD_PX], cmd[CMD_PY]
+    ref_v[0], ref_v[1] = cmd[CMD_VX], cmd[CMD_VY]
+    ref_a[0], ref_a[1] = cmd[CMD_AX], cmd[CMD_AY]
+
+
+@njit(cache=True)
+def yaw_attitude(yaw, R_d):
+    """``R_d <- R_d Rz(yaw)`` (the desired attitude yawed by ``yaw`` [rad] about its own z axis)."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    for r in range(3):
+        a, b = R_d[r, 0], R_d[r, 1]
+        R_d[r, 0] = a * c + b * s
+        R_d[r, 1] = b * c - a * s
+
+
+@njit(cache=True)
+def attitude_task_command(R_d, cmd, R, v, par, acc_body, e_rpy):
+    """The rotational rows of :func:`body_task` for a desired attitude ``R_d`` turning at the yaw
+    rate ``w_d = [0, 0, wz]`` (desired body frame) with ``w_dot_d = [0, 0, dwz]`` (``cmd``:
+    :data:`.command.CMD_FIELDS`): the full geometric law of :func:`body_task_reference`,
+    ``w_dot_des = -K_R e_R - K_w (w_B - m wz) - wz w_B x m + m dwz`` with ``m = R^T R_d z``, into
+    ``acc_body[3:6]`` and ``e_rpy``."""
+    kp_rot, kd_rot = par.kp_rot, par.kd_rot
+    wz, dwz = cmd[CMD_WZ], cmd[CMD_DWZ]
+    E01 = R_d[0, 0] * R[0, 1] + R_d[1, 0] * R[1, 1] + R_d[2, 0] * R[2, 1]
+    E02 = R_d[0, 0] * R[0, 2] + R_d[1, 0] * R[1, 2] + R_d[2, 0] * R[2, 2]
+    E10 = R_d[0, 1] * R[0, 0] + R_d[1, 1] * R[1, 0] + R_d[2, 1] * R[2, 0]
+    E12 = R_d[0, 1] * R[0, 2] + R_d[1, 1] * R[1, 2] + R_d[2, 1] * R[2, 2]
+    E20 = R_d[0, 2] * R[0, 0] + R_d[1, 2] * R[1, 0] + R_d[2, 2] * R[2, 0]
+    E21 = R_d[0, 2] * R[0, 1] + R_d[1, 2] * R[1, 1] + R_d[2, 2] * R[2, 1]
+    e0 = 0.5 * (E21 - E12)
+    e1 = 0.5 * (E02 - E20)
+    e2 = 0.5 * (E10 - E01)
+    m0 = R[0, 0] * R_d[0, 2] + R[1, 0] * R_d[1, 2] + R[2, 0] * R_d[2, 2]
+    m1 = R[0, 1] * R_d[0, 2] + R[1, 1] * R_d[1, 2] + R[2, 1] * R_d[2, 2]
+    m2 = R[0, 2] * R_d[0, 2] + R[1, 2] * R_d[1, 2] + R[2, 2] * R_d[2, 2]
+    w0, w1, w2 = v[3], v[4], v[5]
+    acc_body[3] = -kp_rot[0] * e0 - kd_rot[0] * (w0 - m0 * wz) - wz * (w1 * m2 - w2 * m1) + m0 * dwz
+    acc_body[4] = -kp_rot[1] * e1 - kd_rot[1] * (w1 - m1 * wz) - wz * (w2 * m0 - w0 * m2) + m1 * dwz
+    acc_body[5] = -kp_rot[2] * e2 - kd_rot[2] * (w2 - m2 * wz) - wz * (w0 * m1 - w1 * m0) + m2 * dwz
+    e_rpy[0], e_rpy[1], e_rpy[2] = e0, e1, e2
+
+
+def yaw_rotation(yaw: float) -> np.ndarray:
+    """``Rz(yaw)`` (3, 3)."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
 def plane_attitude_reference(normal_w) -> np.ndarray:
     """:func:`plane_attitude` in numpy (Rodrigues from the axis and angle)."""
     n = np.asarray(normal_w, dtype=float)
@@ -272,12 +328,18 @@ class BodyReferenceGenerator:
     def reset(self, p0: np.ndarray) -> None:
         self.p0[:] = p0           # in place: the compiled cycle reads this array
 
-    def __call__(self, t: float) -> BodyReference:
+    def __call__(self, t: float, cmd: np.ndarray | None = None) -> BodyReference:
+        """The reference at ``t`` [s]; under a velocity command (``cmd``: the command reference,
+        :data:`.command.CMD_FIELDS`) its horizontal part, yaw and yaw rate are the command's."""
         p, v, a = np.empty(3), np.empty(3), np.empty(3)
         _body_reference_py(t, self.p0, _RefPar(self.cfg.stand_up_start, self.cfg.stand_up_duration, self.cfg.stand_height,
                                                self.gait_start, self.cfg.velocity_ramp_end,
                                                self.cfg.forward_velocity), p, v, a)
-        return BodyReference(p=p, v=v, a=a, R=np.eye(3), w=np.zeros(3), w_dot=np.zeros(3))
+        if cmd is None:
+            return BodyReference(p=p, v=v, a=a, R=np.eye(3), w=np.zeros(3), w_dot=np.zeros(3))
+        p[:2], v[:2], a[:2] = cmd[[CMD_PX, CMD_PY]], cmd[[CMD_VX, CMD_VY]], cmd[[CMD_AX, CMD_AY]]
+        return BodyReference(p=p, v=v, a=a, R=yaw_rotation(cmd[CMD_YAW]), w=np.array([0.0, 0.0, cmd[CMD_WZ]]),
+                             w_dot=np.array([0.0, 0.0, cmd[CMD_DWZ]]))
 
 
 def body_task_reference(cfg, ref: BodyReference, p: np.ndarray, R: np.ndarray, v_base: np.ndarray,
