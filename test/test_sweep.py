@@ -90,6 +90,56 @@ def test_reproduce_command_gives_the_same_metrics(small_sweep, tmp_path):
     assert {k: v for k, v in got.items() if k not in sw.TIMING_KEYS} == want
 
 
+def _attacks(address: str) -> dict:
+    """What another local user can do at a TLS endpoint ``tls://127.0.0.1:PORT`` of the sweep's cluster
+    without its certificate: a Dask client over plain TCP, a Dask client with a certificate of its own,
+    and a raw TLS connection with no certificate that sends bytes and reads; each outcome, as text."""
+    import socket
+    import ssl
+
+    from distributed import Client
+    from distributed.security import Security
+
+    port = int(address.rsplit(":", 1)[1])
+    out = {}
+    for name, addr, sec in (("tcp", f"tcp://127.0.0.1:{port}", None), ("tls, own cert", address, Security.temporary())):
+        try:
+            c = Client(addr, security=sec, timeout="5s")
+        except Exception as exc:  # noqa: BLE001 - refused, whatever the comm layer calls it
+            out[name] = f"refused: {type(exc).__name__}"
+        else:
+            out[name] = f"CONNECTED: {c.submit(os.getpid).result(timeout=5)}"
+            c.close()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
+            tls.sendall(b"\x00" * 64)
+            data = tls.recv(1)
+            out["tls, no cert"] = f"read {data!r}" if data else "refused: closed"
+    except (OSError, ssl.SSLError) as exc:
+        out["tls, no cert"] = f"refused: {type(exc).__name__}"
+    return out
+
+
+def test_local_cluster_refuses_clients_without_the_run_certificate():
+    """The sweep's LocalCluster (scheduler and workers) speaks mutual TLS with this run's certificate:
+    another local user's client over plain TCP, with a certificate of its own, or with none, is refused
+    (no task submitted), while the sweep's own client runs tasks."""
+    client, cluster = sw.open_cluster(1, None, "127.0.0.1:0")
+    try:
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        assert client.submit(sum, [1, 2, 3]).result(timeout=30) == 6          # the sweep's client works
+        workers = list(client.scheduler_info()["workers"])
+        assert workers and all(w.startswith("tls://127.0.0.1:") for w in workers)
+        for address in [cluster.scheduler_address] + workers:
+            got = _attacks(address)
+            assert set(got) == {"tcp", "tls, own cert", "tls, no cert"}
+            assert all(v.startswith("refused") for v in got.values()), (address, got)
+    finally:
+        sw._close_cluster(client, cluster)
+
+
 def _sigint_disposition(pid: int) -> str:
     """'ignored' / 'caught' / 'default': SIGINT's disposition in process ``pid`` (Linux)."""
     masks = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()

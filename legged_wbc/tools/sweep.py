@@ -8,7 +8,8 @@ parameters to every controller, so the controllers are compared paired. The rang
 
 Execution (:func:`run_sweep`): every run is one Dask task (:func:`run_trial`) on a
 ``distributed`` cluster, by default a ``LocalCluster`` of single-threaded worker processes (one
-per core, BLAS threads 1, scheduler and dashboard on the loopback only), or an existing cluster
+per core, BLAS threads 1, scheduler and dashboard on the loopback only, mutual TLS with a certificate
+of this run: no other local user can connect), or an existing cluster
 (``scheduler="tcp://host:8786"``). The client writes each finished run at once, atomically, to
 ``DIR/trials/tKKKK-NAME.json`` (parameters, metrics, reproduce command, status, error, retries);
 ``resume=True`` runs only the runs without a file. A run that raises is recorded as failed (its
@@ -140,16 +141,22 @@ def _quiet_workers():
 
 
 def open_cluster(workers: int | None, scheduler: str | None, dashboard: str = "127.0.0.1:8787"):
-    """``(client, cluster or None)``: an existing scheduler, or a LocalCluster of single-threaded
-    worker processes on the loopback."""
+    """``(client, cluster or None)``: an existing scheduler (its TLS settings from Dask's config,
+    ``distributed.comm.tls.*``: ``docs/sweeps.md``), or a LocalCluster of single-threaded worker
+    processes on the loopback that only this sweep can use: scheduler, nannies and workers speak
+    mutual TLS (``tls://``) with a certificate made for this run and held in memory
+    (``Security.temporary()``), so another local user (a plain ``tcp://`` connection, or TLS without
+    that certificate) cannot connect, submit tasks or run code in the workers."""
     from distributed import Client, LocalCluster
+    from distributed.security import Security
 
     if scheduler:
         return Client(scheduler, timeout="30s"), None
     n = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=dashboard, env=dict(BLAS_ENV), silence_logs=40)
-    client = Client(cluster)
+    security = Security.temporary()
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", protocol="tls://",
+                           security=security, dashboard_address=dashboard, env=dict(BLAS_ENV), silence_logs=40)
+    client = Client(cluster, security=security)
     client.register_plugin(_quiet_workers())
     return client, cluster
 
