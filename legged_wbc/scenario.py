@@ -102,7 +102,7 @@ PHYSICS_DEFAULTS = {
 }
 # Top-level keys a scenario file may omit, with their defaults.
 SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators": "ideal", "preset": "robust",
-                   "robot": "hexapod"}
+                   "robot": "hexapod", "commands": None}
 MAX_DELAY_TICKS = 500      # 1 s of 2 ms control ticks: the longest command / sensor delay a scenario may give
 ACTUATOR_MODELS = ("ideal", "realistic")
 # Settings presets (scenario key ``preset``): overrides under the scenario's controller / estimator blocks.
@@ -161,10 +161,12 @@ SCHEMA = {s.name[len("scenario."):]: s for s in (
     _spec("command_delay_ticks", 0, 0, MAX_DELAY_TICKS, "", "command delay in 2 ms ticks"),
     _spec("sensor_delay_ticks", 0, 0, MAX_DELAY_TICKS, "", "sensor delay in 2 ms ticks"),
     _spec("actuators", "ideal", unit="", choices=ACTUATOR_MODELS), _spec("preset", "robust", unit=""),
+    _spec("commands", None, unit="", typ="float_array", desc="velocity command schedule [{t: s, vx: m/s, vy: m/s, "
+          "wz: rad/s}, ...] (null: the walk's forward_velocity ramp)"),
 )}
 NODE_SECTIONS = ("controller", "estimator")   # node parameters (checked by the nodes' schemas)
 LIST_KEYS = ("commands",)   # lists checked where they are used (the velocity command schedule: closed_loop)
-NULLABLE = ("ground.friction",)
+NULLABLE = ("ground.friction", "commands")
 TERRAIN_KEYS = tuple(f"terrain.{k}" for k in _terrain.DEFAULTS)
 SECTIONS = tuple(sorted({k.split(".")[0] for k in SCHEMA if "." in k} | {"terrain"}))
 
@@ -362,10 +364,39 @@ def _preset(value) -> str:
     return value
 
 
+COMMAND_RANGE = {"vx": 2.0, "vy": 2.0, "wz": 5.0}   # |value| bounds of a scheduled command [m/s, m/s, rad/s]
+
+
+def _commands(value) -> list:
+    """``commands``: a non-empty list of ``{t, vx, vy, wz}`` (each held from ``t`` [s] until the next;
+    ``t`` >= 0, finite, strictly increasing; values finite within :data:`COMMAND_RANGE`; the
+    controller's own limits are checked where it is built)."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"scenario.commands: a non-empty list of {{t, vx, vy, wz}}, got {value!r}")
+    out, last = [], -math.inf
+    for k, e in enumerate(value):
+        if not isinstance(e, dict) or set(e) != {"t", "vx", "vy", "wz"}:
+            raise ConfigError(f"scenario.commands[{k}]: a mapping with the keys t, vx, vy, wz, got {e!r}")
+        try:
+            d = {key: float(e[key]) for key in ("t", "vx", "vy", "wz")}
+        except (TypeError, ValueError):
+            raise ConfigError(f"scenario.commands[{k}]: not numbers ({e!r})") from None
+        if any(isinstance(e[key], bool) or not math.isfinite(d[key]) for key in d):
+            raise ConfigError(f"scenario.commands[{k}]: values must be finite numbers, got {e!r}")
+        if not (last < d["t"] <= _DAY and d["t"] >= 0.0):
+            raise ConfigError(f"scenario.commands[{k}].t: {d['t']} (times must be >= 0 and strictly increasing)")
+        for key, m in COMMAND_RANGE.items():
+            if abs(d[key]) > m:
+                raise ConfigError(f"scenario.commands[{k}].{key}: {d[key]} out of range [-{m}, {m}]")
+        out.append(d)
+        last = d["t"]
+    return out
+
+
 # keys with a check of their own (and messages the README quotes), instead of FieldSpec.coerce
 _SPECIAL = {"command_delay_ticks": _delay_ticks,
             "sensor_delay_ticks": lambda v: _delay_ticks(v, "sensor_delay_ticks"),
-            "actuators": _actuators, "preset": _preset}
+            "actuators": _actuators, "preset": _preset, "commands": _commands}
 
 
 def _estimator_base(preset: str, terrain: dict | None) -> dict:

@@ -146,9 +146,9 @@ class WbcConfig:
     cmd_max_vx: float = param(0.3, 0.0, 2.0, "command limit, forward speed |vx| (heading frame)", unit="m/s", live=False)
     cmd_max_vy: float = param(0.15, 0.0, 2.0, "command limit, sideways speed |vy| (heading frame)", unit="m/s", live=False)
     cmd_max_wz: float = param(0.5, 0.0, 5.0, "command limit, yaw rate |wz|", unit="rad/s", live=False)
-    cmd_accel_x: float = param(0.1, 0.001, 10.0, "acceleration limit of the commanded vx", unit="m/s^2", live=False)
-    cmd_accel_y: float = param(0.1, 0.001, 10.0, "acceleration limit of the commanded vy", unit="m/s^2", live=False)
-    cmd_accel_wz: float = param(0.3, 0.001, 50.0, "acceleration limit of the commanded wz", unit="rad/s^2", live=False)
+    cmd_accel_x: float = param(0.3, 0.001, 10.0, "acceleration limit of the commanded vx", unit="m/s^2", live=False)
+    cmd_accel_y: float = param(0.3, 0.001, 10.0, "acceleration limit of the commanded vy", unit="m/s^2", live=False)
+    cmd_accel_wz: float = param(1.0, 0.001, 50.0, "acceleration limit of the commanded wz", unit="rad/s^2", live=False)
     cmd_vel_timeout: float = param(0.5, 0.01, 100.0, "a command older than this counts as zero", unit="s", live=False)
     stand_delay: float = param(1.0, 0.0, 100.0, "the gait stops (every leg in support) after the filtered "
                                "command has been zero this long", unit="s", live=False)
