@@ -207,8 +207,9 @@ def _dead_writer_bag(path: Path, msgs: list, cut: int | None) -> tuple[int, list
 @pytest.mark.parametrize("cut", [None, 40_000])
 def test_a_bag_whose_writer_died_is_repaired_for_both_readers(tmp_path, monkeypatch, room, cut):
     """What ``ros2 bag reindex`` does: the readable records kept (a chunk cut short dropped), a complete MCAP
-    rewritten (or, with no room for a copy, the file closed in place without a summary), metadata.yaml with
-    the counts per topic; rosbags and the mcap reader then read the same messages, byte for byte."""
+    rewritten (or, with no room for a copy, the file cut after its last complete chunk and indexed in place),
+    metadata.yaml with the counts per topic; rosbags and the mcap reader then read the same messages, byte
+    for byte."""
     import errno
 
     from mcap.reader import make_reader
@@ -217,7 +218,9 @@ def test_a_bag_whose_writer_died_is_repaired_for_both_readers(tmp_path, monkeypa
     from legged_wbc.ros import bag_repair
 
     bag = tmp_path / "bag"
-    n, msgs = _dead_writer_bag(bag, _serialized(1300), cut)
+    msgs = _serialized(1300)
+    msgs = [m for k in range(len(msgs) // 1500, -1, -1) for m in msgs[k * 1500:(k + 1) * 1500]]   # chunks out of
+    n, msgs = _dead_writer_bag(bag, msgs, cut)            # time order, as two rings give them: an index is needed
     assert not (bag / "metadata.yaml").exists()
     if room == "disk full":
         def no_room(*args):
@@ -226,7 +229,7 @@ def test_a_bag_whose_writer_died_is_repaired_for_both_readers(tmp_path, monkeypa
         monkeypatch.setattr(bag_repair, "_rewrite", no_room)
     rep = bag_repair.repair_bag(bag, {"controller": "cbf"})
     assert rep.problem == "" and rep.total == n > 0
-    assert ("cut after its last complete record" in rep.how) == (room == "disk full")
+    assert ("cut after its last complete chunk" in rep.how) == (room == "disk full")
     expect = [(topic, t, data) for topic, _, t, data in msgs[:n]]
     import yaml
 

@@ -476,8 +476,10 @@ class ShmBagSink(RingSink):
         rep = repair_bag(self.path, custom, extra)
         state = f"left unreadable: {rep.problem}" if rep.problem else f"repaired: {rep.how}"
         back = f", {rep.extra_written} of them taken back from the ring" if rep.extra_written else ""
+        peer = sum(_unwritten(ring) for ring in self.peer_rings)
+        peer = f"; {peer} messages the linked part had put in its ring are not in it" if peer else ""
         return (f"recording FAILED ({cause}): {rep.total} messages in the bag {self.path}{back} of the {put} put "
-                f"in the recorder's ring here{lost}; {state}")
+                f"in the recorder's ring here{lost}{peer}; {state}")
 
     def _safe_in_file(self) -> int | None:
         """The own ring's position up to which the file holds the records when the recorder process died
@@ -702,6 +704,24 @@ def open_sink(path: Path, cfg, describe, log=None):
 
 
 # ------------------------------------------------------------------------------------ recorder process
+def _unwritten(ring: RecordRing) -> int:
+    """Messages in a peer ring past the position its dead consumer published (not taken back: their topic
+    descriptions were in the records it had consumed)."""
+    import contextlib
+
+    n = 0
+    if ring.lock is None:                  # the creator of a peer ring never locks it: words read as they are
+        ring.lock = contextlib.nullcontext()
+    ring.take_over()
+    try:
+        while records := ring.read():
+            n += sum(kind in (KIND_DATA, KIND_RAW) for kind, _, _, _ in _expand_batches(records))
+            ring.consumed()
+    except RingCorrupt:
+        pass
+    return n
+
+
 def _parent_alive(pid: int) -> bool:
     if os.getppid() != pid:
         return False

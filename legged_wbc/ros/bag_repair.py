@@ -9,8 +9,10 @@ rewrites every message it read into a complete MCAP file with ``mcap``'s writer 
 statistics, summary), appends the ``extra`` messages (what the recorder had not written yet, taken back
 from its ring by :class:`~legged_wbc.ros.bag_process.ShmBagSink`), and writes ``metadata.yaml`` with
 the message count per topic, as ``rosbags`` writes it. On a full disk there is no room for a second
-copy: the file is cut after its last complete record and closed as it is (data end and footer: an
-MCAP file without a summary, which both readers scan), and the extra messages are counted as lost.
+copy: the file is cut after its last chunk whose message indexes are complete and indexed in place (data
+end, a summary built from the chunks and message indexes in the file, footer: rosbags needs the index when
+chunks are out of time order, as two rings give them); if even metadata.yaml finds no room, chunks are
+given up from the end until it does; the extra messages are counted as lost.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ ROS_DISTRO = "kilted"
 @dataclass
 class Scan:
     """What a lenient read of an MCAP file found: schemas and channels by id, messages per channel, the
-    time range [ns], the end of its last complete record (bytes) and whether it was complete (footer)."""
+    time range [ns], the end of its last complete record (bytes) and whether it was complete (footer).
+    ``groups``: each chunk (its index entry's fields) with the message indexes that follow it; ``marks``:
+    the state after each chunk whose message indexes are all there (where the file can be cut)."""
 
     schemas: dict = field(default_factory=dict)
     channels: dict = field(default_factory=dict)
@@ -38,9 +42,51 @@ class Scan:
     chunks: int = 0
     complete: bool = False
     stop: str = ""
+    groups: list = field(default_factory=list)
+    marks: list = field(default_factory=list)
+    _open: dict | None = None
+
+    def mark(self) -> None:
+        self.marks.append((self.good_end, dict(self.counts), self.t_min, self.t_max, dict(self.channels),
+                           dict(self.schemas), len(self.groups)))
+
+    def to_mark(self) -> None:
+        """Back to the last mark (a chunk whose message indexes were cut is left out)."""
+        self.good_end, counts, self.t_min, self.t_max, channels, schemas, n = self.marks[-1]
+        self.counts, self.channels, self.schemas, self.groups = dict(counts), dict(channels), dict(schemas), \
+            self.groups[:n]
+        self.chunks = n
+
+    def back_off(self) -> bool:
+        """Forget the last chunk (its messages, channels, schemas); False when there is none left."""
+        if len(self.marks) < 2:
+            return False
+        self.marks.pop()
+        self.to_mark()
+        return True
+
+    def open_group(self, chunk, start: int, end: int) -> None:
+        self.settle()
+        self._open = {"start": start, "end": end, "chunk": chunk, "index": {}, "index_len": 0, "cids": set()}
+        self.groups.append(self._open)
+
+    def index(self, rec, start: int, end: int) -> None:
+        if self._open is not None:
+            self._open["index"][rec.channel_id] = start
+            self._open["index_len"] += end - start
+
+    def settle(self) -> None:
+        """The open chunk's message indexes are over: a mark if they cover every channel it holds."""
+        g, self._open = self._open, None
+        if g is not None and g["cids"] <= set(g["index"]):
+            good_end, self.good_end = self.good_end, g["end"] + g["index_len"]
+            self.mark()
+            self.good_end = good_end
 
     def note(self, msg, channel_id: int | None = None) -> None:
         self.note_stamp(msg.channel_id if channel_id is None else channel_id, msg.log_time)
+        if self._open is not None:
+            self._open["cids"].add(msg.channel_id)
 
     def note_stamp(self, channel_id: int, t_ns: int) -> None:
         self.counts[channel_id] = self.counts.get(channel_id, 0) + 1
@@ -52,41 +98,56 @@ class Scan:
 
 def _records(path: Path, scan: Scan, messages: bool):
     """The file's schema, channel and message records in order, as far as they can be read; ``scan``
-    notes them (``messages``: also yields the messages)."""
-    from mcap.records import Channel, Chunk, DataEnd, Footer, Message, Schema
+    notes them (``messages``: also yields the schemas, channels and messages)."""
+    from mcap.records import Chunk, DataEnd, Footer, Header, MessageIndex
     from mcap.stream_reader import StreamReader, breakup_chunk
 
     with open(path, "rb") as fh:
         reader = StreamReader(fh, emit_chunks=True, record_size_limit=os.fstat(fh.fileno()).st_size)
         it = reader.records
         while True:
+            start = reader._stream.count
             try:
                 rec = next(it)
                 inner = breakup_chunk(rec) if isinstance(rec, Chunk) else [rec]
             except StopIteration:
-                return
+                break
             except Exception as exc:           # cut short, garbage, a chunk that does not decompress
                 scan.stop = f"{type(exc).__name__} after byte {scan.good_end}"
-                return
+                break
+            end = reader._stream.count
             if isinstance(rec, (DataEnd, Footer)):
                 scan.complete = isinstance(rec, Footer) or scan.complete
+                scan.settle()
                 continue
-            scan.chunks += isinstance(rec, Chunk)
-            for r in inner:
-                if isinstance(r, Schema):
-                    scan.schemas[r.id] = r
-                elif isinstance(r, Channel):
-                    scan.channels[r.id] = r
-                elif isinstance(r, Message):
-                    scan.note(r)
-                    if messages:
-                        yield r
-                    continue
-                else:
-                    continue
-                if messages:
-                    yield r
-            scan.good_end = reader._stream.count
+            if isinstance(rec, MessageIndex):
+                scan.index(rec, start, end)
+            elif isinstance(rec, Chunk):
+                scan.open_group(rec, start, end)
+                scan.chunks += 1
+            else:
+                scan.settle()
+            yield from _note(scan, inner, messages)
+            scan.good_end = end
+            if isinstance(rec, Header):
+                scan.mark()
+        scan.settle()
+
+
+def _note(scan: Scan, records, messages: bool):
+    from mcap.records import Channel, Message, Schema
+
+    for r in records:
+        if isinstance(r, Schema):
+            scan.schemas[r.id] = r
+        elif isinstance(r, Channel):
+            scan.channels[r.id] = r
+        elif isinstance(r, Message):
+            scan.note(r)
+        else:
+            continue
+        if messages:
+            yield r
 
 
 def scan_mcap(path: Path) -> Scan:
@@ -133,21 +194,36 @@ def repair_bag(path: Path, custom_data: dict | None = None, extra=()) -> Repaire
             how = "its MCAP file rewritten from the readable records"
         except OSError as exc:                 # no room for a copy (disk full): close the file as it is
             tmp.unlink(missing_ok=True)
-            try:
-                _close_in_place(mcap, scan)
-            except OSError as exc2:
-                return Repaired(_topic_counts(scan), how="", problem=f"cannot close {mcap.name} ({exc2.strerror})")
-            how = f"its MCAP file cut after its last complete record (no room for a copy: {exc.strerror})"
-            if extra:
-                how += f"; {len(extra)} messages taken back from the ring could not be added"
-        else:
-            if scan.stop:
-                how += f" (read up to byte {scan.good_end})"
+            return _repair_in_place(path, mcap, scan, custom_data or {}, exc, len(extra))
+        if scan.stop:
+            how += f" (read up to byte {scan.good_end})"
     try:
         _write_metadata(path, mcap, scan, custom_data or {})
     except OSError as exc:
         return Repaired(_topic_counts(scan), written, how, f"cannot write metadata.yaml ({exc.strerror})")
     return Repaired(_topic_counts(scan), written, how)
+
+
+def _repair_in_place(path: Path, mcap: Path, scan: Scan, custom_data: dict, why: OSError, extra: int) -> Repaired:
+    """No room for a copy: ``mcap`` cut after its last complete chunk and closed there, metadata.yaml
+    written; if even that finds no room, chunk after chunk is given up until it does (a readable bag with
+    fewer messages rather than none)."""
+    before = sum(scan.counts.values())
+    scan.to_mark()
+    while True:
+        try:
+            _close_in_place(mcap, scan)
+            _write_metadata(path, mcap, scan, custom_data)
+            break
+        except OSError as exc:
+            if not scan.back_off():
+                return Repaired(_topic_counts(scan), problem=f"no room to close {mcap.name} ({exc.strerror})")
+    how = f"its MCAP file cut after its last complete chunk (no room for a copy: {why.strerror})"
+    if sum(scan.counts.values()) < before:
+        how += f", {before - sum(scan.counts.values())} more messages given up to make room for metadata.yaml"
+    if extra:
+        how += f"; {extra} messages taken back from the ring could not be added"
+    return Repaired(_topic_counts(scan), 0, how)
 
 
 def _topic_counts(scan: Scan) -> dict:
@@ -219,13 +295,31 @@ def _new_channel(topic: str, msgtype: str, qos: list, digest, key: int):
 
 
 def _close_in_place(mcap: Path, scan: Scan) -> None:
-    """Cut ``mcap`` after its last complete record and end it with a data end and a footer (no summary)."""
+    """Cut ``mcap`` after the chunk of the scan's state (:meth:`Scan.to_mark`) and end it as a writer
+    would: data end, a summary (schemas, channels, chunk indexes from the chunks and the message indexes
+    in the file, statistics) and the footer. Readers that need the index (rosbags, for chunks out of time
+    order) find it."""
     from mcap.data_stream import RecordBuilder
-    from mcap.records import DataEnd, Footer
+    from mcap.records import ChunkIndex, DataEnd, Footer, Statistics
 
     rb = RecordBuilder()
     DataEnd(0).write(rb)
-    Footer(0, 0, 0).write(rb)
+    summary_start = scan.good_end + rb.count
+    for schema in scan.schemas.values():
+        schema.write(rb)
+    for channel in scan.channels.values():
+        channel.write(rb)
+    for g in scan.groups:
+        c = g["chunk"]
+        ChunkIndex(chunk_length=g["end"] - g["start"], chunk_start_offset=g["start"], compression=c.compression,
+                   compressed_size=len(c.data), message_end_time=c.message_end_time,
+                   message_index_length=g["index_len"], message_index_offsets=dict(g["index"]),
+                   message_start_time=c.message_start_time, uncompressed_size=c.uncompressed_size).write(rb)
+    n = sum(scan.counts.values())
+    Statistics(attachment_count=0, channel_count=len(scan.channels), channel_message_counts=dict(scan.counts),
+               chunk_count=len(scan.groups), message_count=n, message_end_time=scan.t_max if n else 0,
+               message_start_time=scan.t_min if n else 0, metadata_count=0, schema_count=len(scan.schemas)).write(rb)
+    Footer(summary_start=summary_start, summary_offset_start=0, summary_crc=0).write(rb)
     tail = rb.end() + MAGIC
     with open(mcap, "r+b") as fh:
         fh.truncate(scan.good_end)
@@ -262,5 +356,9 @@ def _write_metadata(path: Path, mcap: Path, scan: Scan, custom_data: dict) -> No
     text = StringIO()
     yaml.dump({"rosbag2_bagfile_information": info}, text)
     tmp = path / "metadata.yaml.tmp"
-    tmp.write_text(text.getvalue())
+    try:
+        tmp.write_text(text.getvalue())
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path / "metadata.yaml")

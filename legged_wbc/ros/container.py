@@ -234,10 +234,16 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         if rclpy.ok():
             rclpy.shutdown()
         ignore_stop_signals()   # everything is closed: a late stop signal must not make this an exit -2
-    if recorder is not None and recorder.failure:   # said last: the line a launcher quotes
-        print(f"{CONTAINER_NODES[part]}: {recorder.failure}", file=sys.stderr, flush=True)
-        rc = rc or 1
-    return rc
+    return _recording_said(recorder, part, rc)
+
+
+def _recording_said(recorder, part: str, rc: int) -> int:
+    """A failed recording (the recorder's one line) said last, the line a launcher quotes: rc 1 unless
+    already a failure."""
+    if recorder is None or not recorder.failure:
+        return rc
+    print(f"{CONTAINER_NODES[part]}: {recorder.failure}", file=sys.stderr, flush=True)
+    return rc or 1
 
 
 def _closing_stats(bus, link, log, rc: int) -> int:
