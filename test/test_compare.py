@@ -271,6 +271,27 @@ def test_sqlite3_bag_and_missing_topics(recorded, tmp_path, capsys):
     assert "sqlite_bag:" not in err
 
 
+@pytest.mark.ros
+def test_bag_without_support_or_pitch_names_the_missing_topic(recorded, tmp_path):
+    """A bag without ``/estimator/support`` (was ``KeyError: 'support'``) or without
+    ``/wbc/relative_pitch`` (the support message's plane-normal entries were taken for legs): compare
+    computes what the bag has, lists the violation metrics as not computable, naming the topic, one
+    line each and no traceback."""
+    for topic in ("/estimator/support", "/wbc/relative_pitch"):
+        bag = tmp_path / topic.rsplit("/", 1)[1]
+        _copy_bag(recorded["bag"], bag, "mcap", drop=(topic,))
+        out = tmp_path / f"rep_{bag.name}"
+        r = subprocess.run([str(BIN / "legged-wbc"), "compare", str(bag), "--out", str(out)], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        m = json.loads((out / "metrics.json").read_text())[bag.name]
+        for k in ("max_violation_rad", "violation_rate_pct", "first_violation_time_s"):
+            assert m[k] is None and m["unavailable"][k] == f"no {topic}", (k, m["unavailable"])
+            assert f"{bag.name}: {k} could not be computed (no {topic})" in r.stderr
+        assert m["torque_rms_nm"] is not None and m["distance_m"] is not None    # what the bag has
+        assert m["normal_error_deg_mean"] is None
+
+
 def test_not_a_bag_is_a_clear_error(tmp_path, capsys):
     from legged_wbc.cli import main
 
@@ -283,7 +304,16 @@ def test_not_a_bag_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "metadata.yaml").write_text("just: text\n")
-    cases = [(empty, "not a rosbag2 bag (no metadata.yaml) nor a headless run directory"),
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    (binary / "metadata.yaml").write_bytes(bytes(range(256)) * 16)
+    laughs = tmp_path / "laughs"
+    laughs.mkdir()
+    (laughs / "metadata.yaml").write_text("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n" for p, c in zip("abcdefgh", "bcdefghi")))
+    cases = [(binary, "unreadable metadata.yaml (" + str(binary / "metadata.yaml") + ": not UTF-8 text"),
+             (laughs, "metadata.yaml: refused: more than 100000 nodes"),
+             (empty, "not a rosbag2 bag (no metadata.yaml) nor a headless run directory"),
              (half, "no metadata.yaml (an unfinished recording?"),
              (bad, "metadata.yaml is not rosbag2 metadata"),
              (tmp_path / "nowhere", "no such file or directory")]
@@ -292,6 +322,7 @@ def test_not_a_bag_is_a_clear_error(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2, (path, err)
         assert text in err and str(path) in err, err
+        assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()  # nothing written for a bad input
 
 
