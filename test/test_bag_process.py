@@ -782,3 +782,34 @@ def test_a_container_whose_recorder_is_killed_ends_the_launch_non_zero_with_ever
         assert r.message_count == int(m.group(1))
     assert sum(len(v) for v in _read_mcap_independently(bag).values()) == int(m.group(1))
     assert "Traceback" not in out
+
+
+@pytest.mark.ros
+def test_a_full_disk_under_the_per_process_recorder_ends_the_launch_non_zero(tmp_path, ros_env):
+    """``layout:=processes``: the bag_recorder node writes its bag itself; on a full disk (a 1 MiB tmpfs,
+    mounted when this user may) it stops, repairs the bag and exits 1 with one line; the launch fails."""
+    import re
+
+    from rosbags.rosbag2 import Reader
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (not root)")
+    try:
+        bag = disk / "bag"
+        p = subprocess.run([str(ROOT / ".venv/bin/legged-wbc"), "launch", "walking_sim", "controller:=cbf",
+                            "scenario:=nominal", "duration:=3", f"record:={bag}", "layout:=processes"],
+                           env=ros_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        out = p.stdout + p.stderr
+        assert p.returncode != 0, out[-3000:]
+        failed = [ln for ln in out.splitlines()            # the node's line (the launcher quotes it once more)
+                  if ln.startswith("[bag_recorder]") and "[bag_recorder]: recording FAILED (disk full" in ln]
+        assert len(failed) == 1, out[-3000:]
+        n = int(re.search(r": (\d+) messages in the bag ", failed[0]).group(1))
+        assert n > 0 and "Traceback" not in out
+        with Reader(bag) as r:
+            assert r.message_count == n
+        assert sum(len(v) for v in _read_mcap_independently(bag).values()) == n
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a file size limit: a write error said in one line, not a kill
     rc = 0
     try:
         try:
