@@ -564,7 +564,7 @@ class ShmBagSink(RingSink):
         self.ring.commit()
         self.ring.close()
         stalled = self._wait(timeout)
-        if self.ring.consumer_state != STARTING:   # it had opened the bag: did the recording go well?
+        if self.ring.consumer_state in (READY, DONE):   # it had opened the bag: did the recording go well?
             self._outcome(stalled)
         self.ring.release()
         dropped = 0
@@ -1031,7 +1031,7 @@ def run(ring_name: str, lock, path: str, storage: str, custom_data: str, parent_
         os._exit(3)
     for src in sources[1:]:
         src.ring.release()
-    ring.set_consumer_state(DONE if not cause else FAILED)
+    ring.set_consumer_state(DONE)                   # FAILED: the bag could not be opened (a failure: the report)
     ring.release()
     return 3 if cause else 0
 
