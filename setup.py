@@ -38,13 +38,13 @@ setup(
     entry_points={
         "console_scripts": [
             "legged-wbc = legged_wbc.cli:main",
-            "mujoco_bridge = legged_wbc.ros.entry:mujoco_bridge",
-            "state_estimator = legged_wbc.ros.entry:state_estimator",
-            "wbc_controller = legged_wbc.ros.entry:wbc_controller",
-            "bag_recorder = legged_wbc.ros.entry:bag_recorder",
-            "walking_container = legged_wbc.ros.entry:walking_container",
-            "sim_container = legged_wbc.ros.entry:sim_container",
-            "control_container = legged_wbc.ros.entry:control_container",
+            "mujoco_bridge = legged_wbc.ros.stack.entry:mujoco_bridge",
+            "state_estimator = legged_wbc.ros.stack.entry:state_estimator",
+            "wbc_controller = legged_wbc.ros.stack.entry:wbc_controller",
+            "bag_recorder = legged_wbc.ros.stack.entry:bag_recorder",
+            "walking_container = legged_wbc.ros.stack.entry:walking_container",
+            "sim_container = legged_wbc.ros.stack.entry:sim_container",
+            "control_container = legged_wbc.ros.stack.entry:control_container",
         ],
     },
 )

@@ -45,4 +45,4 @@ tools/tf2_msgs/build.sh .venv \
 # next to them) so the first launch does not: ~20-75 s (by the machine) after an install, a change of a kernel
 # module or of numba, or on another CPU (says so in one line); < 1 s when the cache is valid, so it
 # runs on every call.
-.venv/bin/python -m legged_wbc.tools.warmup || { echo "setup.sh: compiling the numba kernels failed (see above)" >&2; exit 1; }
+.venv/bin/python -m legged_wbc.tools.bench.warmup || { echo "setup.sh: compiling the numba kernels failed (see above)" >&2; exit 1; }

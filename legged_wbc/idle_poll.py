@@ -4,7 +4,7 @@ A realtime loop that sleeps between its 2 ms ticks wakes up on cold caches when 
 between: the hypervisor deschedules a halted vCPU, and waking it again is an interrupt to a vCPU that
 must first be scheduled back in. Real-time Linux set-ups forbid deep idle states (``idle=poll`` on the
 kernel command line, or a PM QoS request of 0 us on ``/dev/cpu_dma_latency``, which leaves a cpuidle
-driver only its polling state: :func:`legged_wbc.ros.composition.hold_cpu_wakeup_latency`). The PM QoS
+driver only its polling state: :func:`legged_wbc.ros.stack.composition.hold_cpu_wakeup_latency`). The PM QoS
 request needs a cpuidle driver to act on, though: on a VM whose kernel runs without one
 (``/sys/devices/system/cpu/cpuidle/current_driver`` is ``none`` or absent) the idle loop halts whatever is
 asked. There, :class:`IdlePollers` does the same from user space: one process per CPU, at ``SCHED_IDLE``

@@ -1,5 +1,5 @@
 """The numba kernels of the stack: a one-line notice when a process has to compile them, and the
-table of kernel modules the warm-up (:mod:`legged_wbc.tools.warmup`, run by ``setup.sh``) compiles.
+table of kernel modules the warm-up (:mod:`legged_wbc.tools.bench.warmup`, run by ``setup.sh``) compiles.
 
 The kernels are ``@njit(cache=True)``: the first call of each compiles it (or loads it from numba's
 on-disk cache). A compile happens on the first run after an install, after a change of any kernel

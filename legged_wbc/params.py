@@ -7,7 +7,7 @@ coerces and checks every field and raises :class:`~legged_wbc.robot.ConfigError`
 parameter. Everything else works on the class:
 
 * :func:`schema` -> a list of :class:`FieldSpec` (dotted name, type, default, min, max, choices,
-  description, unit, read_only) -- what ``legged_wbc.ros.params`` turns into ROS
+  description, unit, read_only) -- what ``legged_wbc.ros.nodekit.params`` turns into ROS
   ``ParameterDescriptor``s;
 * :func:`from_flat` / :func:`to_flat` / :func:`replace` between a config object and
   ``{dotted_name: value}`` (unknown names are an error naming them);

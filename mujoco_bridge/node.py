@@ -19,8 +19,11 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from legged_wbc.robot import ConfigError
-from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, tf_publisher, io as ros_io
-from legged_wbc.ros.params import NodeParameters
+from legged_wbc.ros.io import adapters
+from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics, tf_publisher
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.transport import endpoints
+from legged_wbc.ros.nodekit.params import NodeParameters
 from mujoco_bridge.command_source import CommandSources
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, bridge_simulation, delay_ticks,
@@ -83,8 +86,8 @@ class MujocoBridge(Node):
             (A.ArrayAdapter(ros_io.contacts_msg(np.zeros(len(self.leg_names)), self.leg_names)),
              ros_io.TOPIC_GT_CONTACTS))
         (self.pub_js, self.pub_imu, self.pub_clock, self.pub_dist, self.pub_odom, self.pub_contacts) = [
-            ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in published]
-        self.pub_diag, self.pub_latency = [ros_io.create_publisher(self, Float64MultiArray, topic, qos) for topic in
+            endpoints.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in published]
+        self.pub_diag, self.pub_latency = [endpoints.create_publisher(self, Float64MultiArray, topic, qos) for topic in
                                            (ros_io.TOPIC_BRIDGE_DIAGNOSTICS, ros_io.TOPIC_COMMAND_LATENCY)]
         self._pubs = [self.pub_clock, self.pub_js, self.pub_imu, self.pub_odom, self.pub_contacts, self.pub_dist,
                       self.pub_diag, self.pub_latency]
@@ -101,12 +104,12 @@ class MujocoBridge(Node):
                                           self.get_logger())
         self._gid_names: dict[bytes, str] = {}
         self._graph_asked = -1e9
-        self.sub_cmd = ros_io.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
+        self.sub_cmd = endpoints.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                   cmd_qos, adapter=adapters.JointStateAdapter, with_source=True)
         self._leg_order = ros_io.JointOrder(self.leg_names)
         self.sub_support = None
         if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
-            self.sub_support = ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT,
+            self.sub_support = endpoints.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT,
                                                           self._on_support, cmd_qos,
                                                           adapter=adapters.JointStateAdapter)
             self.sched.wait_for_support = True
@@ -186,7 +189,7 @@ class MujocoBridge(Node):
 
     def settle_peers(self) -> None:
         # every subscriber the graph knows (the recorder's on all topics) matched: no sample is dropped
-        if not ros_io.wait_for_matched_subscribers(self, self._pubs, timeout=2.0):
+        if not endpoints.wait_for_matched_subscribers(self, self._pubs, timeout=2.0):
             self.get_logger().warning("start-up: some subscriptions did not match within 2 s")
 
     def publish_sample(self, step: int) -> None:
@@ -227,7 +230,7 @@ class MujocoBridge(Node):
     def run(self) -> int:
         if self.sched.run():
             self.publish_diagnostics(last=True)
-            ros_io.wait_for_acks(self, self._pubs)   # the subscribers have the last samples before we exit
+            endpoints.wait_for_acks(self, self._pubs)   # the subscribers have the last samples before we exit
             self.get_logger().info(self.sched.summary())
         return 0
 

@@ -71,7 +71,7 @@ Control tick ``k`` is sim time ``t_k = k * control_period`` (``control_period`` 
    published topic has a matched subscription (the recorder's); then (at most 2 s more) until every
    subscription the graph shows on its topics is matched; then it publishes the tick-0 sample
    (stamp 0) of every topic. A controller should likewise call
-   ``ros_io.wait_for_matched_subscribers(node, [cmd_publisher])`` before answering tick 0, or the
+   ``endpoints.wait_for_matched_subscribers(node, [cmd_publisher])`` before answering tick 0, or the
    recorder can miss its first commands.
 2. At tick ``k`` the bridge has published the samples stamped ``t_k`` and waits for a command whose
    ``tick == k`` (a controller reads ``k`` off the stamp with ``ros_io.tick_from_stamp``; samples

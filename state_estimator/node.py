@@ -6,7 +6,7 @@ stamped ``t_k = k * 2 ms`` (the 1 kHz samples in between are not used, as in the
 updates, and publishes with the same stamp:
 
 * ``/estimator/odom`` (nav_msgs/Odometry): estimated base pose in ``odom`` (REP 105: the estimator's
-  frame, the world at t = 0), twist in the base frame (``/tf`` etc.: :mod:`legged_wbc.ros.tf_publisher`);
+  frame, the world at t = 0), twist in the base frame (``/tf`` etc.: :mod:`legged_wbc.ros.nodekit.tf_publisher`);
 * ``/estimator/support`` (sensor_msgs/JointState-shaped, ``name`` = legs, then
   ``support_plane_normal_{x,y,z}``): per leg ``position`` = support set S_c (1/0, the controller's
   contact mask), ``velocity`` = touchdown detected (1/0), ``effort`` = touchdown score [N m/s]; the
@@ -50,9 +50,12 @@ from sensor_msgs.msg import Imu, JointState
 
 from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.model import RobotModel
-from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io, tf_publisher
+from legged_wbc.ros.io import adapters
+from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics, tf_publisher
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.io import TickSync
-from legged_wbc.ros.params import NodeParameters
+from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.scenario import load_scenario
 
 from . import support_plane
@@ -95,9 +98,9 @@ class EstimatorNode(ros_io.TickOutputs, Node):
                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
         A = adapters
         grid = self.samples is None         # on the tick grid the samples between ticks are ignored: not sent
-        ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos,
+        endpoints.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos,
                                    adapter=A.JointStateAdapter, tick_samples_only=grid)
-        ros_io.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos, adapter=A.ImuAdapter,
+        endpoints.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos, adapter=A.ImuAdapter,
                                    tick_samples_only=grid)
         legs, n = ",".join(self.leg_names), self.rm.n
         # /estimator/support: the legs, then the support-plane normal's entries
@@ -108,7 +111,7 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         diag_label = (f"estimator[vel_d2({legs}),vel_inflation({legs}),vel_excluded({legs}),vel_used({legs}),"
                       "height_raw_m,skipped_ticks]")
         self.pub_odom, self.pub_support, self.pub_tau_ext, self.pub_diag = [
-            ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
+            endpoints.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
                 (A.OdometryAdapter(ros_io.odometry_msg(0, self.rm.stance_configuration(), np.zeros(6),
                                                        self.base_frame, frame_id=tf_publisher.ODOM_FRAME)),
                  ros_io.TOPIC_EST_ODOM),
@@ -225,7 +228,7 @@ class EstimatorNode(ros_io.TickOutputs, Node):
                 np.concatenate((np.asarray(e.td_score, dtype=float), (0.0, 0.0, 0.0))))),
             (self.pub_odom, adapters.OdomSample(t_ns, e.q[:7], e.v[:6]))]
         if first:                       # the first answer: wait until the subscribers are matched
-            ros_io.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
+            endpoints.wait_for_matched_subscribers(self, [p for p, _ in self._last_out], timeout=5.0)
         ros_io.TickOutputs._resend(self)
         if self.chained is not None:    # the values its four input topics would carry, in the same order
             self.chained.take_estimate(tick, pos, vel, e.q[:7], e.v[:6], e.support, e.support_normal, tau_ext)

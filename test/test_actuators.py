@@ -367,7 +367,7 @@ def test_bag_style_saturation_of_ideal_runs_equals_the_logged_one(tmp_path):
     derives it from the commands (``|tau[k - N]| > effort``, N = the command delay), equal to what the
     headless loop logs; realistic: unavailable, with the reason."""
     from legged_wbc.closed_loop import ClosedLoop, save_run
-    from legged_wbc.tools.bag_metrics import load_run, run_metrics
+    from legged_wbc.tools.analysis.bag_metrics import load_run, run_metrics
 
     # 150 kg on the body: standing up asks for more than the joints' effort limits (it falls, fine)
     over = ["stand_up.start=0.1", "stand_up.duration=0.8", "walk.gait_start=0.2", "walk.t_s=0.2",

@@ -27,7 +27,7 @@ def _messages(rng):
 
 
 def _type(m) -> str:
-    from legged_wbc.ros.cdr_layout import message_type_name
+    from legged_wbc.ros.recording.cdr_layout import message_type_name
 
     return message_type_name(m)
 
@@ -43,7 +43,7 @@ def _serialized(n: int, seed: int = 3) -> list:
 
 
 def _write(path: Path, storage: str, compression: str, msgs: list):
-    from legged_wbc.ros.bag_writer import BagWriter
+    from legged_wbc.ros.recording.bag_writer import BagWriter
 
     bw = BagWriter(path, storage, "controller=cbf", compression=compression)
     for topic, msgtype, t_ns, data in msgs:
@@ -57,7 +57,7 @@ def _graph_hashes(ros_context, types: dict) -> dict:
     """``{topic: RIHS01}`` as the ROS graph reports the publishers' types (rclpy, from the type support)."""
     from rclpy.node import Node
 
-    from legged_wbc.ros.bag_writer import message_class
+    from legged_wbc.ros.recording.bag_writer import message_class
 
     node = Node("hash_probe", context=ros_context)
     try:
@@ -114,7 +114,7 @@ def test_type_hash_is_computed_from_the_installed_type_descriptions():
     a type without an installed package (tf2_msgs) gets rosbags' hash."""
     import sys
 
-    from legged_wbc.ros.bag_writer import type_hash
+    from legged_wbc.ros.recording.bag_writer import type_hash
 
     files = sorted(Path(sys.prefix, "share").glob("*/msg/*.json"))
     assert len(files) > 50
@@ -130,7 +130,7 @@ def test_zstd_and_raw_chunks_read_back_the_same(tmp_path):
     zstd is smaller; ``compare``'s size metrics say what each is."""
     from mcap.reader import make_reader
 
-    from legged_wbc.tools.bag_metrics import bag_size, read_bag_messages
+    from legged_wbc.tools.analysis.bag_metrics import bag_size, read_bag_messages
 
     read = {}
     msgs = _serialized(1500)
@@ -158,7 +158,7 @@ def test_fast_mcap_write_gives_the_bytes_rosbags_writes(tmp_path, compression):
     channel hash and the distro: the same messages give the same file, byte for byte (chunks, indexes)."""
     from rclpy.serialization import serialize_message
 
-    from legged_wbc.ros.bag_writer import BagWriter
+    from legged_wbc.ros.recording.bag_writer import BagWriter
 
     rng = np.random.default_rng(7)
     msgs = [(t, serialize_message(m), m) for k in range(3000) for t, m in _messages(rng).items()]
@@ -184,7 +184,7 @@ def _dead_writer_bag(path: Path, msgs: list, cut: int | None) -> tuple[int, list
     """A bag as a killed writer leaves it: chunks written as they closed, no summary, no footer, no
     metadata.yaml; ``cut``: the file then cut that many bytes into its last chunk (a full disk). Returns the
     messages the complete chunks hold and every written message in order."""
-    from legged_wbc.ros.bag_writer import BagWriter
+    from legged_wbc.ros.recording.bag_writer import BagWriter
 
     bw = BagWriter(path, "mcap", "", compression="zstd", chunk_by_caller=True)
     for k, (topic, msgtype, t_ns, data) in enumerate(msgs):
@@ -215,7 +215,7 @@ def test_a_bag_whose_writer_died_is_repaired_for_both_readers(tmp_path, monkeypa
     from mcap.reader import make_reader
     from rosbags.rosbag2 import Reader
 
-    from legged_wbc.ros import bag_repair
+    from legged_wbc.ros.recording import bag_repair
 
     bag = tmp_path / "bag"
     msgs = _serialized(1300)

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.cdr_layout import MessageLayout
-from legged_wbc.ros.shm_ring import RecordRing
+from legged_wbc.ros.recording.cdr_layout import MessageLayout
+from legged_wbc.ros.recording.shm_ring import RecordRing
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = [f"leg{i // 3}_j{i % 3}" for i in range(18)]
@@ -87,7 +87,7 @@ def test_adapter_records_are_the_filled_messages_records_whatever_the_arrays():
     """``Adapter.payload_parts`` (joined once per sample by ``write_values``) gives, for every adapter,
     the record ``MessageLayout.pack`` makes of the filled message and its size, whatever the value's
     arrays are: float64, lists, integers, float32, strided views."""
-    from legged_wbc.ros import adapters as A
+    from legged_wbc.ros.io import adapters as A
 
     rng = np.random.default_rng(8)
     forms = (lambda x: x, list, lambda x: np.round(x * 100).astype(np.int64), lambda x: x.astype(np.float32),
@@ -157,7 +157,7 @@ def _read_sqlite_independently(path: Path) -> dict:
     """``{topic: [rclpy messages]}`` with Python's sqlite3 and rclpy's deserializer."""
     from rclpy.serialization import deserialize_message
 
-    from legged_wbc.ros.bag_writer import message_class
+    from legged_wbc.ros.recording.bag_writer import message_class
 
     out: dict = {}
     for f in sorted(path.glob("*.db3")):
@@ -174,8 +174,8 @@ def _read_sqlite_independently(path: Path) -> dict:
 def test_recorder_process_writes_every_message(tmp_path, storage):
     from rclpy.serialization import serialize_message
 
-    from legged_wbc.ros.bag_process import ShmBagSink
-    from legged_wbc.ros.bag_writer import message_class
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
+    from legged_wbc.ros.recording.bag_writer import message_class
 
     rng = np.random.default_rng(6)
     bag = tmp_path / "bag"
@@ -209,7 +209,7 @@ def test_recorder_process_writes_every_message(tmp_path, storage):
 
 
 def ros_io_type(m) -> str:
-    from legged_wbc.ros.cdr_layout import message_type_name
+    from legged_wbc.ros.recording.cdr_layout import message_type_name
 
     return message_type_name(m)
 
@@ -236,7 +236,7 @@ PRODUCER = """
 import os, signal, sys, time
 import numpy as np
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.bag_process import ShmBagSink
+from legged_wbc.ros.recording.bag_process import ShmBagSink
 sink = ShmBagSink(sys.argv[1], "mcap", "", ring_bytes=1 << 20)
 sink.add_topic("/joint_states", "sensor_msgs/msg/JointState")
 m = ros_io.joint_state_msg(0, [f"j{i}" for i in range(18)], np.zeros(18), np.zeros(18), np.zeros(18))
@@ -301,8 +301,8 @@ def test_container_records_both_storages_completely(tmp_path, ros_env, storage):
 
 
 def test_a_message_no_layout_fits_is_recorded_serialized_and_said_once(tmp_path, monkeypatch):
-    from legged_wbc.ros import cdr_layout
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording import cdr_layout
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     def refuse(msg, check=True):
         raise cdr_layout.LayoutError("no fixed layout for this type")
@@ -324,8 +324,8 @@ def test_a_samples_values_go_as_one_batch_record_and_come_out_message_for_messag
     """``write_values`` (the container's recorder after each sample): the adapters' records of several
     topics in one ring record; the bag holds each message as if written one by one, in order, and a
     batch that does not fit the ring counts every message it held as dropped."""
-    from legged_wbc.ros import adapters as A
-    from legged_wbc.ros.bag_process import KIND_BATCH, ShmBagSink, _expand_batches
+    from legged_wbc.ros.io import adapters as A
+    from legged_wbc.ros.recording.bag_process import KIND_BATCH, ShmBagSink, _expand_batches
 
     rng = np.random.default_rng(11)
     names = [f"j{i}" for i in range(18)]
@@ -389,8 +389,8 @@ PEER_PRODUCER = """
 import os, signal, sys
 import numpy as np
 from legged_wbc.ros import io as ros_io
-from legged_wbc.ros.bag_process import RingSink
-from legged_wbc.ros.shm_ring import RecordRing
+from legged_wbc.ros.recording.bag_process import RingSink
+from legged_wbc.ros.recording.shm_ring import RecordRing
 ring = RecordRing.attach_file(sys.argv[1])      # no multiprocessing object shared with the ring's creator
 ring.set_producer(os.getpid())
 said = []
@@ -421,7 +421,7 @@ def test_a_second_ring_from_another_process_goes_into_the_same_bag_and_drops_are
     in ``metadata.yaml`` is the sum of both."""
     import yaml
 
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     said: list[str] = []
     bag = tmp_path / "bag"
@@ -477,10 +477,11 @@ def test_ring_records_of_the_old_pickle_format_are_refused(tmp_path):
 
     from rclpy.qos import QoSProfile
 
-    from legged_wbc.ros.bag_process import KIND_PEER, KIND_TOPIC, _BagSide
-    from legged_wbc.ros.bag_writer import qos_to_rosbags
-    from legged_wbc.ros.shm_ring import RingCorrupt
-    from legged_wbc.ros.wire import pack, pack_peer_ring, pack_topic_info, unpack_peer_ring, unpack_topic_info
+    from legged_wbc.ros.recording.bag_process import KIND_PEER, KIND_TOPIC, _BagSide
+    from legged_wbc.ros.recording.bag_writer import qos_to_rosbags
+    from legged_wbc.ros.recording.shm_ring import RingCorrupt
+    from legged_wbc.ros.io.wire import pack
+    from legged_wbc.ros.recording.ring_records import pack_peer_ring, pack_topic_info, unpack_peer_ring, unpack_topic_info
 
     marker = tmp_path / "code_ran"
     splicer = MessageLayout.from_message(_stack_messages(np.random.default_rng(1))["/joint_states"]).splicer
@@ -511,7 +512,7 @@ def test_a_ring_is_attached_by_a_name_of_its_scheme_only_and_only_if_it_is_this_
     a peer ring) refuses a path (the issue's ``../../<dir>/<file>``), another naming scheme, a symlink (the
     file it points to stays untouched), a file of mode 0644 or of another user, and a header whose capacity
     does not fit the file; the rings it creates carry 128 random bits in their names, mode 0600."""
-    from legged_wbc.ros.shm_ring import RING_NAME, RING_PREFIX, SHM_DIR, RingRefused
+    from legged_wbc.ros.recording.shm_ring import RING_NAME, RING_PREFIX, SHM_DIR, RingRefused
 
     ring = RecordRing.create(1 << 12, None)
     try:
@@ -550,7 +551,7 @@ def test_a_ring_is_attached_by_a_name_of_its_scheme_only_and_only_if_it_is_this_
 def test_a_record_past_the_published_data_is_ring_corruption():
     """A record header whose size runs past the published write position or the ring's end, and a write
     position more than a ring ahead of the read position, are :class:`RingCorrupt`, never a loop."""
-    from legged_wbc.ros.shm_ring import REC, RingCorrupt
+    from legged_wbc.ros.recording.shm_ring import REC, RingCorrupt
 
     ring = RecordRing.create(1 << 12, mp.get_context("spawn").Lock())
     try:
@@ -619,8 +620,8 @@ def test_a_full_disk_ends_the_recording_in_one_line_and_leaves_a_readable_bag(tm
     instead of ENOSPC): one line, no traceback, the bag repaired with what reached the disk."""
     import resource
 
-    from legged_wbc.ros import bag_process
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording import bag_process
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     bag = tmp_path / "bag"
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -650,7 +651,7 @@ def test_a_full_disk_ends_the_recording_in_one_line_and_leaves_a_readable_bag(tm
 def test_a_killed_recorder_loses_nothing_it_was_given(tmp_path):
     """SIGKILL mid-run: the bag is rebuilt from the file and the ring (records the process had read but not
     yet put into the file are taken back): every message put into the ring is in the bag."""
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     bag = tmp_path / "bag"
     sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
@@ -663,8 +664,8 @@ def test_a_killed_recorder_loses_nothing_it_was_given(tmp_path):
 
 
 def test_a_stopped_recorder_is_killed_after_a_bounded_wait_and_its_bag_rebuilt(tmp_path, monkeypatch):
-    from legged_wbc.ros import bag_process
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording import bag_process
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     monkeypatch.setattr(bag_process, "STALL_S", 1.0)
     bag = tmp_path / "bag"
@@ -691,7 +692,7 @@ def _garbage(sink) -> None:
 def test_garbage_in_the_ring_ends_the_recording_with_what_came_before(tmp_path):
     """The recorder stops at the first record that does not check out (no endless loop on garbage), closes
     the bag with everything before it, says so and exits 3; the container does not wait forever."""
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     bag = tmp_path / "bag"
     sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
@@ -708,7 +709,7 @@ def test_garbage_in_the_ring_ends_the_recording_with_what_came_before(tmp_path):
 def test_a_closed_word_set_from_outside_is_said_and_truncates_nothing(tmp_path):
     """The ring's closed word set by someone else than its producer (no seal: the final position the
     producer announces when it closes): the recorder says so and records on until the real close."""
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     bag = tmp_path / "bag"
     sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
@@ -728,7 +729,7 @@ def test_a_closed_word_set_from_outside_is_said_and_truncates_nothing(tmp_path):
 def test_a_clean_recording_reports_no_failure_and_keeps_its_records_until_they_are_in_the_file(tmp_path):
     """The recorder gives ring space back only once the records are in the file (a chunk written), so the
     producer's read position trails; a clean close: no failure, exit 0, every message."""
-    from legged_wbc.ros.bag_process import ShmBagSink
+    from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     bag = tmp_path / "bag"
     sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from legged_wbc.tools.bench_cycle import bench_cycle
+from legged_wbc.tools.bench.bench_cycle import bench_cycle
 from wbc_controller.controller import STAGES
 
 STAT_KEYS = {"p50_us", "p99_us", "max_us"}
@@ -55,7 +55,7 @@ def test_cli_json_reference_impl():
 @pytest.mark.slow
 def test_startup_measurement_compiles_then_loads_from_cache():
     """Fresh processes on an empty numba cache: the first compiles (slower), the second loads."""
-    from legged_wbc.tools.bench_cycle import measure_startup
+    from legged_wbc.tools.bench.bench_cycle import measure_startup
 
     s = measure_startup()
     assert s["startup_first_s"] > s["startup_s"] > 0 and s["compile_s"] > 0

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from legged_wbc.tools.bench_realtime import ProcessTree, proc_stat
+from legged_wbc.tools.bench.bench_realtime import ProcessTree, proc_stat
 
 REQUIRED = ("deadline_miss_pct", "command_latency_p50_us", "command_latency_p99_us", "fell", "max_violation_rad",
             "qp_failures", "cpu_per_tick_us", "utilization", "headless_per_tick_us", "overhead_ratio",
@@ -139,7 +139,7 @@ def test_stack_monitor_takes_every_message(ros_env):
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from legged_wbc.ros.stack_monitor import StackMonitor
+    from legged_wbc.ros.tooling.stack_monitor import StackMonitor
 
     domain = domain_id()
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

@@ -718,7 +718,7 @@ def test_over_limit_torque_is_clamped_at_the_bridge_counted_and_the_physics_unch
     for bit what MuJoCo's own clamp of the raw torque gave, and the published effort is the applied torque."""
     import mujoco
 
-    from legged_wbc.ros.diagnostics import Window, bridge_status
+    from legged_wbc.ros.nodekit.diagnostics import Window, bridge_status
     from mujoco_bridge.scenario_setup import BridgePhysics
     from mujoco_bridge.sim import MujocoSim
 
@@ -820,8 +820,10 @@ def test_bridge_in_a_container_applies_its_own_controller_s_commands_only(ros_co
     from rclpy.qos import QoSProfile
     from sensor_msgs.msg import JointState
 
-    from legged_wbc.ros import adapters, io as ros_io
-    from legged_wbc.ros.intra_process import IntraProcessBus
+    from legged_wbc.ros.io import adapters
+    from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.transport import endpoints
+    from legged_wbc.ros.transport.intra_process import IntraProcessBus
     from mujoco_bridge.node import MujocoBridge
 
     bus = IntraProcessBus()
@@ -832,7 +834,7 @@ def test_bridge_in_a_container_applies_its_own_controller_s_commands_only(ros_co
         for name in ("intruder", "wbc_controller"):
             node = Node(name, context=ros_context)
             msg = ros_io.torque_command_msg(0, bridge.joint_names, np.zeros(bridge.n))
-            pubs[name] = (node, ros_io.create_publisher(node, JointState, ros_io.TOPIC_TORQUE_CMD, QoSProfile(depth=10),
+            pubs[name] = (node, endpoints.create_publisher(node, JointState, ros_io.TOPIC_TORQUE_CMD, QoSProfile(depth=10),
                                                         adapter=adapters.JointStateAdapter(msg)))
     bus.finalize()
     try:

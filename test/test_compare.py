@@ -56,7 +56,7 @@ def headless(scenario: str, controller: str, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """The bag of a short lockstep WBC-D run, the headless runs of the same scenario, their comparison."""
-    from legged_wbc.tools.compare import compare
+    from legged_wbc.tools.analysis.compare import compare
     from legged_wbc.scenario import dump_scenario, load_scenario
 
     d = tmp_path_factory.mktemp("compare")
@@ -107,7 +107,7 @@ def test_bag_metrics_equal_headless_loop(recorded):
 @pytest.mark.ros
 def test_bag_series_bit_identical_to_headless(recorded):
     """The series rebuilt at the control ticks are the headless loop's, bit for bit."""
-    from legged_wbc.tools.bag_metrics import load_run
+    from legged_wbc.tools.analysis.bag_metrics import load_run
 
     b, h = recorded["res"]["runs"][0], recorded["res"]["runs"][1]
     assert np.array_equal(b.series["t"], np.arange(len(b.series["t"])) * 2_000_000 * 1e-9)  # exact tick times
@@ -134,7 +134,7 @@ def test_command_delay_bag_bit_identical_to_headless(recorded, tmp_path, delay):
     apply it alike, bit for bit, and it changes the run."""
     from legged_wbc.closed_loop import load_log
     from legged_wbc.scenario import dump_scenario, load_scenario
-    from legged_wbc.tools.bag_metrics import load_run
+    from legged_wbc.tools.analysis.bag_metrics import load_run
 
     sc_path = tmp_path / "short_delay2.yaml"
     sc_path.write_text(dump_scenario(load_scenario("paper", SHORT + delay)))
@@ -188,7 +188,7 @@ def test_report_and_figures(recorded):
 def test_runs_of_different_lengths(recorded, tmp_path):
     """A long run next to a short one (the short one ends before the other's gait excerpt)."""
     from legged_wbc.closed_loop import ClosedLoop, save_run
-    from legged_wbc.tools.compare import compare
+    from legged_wbc.tools.analysis.compare import compare
     from legged_wbc.scenario import load_scenario
 
     short = save_run(ClosedLoop(load_scenario(str(recorded["scenario"])), "cbf").run(0.6), tmp_path / "short")
@@ -202,7 +202,7 @@ def test_runs_of_different_lengths(recorded, tmp_path):
 @pytest.mark.ros
 def test_report_is_complete_or_absent(recorded, tmp_path, monkeypatch):
     """A failure half-way (here: a figure raising) leaves no half-written output directory."""
-    from legged_wbc.tools import compare as C
+    from legged_wbc.tools.analysis import compare as C
 
     def boom(*a, **kw):
         raise RuntimeError("figure failed")
@@ -328,7 +328,7 @@ def test_not_a_bag_is_a_clear_error(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------ experiment
 def test_experiment_plan_randomized_repeats(tmp_path):
-    from legged_wbc.tools.experiment import ExperimentError, plan
+    from legged_wbc.tools.experiments.experiment import ExperimentError, plan
     from legged_wbc.scenario import load_scenario
 
     jobs = plan(tmp_path, SHORT, None, repeat=3, seed=7)

@@ -31,7 +31,7 @@ def _launch(tmp_path, env, name, *args, timeout=300):
 
 
 def _metrics(bag: Path, out: Path) -> dict:
-    from legged_wbc.tools.compare import compare
+    from legged_wbc.tools.analysis.compare import compare
 
     res = compare([bag], out)
     return next(iter(res["metrics"].values()))
@@ -40,7 +40,7 @@ def _metrics(bag: Path, out: Path) -> dict:
 def test_recorder_startup_gate_holds_the_bridge_topics_until_the_others_are_matched():
     """StartupGate (the per-process recorder's start-up order): the held topics wait for a matched
     publisher on every other typed topic (at least one, and as many as the graph shows), or the timeout."""
-    from legged_wbc.ros.bag_writer import StartupGate
+    from legged_wbc.ros.recording.bag_writer import StartupGate
 
     typed = {"/clock": "rosgraph_msgs/msg/Clock", "/estimator/odom": "nav_msgs/msg/Odometry",
              "/wbc/diagnostics": "std_msgs/msg/Float64MultiArray", "/later": None}
@@ -67,7 +67,7 @@ def test_recorder_startup_gate_holds_the_bridge_topics_until_the_others_are_matc
 def test_container_split_and_processes_layouts_give_the_same_lockstep_run(tmp_path, ros_env):
     """Lockstep through in-process handoff, through the host link between two containers and through
     DDS between processes: the same bits, the same complete bags."""
-    from legged_wbc.tools.bag_metrics import load_run
+    from legged_wbc.tools.analysis.bag_metrics import load_run
     from legged_wbc.scenario import dump_scenario, load_scenario
 
     sc = tmp_path / "short.yaml"
@@ -362,7 +362,7 @@ def test_forward_command_for_ros2_control(tmp_path, ros_env):
 def test_sigint_while_a_node_imports_ends_it_without_a_traceback(ros_env, exe):
     """A launch shutting down right after another node failed sends SIGINT to nodes that may still be
     importing their modules: the process ends (rc 130 while importing, the node's own handling after)
-    with no KeyboardInterrupt traceback (the console entry points, ``legged_wbc.ros.entry``)."""
+    with no KeyboardInterrupt traceback (the console entry points, ``legged_wbc.ros.stack.entry``)."""
     import subprocess
 
     p = subprocess.Popen([str(BIN / exe)], env=ros_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -181,7 +181,7 @@ def test_run_cbf_paper_and_the_experiment_use_the_paper_preset(tmp_path):
     import subprocess
     import sys
 
-    from legged_wbc.tools.experiment import plan
+    from legged_wbc.tools.experiments.experiment import plan
 
     out = tmp_path / "run"
     r = subprocess.run([sys.executable, "-m", "legged_wbc.cli", "run", "--controller", "cbf_paper", "--duration", "0.1",

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from legged_wbc.ros.composition import CPU_LATENCY_DEVICE, hold_cpu_wakeup_latency, release_cpu_wakeup_latency
+from legged_wbc.ros.stack.composition import CPU_LATENCY_DEVICE, hold_cpu_wakeup_latency, release_cpu_wakeup_latency
 from logs import Log
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from legged_wbc.ros.diagnostics import ERROR, OK, WARN, Window, bridge_status, status_of
+from legged_wbc.ros.nodekit.diagnostics import ERROR, OK, WARN, Window, bridge_status, status_of
 from test_bridge_scheduler import Rig
 
 
@@ -58,7 +58,7 @@ def test_bridge_warns_for_deadline_misses_in_realtime():
 def test_controller_ok_then_hold_then_safe_stop(ros_context):
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.diagnostics import to_msg
+    from legged_wbc.ros.nodekit.diagnostics import to_msg
     from wbc_controller.node import WbcNode
 
     node = WbcNode(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
@@ -134,7 +134,7 @@ def test_background_one_shot_jobs_run_in_order_off_the_calling_thread_and_drain(
     import threading
     import time
 
-    from legged_wbc.ros import background
+    from legged_wbc.ros.nodekit import background
 
     ran, threads = [], set()
     gate = threading.Event()

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from legged_wbc.tools.eval_estimator import run_eval, touchdown_stats
+from legged_wbc.tools.analysis.eval_estimator import run_eval, touchdown_stats
 
 
 def test_touchdown_stats_definitions():

@@ -1,4 +1,4 @@
-"""The host link (``legged_wbc.ros.host_link``) that joins the two containers of ``layout:=split``:
+"""The host link (``legged_wbc.ros.transport.host_link``) that joins the two containers of ``layout:=split``:
 values cross bit for bit, batches arrive as one frame in order, late subscriptions are announced,
 a peer that goes away ends the link and what could not be sent is counted."""
 
@@ -14,8 +14,8 @@ import uuid
 import numpy as np
 import pytest
 
-from legged_wbc.ros.adapters import ImuSample, JointSample, OdomSample
-from legged_wbc.ros.host_link import HostLink, LinkError, ValueCodec
+from legged_wbc.ros.io.adapters import ImuSample, JointSample, OdomSample
+from legged_wbc.ros.transport.host_link import HostLink, LinkError, ValueCodec
 
 NAMES = [f"j{i}" for i in range(18)]
 RNG = np.random.default_rng(7)
@@ -172,8 +172,8 @@ import socket  # noqa: E402
 import struct  # noqa: E402
 import time  # noqa: E402
 
-from legged_wbc.ros import wire  # noqa: E402
-from legged_wbc.ros.host_link import (HELLO, SECRET_ENV, LinkStopped, key_file_path, link_address,  # noqa: E402
+from legged_wbc.ros.io import wire  # noqa: E402
+from legged_wbc.ros.transport.host_link import (HELLO, SECRET_ENV, LinkStopped, key_file_path, link_address,  # noqa: E402
                                       parse_record)
 
 

@@ -128,7 +128,7 @@ class FakePub:
 
 def _v(msg):
     """The value a node's subscription gets for ``msg`` (what arrives through DDS is adapted so)."""
-    from legged_wbc.ros import adapters
+    from legged_wbc.ros.io import adapters
 
     kind = {"JointState": adapters.JointStateAdapter, "Imu": adapters.ImuAdapter,
             "Odometry": adapters.OdometryAdapter}[type(msg).__name__]
@@ -405,7 +405,7 @@ def test_controller_behind_answers_the_newest_tick_and_counts_the_skipped(ros_co
     assert _wait_for(lambda: ctl.ticks.ran == 2) and ctl.ticks._error is None
     assert ctl_t == [0.0, 4 * 2 * MS * 1e-9] and ctl.ticks.skipped == 3
     assert [ros_io.stamp_ns(m) for m in ctl.pub_cmd.msgs] == [0, 8 * MS]
-    from wbc_controller.node import DIAG_FIELDS
+    from wbc_controller.diagnostics import DIAG_FIELDS
 
     diag = [list(m.data) for m in ctl.pub_diag.msgs]
     # cumulative, as of the publication (tick 0's went out after ticks 1-3 had been overtaken)
@@ -432,7 +432,7 @@ def test_realtime_wall_stamps_untimed_sample_mode_walks(tmp_path):
     commands and sample-mode estimator / controller: 7 s of the nominal walk, recorded. It walks on
     any machine of our kind (the wall stamps stay on the physics' clock when the simulation runs
     behind, ``mujoco_bridge.timing.WallStamps``); the deadlines are checked where it keeps real time."""
-    from legged_wbc.tools import bag_metrics as bm, bag_series
+    from legged_wbc.tools.analysis import bag_metrics as bm, bag_series
 
     bag = tmp_path / "bag"
     env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",

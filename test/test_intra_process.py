@@ -1,4 +1,4 @@
-"""Intra-process handoff (legged_wbc.ros.intra_process) with real rclpy nodes, and the bridge's command timing.
+"""Intra-process handoff (legged_wbc.ros.transport.intra_process) with real rclpy nodes, and the bridge's command timing.
 
 The bus tests run real nodes in this process (their own ROS context on a test domain); "outside the
 process" is a second rclpy context, which DDS treats as another participant exactly like another
@@ -83,6 +83,7 @@ def ros_contexts():
 
 def _js(k: int):
     from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.transport import endpoints
 
     return ros_io.joint_state_msg(k * 2_000_000, ["a", "b"], [k, 1.0], [0.0, 0.0], [0.0, 0.0])
 
@@ -103,7 +104,7 @@ def test_bus_hands_messages_over_in_process_and_on_dds_only_when_asked(ros_conte
     from std_msgs.msg import String
 
     from legged_wbc.ros import io as ros_io
-    from legged_wbc.ros.intra_process import IntraProcessBus
+    from legged_wbc.ros.transport.intra_process import IntraProcessBus
 
     inside, outside = ros_contexts
     bus = IntraProcessBus()
@@ -113,11 +114,11 @@ def test_bus_hands_messages_over_in_process_and_on_dds_only_when_asked(ros_conte
         b = Node("ip_sub", context=inside)
         r = Node("ip_rec", context=inside)
         # subscriptions may come before the publisher exists (the bridge subscribes to the command first)
-        ros_io.create_subscription(b, JointState, "js", lambda m: (got.append(m), order.append("b")), 10)
-        ros_io.create_subscription(r, JointState, "/js", lambda d: (raw_got.append(d), order.append("r")), 10,
+        endpoints.create_subscription(b, JointState, "js", lambda m: (got.append(m), order.append("b")), 10)
+        endpoints.create_subscription(r, JointState, "/js", lambda d: (raw_got.append(d), order.append("r")), 10,
                                    raw=True)
-        ros_io.create_subscription(b, String, "from_outside", lambda m: got.append(m.data), 10)
-        pub = ros_io.create_publisher(a, JointState, "js", 10)
+        endpoints.create_subscription(b, String, "from_outside", lambda m: got.append(m.data), 10)
+        pub = endpoints.create_publisher(a, JointState, "js", 10)
     assert bus.finalize() == ["/from_outside"]          # nobody inside publishes it: DDS
     assert pub.get_subscription_count() == 2 and pub.local_subscription_count() == 2
     assert bus.local_topics() == {"/js": ["ip_sub", "ip_rec"]}
@@ -166,7 +167,7 @@ def test_bus_survives_a_failing_callback(ros_contexts):
     from sensor_msgs.msg import JointState
 
     from legged_wbc.ros import io as ros_io
-    from legged_wbc.ros.intra_process import IntraProcessBus
+    from legged_wbc.ros.transport.intra_process import IntraProcessBus
 
     inside, _ = ros_contexts
     bus = IntraProcessBus()
@@ -179,9 +180,9 @@ def test_bus_survives_a_failing_callback(ros_contexts):
         def bad(msg):
             raise RuntimeError("boom")
 
-        ros_io.create_subscription(b, JointState, "js2", bad, 10)
-        ros_io.create_subscription(c, JointState, "js2", got.append, 10)
-        pub = ros_io.create_publisher(a, JointState, "js2", 10)
+        endpoints.create_subscription(b, JointState, "js2", bad, 10)
+        endpoints.create_subscription(c, JointState, "js2", got.append, 10)
+        pub = endpoints.create_publisher(a, JointState, "js2", 10)
     bus.finalize()
     for k in range(3):
         pub.publish(_js(k))
@@ -199,7 +200,7 @@ def test_withdrawn_subscriptions_get_nothing_and_stay_off_dds(ros_contexts):
     from sensor_msgs.msg import JointState
 
     from legged_wbc.ros import io as ros_io
-    from legged_wbc.ros.intra_process import IntraProcessBus
+    from legged_wbc.ros.transport.intra_process import IntraProcessBus
 
     inside, _ = ros_contexts
     bus = IntraProcessBus()
@@ -208,10 +209,10 @@ def test_withdrawn_subscriptions_get_nothing_and_stay_off_dds(ros_contexts):
         a = Node("ip_pub4", context=inside)
         b = Node("ip_chained4", context=inside)
         c = Node("ip_other4", context=inside)
-        ros_io.create_subscription(b, JointState, "js4", withdrawn.append, 10)
-        ros_io.create_subscription(b, JointState, "nobody_publishes4", withdrawn.append, 10)
-        ros_io.create_subscription(c, JointState, "js4", kept.append, 10)
-        pub = ros_io.create_publisher(a, JointState, "js4", 10)
+        endpoints.create_subscription(b, JointState, "js4", withdrawn.append, 10)
+        endpoints.create_subscription(b, JointState, "nobody_publishes4", withdrawn.append, 10)
+        endpoints.create_subscription(c, JointState, "js4", kept.append, 10)
+        pub = endpoints.create_publisher(a, JointState, "js4", 10)
     assert bus.withdraw(b, ["js4", "nobody_publishes4"]) == 2
     assert bus.finalize() == []                     # the withdrawn outside topic made no DDS subscription
     for k in range(2):
@@ -233,7 +234,7 @@ def test_deferred_raw_deliveries_wait_for_flush(ros_contexts):
     from sensor_msgs.msg import JointState
 
     from legged_wbc.ros import io as ros_io
-    from legged_wbc.ros.intra_process import IntraProcessBus
+    from legged_wbc.ros.transport.intra_process import IntraProcessBus
 
     inside, _ = ros_contexts
     bus = IntraProcessBus(defer_raw=True)
@@ -242,9 +243,9 @@ def test_deferred_raw_deliveries_wait_for_flush(ros_contexts):
         a = Node("ip_pub3", context=inside)
         b = Node("ip_ctl3", context=inside)
         r = Node("ip_rec3", context=inside)
-        ros_io.create_subscription(r, JointState, "js3", raw.append, 10, raw=True)
-        ros_io.create_subscription(b, JointState, "js3", lambda m: typed.append(m.position[0]), 10)
-        pub = ros_io.create_publisher(a, JointState, "js3", 10)
+        endpoints.create_subscription(r, JointState, "js3", raw.append, 10, raw=True)
+        endpoints.create_subscription(b, JointState, "js3", lambda m: typed.append(m.position[0]), 10)
+        pub = endpoints.create_publisher(a, JointState, "js3", 10)
     bus.finalize()
     for k in range(3):
         pub.publish(_js(k))
@@ -271,8 +272,8 @@ def test_nodes_use_plain_rclpy_outside_a_container():
     from legged_wbc.ros import io as ros_io
 
     n = FakeNode()
-    assert ros_io.create_publisher(n, int, "t", 10) == "P"
-    assert ros_io.create_subscription(n, int, "t", print, 10, raw=True) == "S"
+    assert endpoints.create_publisher(n, int, "t", 10) == "P"
+    assert endpoints.create_subscription(n, int, "t", print, 10, raw=True) == "S"
     assert calls[1][2] == {"raw": True}
     assert np.array_equal([c[0] for c in calls], ["pub", "sub"])
 
@@ -308,9 +309,10 @@ def test_linked_bus_sends_tick_samples_only_to_subscriptions_that_ignore_the_res
     from rclpy.node import Node
     from sensor_msgs.msg import JointState
 
-    from legged_wbc.ros import adapters, io as ros_io
-    from legged_wbc.ros.host_link import HostLink
-    from legged_wbc.ros.intra_process import IntraProcessBus
+    from legged_wbc.ros.io import adapters
+    from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.transport.host_link import HostLink
+    from legged_wbc.ros.transport.intra_process import IntraProcessBus
 
     monkeypatch.setenv("ROS_DOMAIN_ID", str(230 + os.getpid() % 20))
     inside, _ = ros_contexts
@@ -320,14 +322,14 @@ def test_linked_bus_sends_tick_samples_only_to_subscriptions_that_ignore_the_res
     ticks_only, every = [], []
     with sim_bus.active():
         sim_node = Node("ip_link_sim", context=inside)
-        pub = ros_io.create_publisher(sim_node, JointState, "/joint_states", 10, adapter=adapters.JointStateAdapter(
+        pub = endpoints.create_publisher(sim_node, JointState, "/joint_states", 10, adapter=adapters.JointStateAdapter(
             ros_io.joint_state_msg(0, ["a", "b"], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0])))
     with ctl_bus.active():
         ctl_node = Node("ip_link_ctl", context=inside)
-        ros_io.create_subscription(ctl_node, JointState, "/joint_states", ticks_only.append, 10,
+        endpoints.create_subscription(ctl_node, JointState, "/joint_states", ticks_only.append, 10,
                                    adapter=adapters.JointStateAdapter, tick_samples_only=True)
         if also_every_sample:
-            ros_io.create_subscription(ctl_node, JointState, "/joint_states", every.append, 10,
+            endpoints.create_subscription(ctl_node, JointState, "/joint_states", every.append, 10,
                                        adapter=adapters.JointStateAdapter)
     t = threading.Thread(target=ctl_bus.connect_link, args=(10.0,))
     t.start()

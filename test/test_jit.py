@@ -1,4 +1,4 @@
-"""The numba kernels' first-run compile: ``setup.sh``'s warm-up step (``python -m legged_wbc.tools.warmup``)
+"""The numba kernels' first-run compile: ``setup.sh``'s warm-up step (``python -m legged_wbc.tools.bench.warmup``)
 fills the cache with everything a run needs, and a process says so in one line exactly when it has
 to compile (``legged_wbc.jit``)."""
 
@@ -65,7 +65,7 @@ def test_after_the_warm_up_step_a_run_compiles_nothing(tmp_path):
     filled it), then a headless run: it loads every kernel it calls from the cache, silently."""
     cache = os.environ.get("NUMBA_CACHE_DIR")
     env = dict(os.environ)
-    r = subprocess.run([sys.executable, "-m", "legged_wbc.tools.warmup"], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "legged_wbc.tools.bench.warmup"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, "-m", "legged_wbc.cli", "run", "--duration", "0.2", "--quiet",
                         "--out", str(tmp_path / "run")], env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -82,7 +82,7 @@ def test_setup_warm_up_covers_the_run_and_the_notice_tells_a_compile(tmp_path):
     2-core machine at load 6, hence slow."""
     cache = tmp_path / "numba-cache"
     cache.mkdir()
-    warm = [sys.executable, "-m", "legged_wbc.tools.warmup"]
+    warm = [sys.executable, "-m", "legged_wbc.tools.bench.warmup"]
     run = [sys.executable, "-m", "legged_wbc.cli", "run", "--duration", "0.2", "--quiet", "--out", str(tmp_path / "run")]
 
     assert _run(warm, cache, tmp_path).stderr.count(jit.NOTICE) == 1

@@ -225,7 +225,7 @@ def test_leg_squeeze_short_with_and_without_barrier(tmp_path):
     # compare's figures of these runs: the leg distance (both), the drives' envelope (realistic), the slack
     from matplotlib.image import imread
     from legged_wbc.closed_loop import save_run
-    from legged_wbc.tools.compare import compare
+    from legged_wbc.tools.analysis.compare import compare
 
     rep = compare([save_run(res_off, tmp_path / "off"), save_run(res_on, tmp_path / "on")], tmp_path / "rep")
     assert {"actuator_envelope.png", "cbf_slack.png", "leg_distance.png"} <= set(rep["figures"])

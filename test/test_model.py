@@ -9,7 +9,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from legged_wbc.tools.checks import check_model, conditioning, make_pair
+from legged_wbc.tools.analysis.checks import check_model, conditioning, make_pair
 from legged_wbc.model import RobotModel, joint_permutation, null_vector
 from legged_wbc.robot import ConfigError, RobotConfig, generate_urdf, load_robot_config
 
@@ -301,7 +301,7 @@ def test_check_model_cli_json():
 
 
 NODE_MODULES = ("mujoco_bridge/node.py", "state_estimator/node.py", "wbc_controller/node.py",
-                "legged_wbc/ros/recorder.py", "legged_wbc/ros/container.py")
+                "legged_wbc/ros/stack/recorder.py", "legged_wbc/ros/stack/container.py")
 
 
 def test_node_modules_stay_thin():

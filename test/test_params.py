@@ -104,7 +104,7 @@ def test_load_node_config_nested_dotted_and_errors(tmp_path):
 
 
 def test_shipped_files_load_and_match_the_defaults():
-    from legged_wbc.ros.recorder import RecorderConfig
+    from legged_wbc.ros.stack.recorder import RecorderConfig
     from legged_wbc.robot import share_path
     from state_estimator.config import EstimatorNodeConfig, load_estimator_node_config
     from wbc_controller.config import WbcConfig, WbcNodeConfig, load_wbc_config, load_wbc_node_config
@@ -128,7 +128,7 @@ def test_node_parameters_declare_validate_and_hand_a_typed_config(ros_context):
     import rclpy
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
+    from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError
 
     node = rclpy.create_node("lwbc_schema_test", context=ros_context, parameter_overrides=[
         Parameter("inner.gain", value=2), Parameter("xyz", value=[1, 2, 3])])   # ints for floats
@@ -405,7 +405,7 @@ def test_every_live_recorder_parameter_takes_effect(ros_context, tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.recorder import RecorderConfig, BagRecorder
+    from legged_wbc.ros.stack.recorder import RecorderConfig, BagRecorder
 
     assert {s.name for s in P.schema(RecorderConfig) if s.live} == {"discovery_period", "stop_when_gone",
                                                                      "drain_time"}

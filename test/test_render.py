@@ -28,7 +28,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def scene():
-    from legged_wbc.tools.scene_render import SceneRenderer
+    from legged_wbc.tools.pictures.scene_render import SceneRenderer
 
     sr = SceneRenderer("hexapod", W, H)
     yield sr
@@ -78,7 +78,7 @@ def test_render_cli_video_and_strip(run_dir, tmp_path, scene, capsys):
 
 
 def test_frame_overlay_draws_support_dots(scene):
-    from legged_wbc.tools.overlays import SUPPORT_RGB, SWING_RGB, draw_overlay, leg_layout
+    from legged_wbc.tools.pictures.overlays import SUPPORT_RGB, SWING_RGB, draw_overlay, leg_layout
 
     frame = np.full((240, 320, 3), 90, np.uint8)
     sup = np.array([1, 0, 1, 0, 1, 0], bool)
@@ -90,8 +90,8 @@ def test_frame_overlay_draws_support_dots(scene):
 
 
 def test_strip_covers_one_gait_cycle(run_dir):
-    from legged_wbc.tools.recording import Recording, Series, load_recording
-    from legged_wbc.tools.render import strip_times
+    from legged_wbc.tools.experiments.recording import Recording, Series, load_recording
+    from legged_wbc.tools.pictures.render import strip_times
 
     rec = load_recording(run_dir)
     # a synthetic 6-s recording: the strip takes the middle complete cycle after the gait start
@@ -110,7 +110,7 @@ def test_strip_covers_one_gait_cycle(run_dir):
 def test_compare_side_by_side(run_dir, tmp_path):
     from PIL import Image
 
-    from legged_wbc.tools.render import RenderOptions, render_run
+    from legged_wbc.tools.pictures.render import RenderOptions, render_run
 
     # a second "run": the same log relabelled as WBC-0
     S, meta = load_log(run_dir)
@@ -180,7 +180,7 @@ def _write_bag(path: Path, S: dict, joint_names, leg_names, storage="mcap", topi
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
 def test_bag_replays_like_the_log(run_dir, tmp_path, scene, storage):
-    from legged_wbc.tools.recording import load_recording
+    from legged_wbc.tools.experiments.recording import load_recording
 
     S, _ = load_log(run_dir)
     bag = _write_bag(tmp_path / "bag", S, scene.rm.joint_names, scene.rm.cfg.leg_names, storage)
@@ -403,7 +403,7 @@ def test_foxglove_layout_is_consistent_with_the_stack():
     assert [p["label"] for p in tq] == rm.joint_names
     assert [p["value"] for p in tq] == [f"/joint_torque_cmd.effort[{i}]" for i in range(rm.n)]
     assert values("Support (estimated)") == [f"/estimator/support.position[{i}]" for i in range(len(legs))]
-    from wbc_controller.node import DIAG_FIELDS
+    from wbc_controller.diagnostics import DIAG_FIELDS
 
     assert f"/wbc/diagnostics.data[{DIAG_FIELDS.index('qp_time_us')}]" in values("QP time [us]")
     assert any(v.startswith("/ground_truth/odom.pose.pose.orientation.@rpy.roll") for v in values("Body roll / pitch [deg]"))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from legged_wbc.params import param
-from legged_wbc.ros import launcher as L
+from legged_wbc.ros.tooling import launcher as L
 from legged_wbc.ros import io as ros_io
 
 
@@ -675,7 +675,7 @@ class _DemoConfig:
 def test_param_spec_validation():
     """Descriptors and the one validator, from a config dataclass's field specs."""
     from legged_wbc.robot import ConfigError
-    from legged_wbc.ros.params import ParameterSchemaError, descriptor, normalize_schema
+    from legged_wbc.ros.nodekit.params import ParameterSchemaError, descriptor, normalize_schema
 
     specs = {s.name: s for s in normalize_schema(_DemoConfig)}
     s = specs["gain"]
@@ -703,7 +703,7 @@ def test_node_parameters_live_updates():
     import rclpy
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.params import NodeParameters, ParameterSchemaError
+    from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=domain_id(),
@@ -734,7 +734,7 @@ def test_recorder_loads_message_definitions_from_installed_msg_files():
     """Types missing from rosbags' store are read from the installed .msg files, with the same hash."""
     from rosbags.typesys import Stores, get_typestore
 
-    from legged_wbc.ros.bag_writer import ensure_type
+    from legged_wbc.ros.recording.bag_writer import ensure_type
 
     empty, kilted = get_typestore(Stores.EMPTY), get_typestore(Stores.ROS2_KILTED)
     for t in ("sensor_msgs/msg/JointState", "nav_msgs/msg/Odometry", "std_msgs/msg/Float64MultiArray"):
@@ -880,7 +880,7 @@ def test_empty_array_parameters_without_a_file():
     from rclpy.context import Context
     from rclpy.parameter import Parameter
 
-    from legged_wbc.ros.params import NodeParameters
+    from legged_wbc.ros.nodekit.params import NodeParameters
 
     ctx = Context()
     rclpy.init(context=ctx)

@@ -95,7 +95,7 @@ print("TICKS", ticks, "NAN", any(not np.all(np.isfinite(c)) for c in cmds), flus
     # each kind said in one line (the nodes throttle repeats to one a second, so look for the first two)
     assert "more than once" in logs[0] + logs[1] or "far outside its limits" in logs[0] + logs[1], logs
     for p in procs:
-        assert p.returncode == 130          # stopped by SIGINT: 128 + 2 (legged_wbc.ros.lifetime)
+        assert p.returncode == 130          # stopped by SIGINT: 128 + 2 (legged_wbc.ros.tooling.lifetime)
 
 
 def test_lockstep_stack_matches_headless_loop(tmp_path):

@@ -57,6 +57,7 @@ def controller_main(argv: list[str]) -> int:
     from std_msgs.msg import Float64MultiArray
 
     from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.transport import endpoints
 
     rclpy.init(args=[sys.argv[0], *argv])
     node = Node("pd_test_controller")
@@ -73,7 +74,7 @@ def controller_main(argv: list[str]) -> int:
 
     def answer(k, tau):
         if st["answered"] == 0:  # the protocol's advice: be matched with the recorder before tick 0
-            if not ros_io.wait_for_matched_subscribers(node, [pub], timeout=10.0, min_count=opts.cmd_subscribers):
+            if not endpoints.wait_for_matched_subscribers(node, [pub], timeout=10.0, min_count=opts.cmd_subscribers):
                 print("WARNING: command subscribers not matched", flush=True)
         pub.publish(ros_io.torque_command_msg(k * ros_io.CONTROL_PERIOD_NS + opts.untimed * 1_000_000, names, tau))
         st["answered"] += 1

@@ -25,7 +25,7 @@ PHYSICS = ["stand_up.start=0.1", "stand_up.duration=0.8", "walk.gait_start=1.0",
 def test_bridge_applies_friction_payload_and_push_like_the_headless_loop(tmp_path):
     from legged_wbc.closed_loop import ClosedLoop, save_run
     from legged_wbc.scenario import dump_scenario, load_scenario
-    from legged_wbc.tools.bag_metrics import load_run
+    from legged_wbc.tools.analysis.bag_metrics import load_run
 
     sc = load_scenario("nominal", PHYSICS)
     assert sc.physics()["push"] is not None and sc.friction == 0.4 and sc.payload_kg == 8.0

@@ -1,4 +1,4 @@
-"""The slower-machine emulation (``legged_wbc.tools.slow_cpu``): steal tasks exist while it is on, run
+"""The slower-machine emulation (``legged_wbc.tools.bench.slow_cpu``): steal tasks exist while it is on, run
 with real-time priority on every CPU, take their share from a CPU-bound thread, and are gone after."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from legged_wbc.tools.slow_cpu import STEAL_PRIORITY, slow_cpus
+from legged_wbc.tools.bench.slow_cpu import STEAL_PRIORITY, slow_cpus
 
 
 def _children() -> set[int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from legged_wbc.tools import sweep as sw
+from legged_wbc.tools.experiments import sweep as sw
 
 # the paper scenario compressed so that 2-3 s runs walk and have an evaluation window (t >= t_s)
 SHORT = ["walk.gait_start=0.8", "walk.t_s=1.2", "stand_up.start=0.1", "stand_up.duration=0.6"]
@@ -368,7 +368,7 @@ def test_run_diagnostics_on_hand_made_series():
 
 def test_wilson_interval_known_answers():
     """Falls and runs over the target are counts out of n: the Wilson score interval (known values)."""
-    from legged_wbc.tools.sweep_stats import wilson_ci
+    from legged_wbc.tools.experiments.sweep_stats import wilson_ci
 
     lo, hi = wilson_ci(0, 100)
     assert lo == 0.0 and hi == pytest.approx(0.0370, abs=5e-5)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from legged_wbc.ros.tf_publisher import LinkTransforms, quat_mul, quat_rotate
+from legged_wbc.ros.nodekit.tf_publisher import LinkTransforms, quat_mul, quat_rotate
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-9
@@ -209,7 +209,7 @@ def test_tf_cdr_equals_what_rclpy_serializes(robot):
 
     from legged_wbc.model import RobotModel
     from legged_wbc.ros.io import time_msg
-    from legged_wbc.ros.tf_publisher import TfCdr, _transform
+    from legged_wbc.ros.nodekit.tf_publisher import TfCdr, _transform
 
     rm = RobotModel(robot)
     lt = LinkTransforms(rm.cfg.urdf_path().read_text(), list(rm.joint_names))

@@ -5,7 +5,7 @@ headless loop builds); :class:`WbcNodeConfig` adds the ``wbc_controller`` node's
 parameters (robot, scenario, QoS, the ros2_control forward command). Both are loaded from
 ``config/wbc_controller.yaml`` (``wbc_controller: ros__parameters:``, flat names) with
 :func:`legged_wbc.params.load_node_config`; the node declares every field as a ROS parameter
-(:class:`legged_wbc.ros.params.NodeParameters`). Fields declared ``live`` take effect at the next
+(:class:`legged_wbc.ros.nodekit.params.NodeParameters`). Fields declared ``live`` take effect at the next
 tick (``WholeBodyController.set_config``); the solver backend, its settings and the CBF slack
 (which change the QP size) are read-only.
 """

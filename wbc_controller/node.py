@@ -48,18 +48,17 @@ from std_msgs.msg import Float64MultiArray
 from legged_wbc.gait import GaitConfig
 from legged_wbc.model import RobotModel, joint_permutation
 from legged_wbc.robot import ConfigError
-from legged_wbc.ros import adapters, diagnostics as ros_diagnostics, io as ros_io
-from legged_wbc.ros.params import NodeParameters
+from legged_wbc.ros.io import adapters
+from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.transport import endpoints
+from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.scenario import load_scenario
 from state_estimator import support_plane
 
 from .config import WbcConfig, WbcNodeConfig
 from .controller import ControllerInput, InputError, WholeBodyController
-
-
-DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",
-               "eq_residual", "ineq_violation", "consecutive_failures", "total_failures", "safe_stop",
-               "rejected_inputs", "err_roll", "err_pitch", "skipped_ticks")
+from .diagnostics import DIAG_FIELDS  # noqa: F401  (the published fields; re-exported for old imports)
 
 wbc_fields = set(WbcConfig.__dataclass_fields__)
 
@@ -97,15 +96,15 @@ class WbcNode(ros_io.TickOutputs, Node):
                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
         A = adapters
         JS = A.JointStateAdapter
-        ros_io.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos, adapter=JS)
-        ros_io.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos, adapter=A.OdometryAdapter)
-        ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos, adapter=JS)
-        ros_io.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos, adapter=JS)
+        endpoints.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos, adapter=JS)
+        endpoints.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos, adapter=A.OdometryAdapter)
+        endpoints.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos, adapter=JS)
+        endpoints.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos, adapter=JS)
         # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
         zeros_legs, zeros_n = np.zeros(len(self.leg_names)), np.zeros(self.rm.n)
         self._nan_n = np.full(self.rm.n, np.nan)    # the command's position / velocity: "not commanded"
         self.pub_cmd, self.pub_pitch, self.pub_diag = [
-            ros_io.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
+            endpoints.create_publisher(self, a.msg_type, topic, qos, adapter=a) for a, topic in (
                 (JS(ros_io.torque_command_msg(0, self.joint_names, zeros_n)), ros_io.TOPIC_TORQUE_CMD),
                 (JS(ros_io.joint_state_msg(0, self.leg_names, zeros_legs, zeros_legs, zeros_legs)),
                  ros_io.TOPIC_WBC_PITCH),
@@ -120,7 +119,7 @@ class WbcNode(ros_io.TickOutputs, Node):
                 self._forward_idx = joint_permutation(self.joint_names, joints)
             except ValueError as exc:
                 raise ConfigError(f"forward_command_joints: {exc}") from None
-            self.pub_forward = ros_io.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos,
+            self.pub_forward = endpoints.create_publisher(self, Float64MultiArray, P.forward_command_topic, qos,
                                                        adapter=A.ArrayAdapter(Float64MultiArray()))
         self.ticks = ros_io.NewestTickRunner(self._run_tick, name="controller_ticks")
         self.diag_timer = ros_diagnostics.attach(self)   # /diagnostics, 1 Hz in the executor thread
@@ -238,7 +237,7 @@ class WbcNode(ros_io.TickOutputs, Node):
         if self.pub_forward is not None:
             self._last_out.append((self.pub_forward, out.tau[self._forward_idx]))
         if first:   # the first command must reach every subscriber in the graph (bridge, recorder)
-            ros_io.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
+            endpoints.wait_for_matched_subscribers(self, [self.pub_cmd, self.pub_pitch, self.pub_diag], timeout=5.0)
         self._resend()
 
 

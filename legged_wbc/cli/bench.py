@@ -1,12 +1,12 @@
-"""``legged-wbc bench qp|cycle|realtime``: benchmarks that print numbers (see :mod:`legged_wbc.tools.bench_cycle` and
-:mod:`legged_wbc.tools.bench_realtime`)."""
+"""``legged-wbc bench qp|cycle|realtime``: benchmarks that print numbers (see :mod:`legged_wbc.tools.bench.bench_cycle` and
+:mod:`legged_wbc.tools.bench.bench_realtime`)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from legged_wbc.tools.bench_cycle import BENCH_BACKENDS, bench_cycle, bench_qp
+from legged_wbc.tools.bench.bench_cycle import BENCH_BACKENDS, bench_cycle, bench_qp
 
 from .argtypes import positive_float
 
@@ -37,8 +37,8 @@ def print_cycle(res: dict) -> None:
 
 
 def cmd_realtime(args) -> int:
-    from legged_wbc.ros.launcher import LaunchError
-    from legged_wbc.tools.bench_realtime import BenchError, bench_realtime, print_summary
+    from legged_wbc.ros.tooling.launcher import LaunchError
+    from legged_wbc.tools.bench.bench_realtime import BenchError, bench_realtime, print_summary
 
     try:
         res = bench_realtime(duration=52.0 if args.duration is None else args.duration, scenario=args.scenario,
@@ -59,7 +59,7 @@ def cmd_bench(args) -> int:
         print(f"unknown benchmark {args.what!r}")
         return 2
     if args.slowdown > 1.0:          # the whole benchmark on an emulated slower machine
-        from legged_wbc.tools.slow_cpu import slow_cpus
+        from legged_wbc.tools.bench.slow_cpu import slow_cpus
 
         try:
             with slow_cpus(args.slowdown):
@@ -129,7 +129,7 @@ def register(sub) -> None:
                    "idle_poll; auto: only where there is no cpuidle driver), around the paced headless loop too")
     s.add_argument("--slowdown", type=positive_float, default=1.0,
                    help="run on an emulated machine this many times slower: SCHED_FIFO tasks take 1 - 1/FACTOR of "
-                   "every CPU in 0.3 ms slices (legged_wbc.tools.slow_cpu; needs root)")
+                   "every CPU in 0.3 ms slices (legged_wbc.tools.bench.slow_cpu; needs root)")
     s.add_argument("--backends", nargs="*", help=f"qp: the backends timed (default: {' '.join(BENCH_BACKENDS)})")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_bench)

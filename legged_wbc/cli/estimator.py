@@ -1,4 +1,4 @@
-"""``legged-wbc eval-estimator``: see :mod:`legged_wbc.tools.eval_estimator`."""
+"""``legged-wbc eval-estimator``: see :mod:`legged_wbc.tools.analysis.eval_estimator`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 def register(sub) -> None:
     from .argtypes import nonneg_float, positive_float
 
-    from legged_wbc.tools.eval_estimator import cmd_eval
+    from legged_wbc.tools.analysis.eval_estimator import cmd_eval
 
     s = sub.add_parser("eval-estimator", help="estimator vs ground truth in closed-loop walking (and a foot slip)")
     s.add_argument("--duration", type=positive_float, default=12.0, help="simulated seconds per run")

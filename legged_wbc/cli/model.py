@@ -13,7 +13,7 @@ def _print_json_or(result: dict, as_json: bool, text: str) -> None:
 
 
 def cmd_check_model(args) -> int:
-    from legged_wbc.tools.checks import check_model
+    from legged_wbc.tools.analysis.checks import check_model
 
     res = check_model(args.robot, states=args.states, seed=args.seed)
     lines = [f"{res['robot']}: Pinocchio vs MuJoCo at {res['states']} random states (max abs error)"]
@@ -25,7 +25,7 @@ def cmd_check_model(args) -> int:
 
 
 def cmd_conditioning(args) -> int:
-    from legged_wbc.tools.checks import conditioning, plot_conditioning
+    from legged_wbc.tools.analysis.checks import conditioning, plot_conditioning
 
     res = conditioning(args.robot, theta_max=args.range, samples=args.samples)
     if args.plot:

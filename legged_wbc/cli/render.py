@@ -8,7 +8,7 @@ from legged_wbc.cli.argtypes import positive_float, positive_int
 
 
 def cmd_render(args) -> int:
-    from legged_wbc.tools.render import RenderError, RenderOptions, parse_size, render_run
+    from legged_wbc.tools.pictures.render import RenderError, RenderOptions, parse_size, render_run
 
     try:
         w, h = parse_size(args.size)

@@ -1,5 +1,5 @@
 """``legged-wbc compare`` and ``legged-wbc experiment``: Table 3 and figures from bags / runs, and the
-paper's protocol end to end (see :mod:`legged_wbc.tools.compare` and :mod:`legged_wbc.tools.experiment`)."""
+paper's protocol end to end (see :mod:`legged_wbc.tools.analysis.compare` and :mod:`legged_wbc.tools.experiments.experiment`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from legged_wbc.cli.argtypes import nonneg_float, nonneg_int, positive_float
 
 
 def cmd_compare(args) -> int:
-    from legged_wbc.tools.bag_metrics import RunInputError
-    from legged_wbc.tools.compare import compare
+    from legged_wbc.tools.analysis.bag_metrics import RunInputError
+    from legged_wbc.tools.analysis.compare import compare
 
     window = tuple(args.window) if args.window else None
     if window and not window[0] < window[1]:
@@ -26,7 +26,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from legged_wbc.tools.experiment import ExperimentError, experiment
+    from legged_wbc.tools.experiments.experiment import ExperimentError, experiment
 
     controllers = tuple(c.strip() for c in args.controllers.split(",") if c.strip())
     bad = [c for c in controllers if c not in ("none", "damping", "cbf")]

@@ -1,7 +1,7 @@
 """``legged-wbc launch`` and ``legged-wbc param``: the ROS 2 command-line pieces we cannot pip-install.
 
 * ``legged-wbc launch walking_sim [name:=value ...] [--dry-run] [--show-args]`` runs
-  ``launch/walking_sim.launch.xml`` (or any launch file path) with :mod:`legged_wbc.ros.launcher`.
+  ``launch/walking_sim.launch.xml`` (or any launch file path) with :mod:`legged_wbc.ros.tooling.launcher`.
 * ``legged-wbc param get NODE NAME`` / ``param set NODE NAME VALUE`` / ``param list NODE`` /
   ``param describe NODE NAME`` talk to a running node through the standard ``rcl_interfaces``
   parameter services (what ``ros2 param`` does). ``VALUE`` is parsed as YAML and converted to the
@@ -20,7 +20,7 @@ import sys
 
 # ------------------------------------------------------------------------------------ launch
 def cmd_launch(args) -> int:
-    from legged_wbc.ros.launcher import LaunchError, describe_arguments, launch, load_launch, resolve_launch_file
+    from legged_wbc.ros.tooling.launcher import LaunchError, describe_arguments, launch, load_launch, resolve_launch_file
 
     # the flags may also come after the launch arguments (argparse.REMAINDER keeps them there)
     rest = []
@@ -64,7 +64,7 @@ def _check_file_arguments(launch_args: list[str]) -> None:
 
 # ------------------------------------------------------------------------------------ param
 def cmd_param(args) -> int:
-    from legged_wbc.ros.param_client import ParamClient, UnknownParameter, describe_text, parameter_value_to_python
+    from legged_wbc.ros.tooling.param_client import ParamClient, UnknownParameter, describe_text, parameter_value_to_python
 
     try:
         with ParamClient(args.node, timeout=args.timeout) as pc:

@@ -1,11 +1,11 @@
 """``legged-wbc sweep``: randomized paired trials of the headless loop on a Dask cluster
-(:mod:`legged_wbc.tools.sweep`, ``docs/sweeps.md``)."""
+(:mod:`legged_wbc.tools.experiments.sweep`, ``docs/sweeps.md``)."""
 
 from __future__ import annotations
 
 
 def cmd_sweep(args) -> int:
-    from legged_wbc.tools.sweep import DEFAULT_RANDOMIZE, run_sweep
+    from legged_wbc.tools.experiments.sweep import DEFAULT_RANDOMIZE, run_sweep
 
     randomize = DEFAULT_RANDOMIZE if args.randomize is None else tuple(x.strip() for x in args.randomize.split(",") if x.strip())
     if args.randomize is not None and args.randomize.strip().lower() == "none":

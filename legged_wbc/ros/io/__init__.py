@@ -64,8 +64,10 @@ may miss the beginning of that topic.
 The package's modules, by job: :mod:`.topics` (names and labels), :mod:`.stamps` (time and ticks of
 stamps), :mod:`.messages` (builders and readers), :mod:`.joint_order` (joint states by name, corrupt
 samples rejected), :mod:`.command` (the torque command's decoder), :mod:`.ticks` (tick pairing and
-scheduling), :mod:`.endpoints` (publishers, subscriptions, the start-up and closing waits), :mod:`.executors`
-(executors, spin loop, a node process's ``main``). Their names are all importable from here.
+scheduling), :mod:`.executors`
+(executors, spin loop, a node process's ``main``). Their names are all importable from here. Publishers and
+subscriptions (in-process when composed) and the start-up and closing waits are the transport's:
+:mod:`legged_wbc.ros.transport.endpoints`.
 """
 
 from __future__ import annotations
@@ -93,9 +95,6 @@ from legged_wbc.ros.io.command import (  # noqa: F401
 )
 from legged_wbc.ros.io.ticks import (  # noqa: F401
     TickSync, NewestTickRunner, INPUT_TIMINGS, SAMPLE_TICK_TOLERANCE_NS, IMU_MAX_AGE_NS, SampleTicks, TickOutputs,
-)
-from legged_wbc.ros.io.endpoints import (  # noqa: F401
-    create_publisher, create_subscription, wait_for_matched_subscribers, wait_for_acks,
 )
 from legged_wbc.ros.io.executors import (  # noqa: F401
     EXECUTOR_ENV, EXECUTORS, SPIN_PERIOD, executor_kind, ignore_stop_signals, make_executor, spin_until, spin_node,

@@ -94,10 +94,9 @@ def spin_node(make_node, argv=None) -> int:
         try:
             node = make_node()
         except Exception as exc:     # a bad parameter / scenario / robot file: one line, exit 2
-            from legged_wbc.robot import ConfigError
-            from legged_wbc.ros.params import ParameterSchemaError
+            from legged_wbc.robot import ConfigError    # (a ParameterSchemaError is one)
 
-            if not isinstance(exc, (ConfigError, ParameterSchemaError)):
+            if not isinstance(exc, ConfigError):
                 raise
             print(f"{os.path.basename(sys.argv[0])}: {exc}", file=sys.stderr, flush=True)
             return 2

@@ -77,7 +77,7 @@ class JointOrder:
         return self.arrays_of(msg.name, msg.position, msg.velocity, msg.effort)
 
     def arrays_of(self, names, position, velocity, effort) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`arrays` of a JointState's fields (e.g. an adapted value, :mod:`legged_wbc.ros.adapters`)."""
+        """:meth:`arrays` of a JointState's fields (e.g. an adapted value, :mod:`legged_wbc.ros.io.adapters`)."""
         idx = self.index(names)
         n = len(names)
         out = []

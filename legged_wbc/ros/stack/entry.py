@@ -1,0 +1,67 @@
+"""The console entry points of the ROS executables (``setup.py``): each imports its node module only
+when called, so a SIGINT that arrives while that module is still importing (a launch shutting down
+right after another node failed, SIGINT to every node still running) ends the process with rc 130
+and no KeyboardInterrupt traceback, also while ``main`` makes its own imports (rclpy) before it
+installs its handling (SIGTERM then: rc 143); once that is in place, the node's own handling applies.
+
+Exit status (:func:`legged_wbc.ros.tooling.lifetime.exit_status`): ``main``'s; a node that ``main`` ended cleanly
+after a SIGINT / SIGTERM exits ``128 + signum`` (130 / 143), whatever handlers it installed: the
+launcher counts that as clean only for a node it asked to stop, so a node stopped from outside fails
+the launch."""
+
+from __future__ import annotations
+
+import signal
+from importlib import import_module
+
+from legged_wbc.ros.tooling.lifetime import StopSignals, exit_status
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _run(target: str) -> int:
+    """Import ``module:function`` and call it; 130 / 143 if interrupted before the node's own handling is
+    in place (its module, or the imports ``main`` itself makes first, e.g. rclpy, still loading), else
+    ``main``'s status, ``128 + signum`` if it ended cleanly after a stop signal."""
+    module, func = target.split(":")
+    stops = StopSignals()
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        rc = getattr(import_module(module), func)()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        first = stops.first()
+        stops.close()
+    return exit_status(rc, first)
+
+
+def mujoco_bridge() -> int:
+    return _run("mujoco_bridge.node:main")
+
+
+def state_estimator() -> int:
+    return _run("state_estimator.node:main")
+
+
+def wbc_controller() -> int:
+    return _run("wbc_controller.node:main")
+
+
+def bag_recorder() -> int:
+    return _run("legged_wbc.ros.stack.recorder:main")
+
+
+def walking_container() -> int:
+    return _run("legged_wbc.ros.stack.container:main")
+
+
+def sim_container() -> int:
+    return _run("legged_wbc.ros.stack.container:main_sim")
+
+
+def control_container() -> int:
+    return _run("legged_wbc.ros.stack.container:main_control")

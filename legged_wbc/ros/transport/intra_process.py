@@ -1,0 +1,539 @@
+"""Intra-process handoff for rclpy nodes composed in one process (rclpy has none of its own).
+
+rclcpp's composition hands a message to the subscriptions of the same process as a pointer; rclpy
+always goes through DDS, which on our two-core machines costs 100-500 us of CPU per message and
+wake-up (publisher and subscriber side), more than the whole 2 ms control period at ~20 messages per
+tick. :class:`IntraProcessBus` restores the rclcpp behaviour for nodes that create their
+publishers and subscriptions through :func:`legged_wbc.ros.io.create_publisher` /
+:func:`legged_wbc.ros.io.create_subscription` while the bus is :meth:`IntraProcessBus.active`:
+
+* every publisher is still a real rclpy publisher (the node and its topics are in the ROS graph,
+  ``ros2 topic echo`` from another process works): :meth:`IntraPublisher.publish` calls the
+  co-located subscriptions' callbacks directly (a function call in the publisher's thread,
+  depth-first, in subscription order), then publishes on DDS **only if** a subscription outside the
+  process is matched (kept up to date by the publisher's matched events);
+* a subscription to a topic that has a publisher in the process gets its messages from the bus
+  only (no DDS subscription is created, so a message is never delivered twice); a subscription to
+  a topic nobody in the process publishes becomes an ordinary rclpy subscription when the bus is
+  :meth:`finalized <IntraProcessBus.finalize>` (or at once, after that);
+* type adaptation (:mod:`legged_wbc.ros.io.adapters`, ROS 2's REP 2007): a publisher created with an
+  adapter publishes *values* (:meth:`IntraPublisher.publish_value`); subscriptions created with a
+  ``value_callback`` get the value itself, and the message is filled only for subscriptions that take
+  messages and for DDS (the stack's nodes fill and parse nothing in the container);
+* ``raw=True`` subscriptions get the CDR bytes, serialized once per message
+  (``rclpy.serialization.serialize_message``, ~7-20 us for an 18-joint JointState), unless they
+  have a ``tap``: the container's bag recorder takes the message object and packs its numbers into
+  shared memory itself (:mod:`legged_wbc.ros.recording.bag_process`), so nothing is serialized in the process.
+
+* a bus may be joined to the bus of a second process by a host link (:mod:`legged_wbc.ros.transport.host_link`,
+  ``layout:=split``): the other process's publishers appear here as :class:`LinkPublisher` stand-ins
+  that deliver what comes over the link, and a publisher whose topic the other process subscribes
+  also sends its values there (:meth:`IntraProcessBus.connect_link`). A tap marked ``own_only`` (a
+  recorder's, when the other process records its own publications: :meth:`IntraProcessBus.record_peer`)
+  takes this process's publications only: the link neither asks for nor delivers anything to it.
+
+Contract for callbacks (as for rclcpp intra-process with borrowed messages): the message object
+belongs to the publisher and may be refilled after the callback returns, so a callback copies what
+it keeps (our nodes convert to numpy arrays at once); a callback must not block. An exception in a
+callback is logged (full traceback the first time, then at most once per second per subscription)
+and counted; delivery to the other subscriptions and the publisher's thread go on.
+
+Known difference from a DDS graph: a message published by a node outside the process on a topic
+that also has a publisher inside is not delivered to the co-located subscriptions.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from legged_wbc.ros.recording.cdr_layout import message_class_name
+from legged_wbc.ros.io.adapters import AdaptedValue
+from legged_wbc.ros.io.stamps import tick_from_stamp
+
+_active = threading.local()
+
+
+def active_bus() -> "IntraProcessBus | None":
+    """The bus nodes constructed in this thread right now should use (None: plain rclpy)."""
+    return getattr(_active, "bus", None)
+
+
+@dataclass
+class _Subscription:
+    node: object
+    msg_type: type
+    topic: str
+    callback: object                    # takes a message (bytes if raw)
+    qos: object
+    raw: bool
+    tap: object = None                  # raw subscriptions in-process: takes the message object instead of bytes
+    batch: object = None                # the tap's ``batch`` sink, if it has one (see IntraProcessBus.flush)
+    value_cb: object = None             # adapted subscriptions: takes the value of an adapted publisher
+    dds: object = None                  # the rclpy subscription, if it had to go through DDS
+    own_only: bool = False              # a tap that takes this process's publications only (never the link's)
+    tick_samples_only: bool = False     # ignores samples stamped between control ticks (a linked peer skips them)
+    with_source: bool = False           # the callbacks also take the publisher: cb(value_or_msg, publisher)
+    errors: int = 0
+    _last_log: float = field(default=-1e9, repr=False)
+
+    @property
+    def topic_name(self) -> str:
+        return self.topic
+
+
+class IntraPublisher:
+    """A real rclpy publisher plus direct delivery to the subscriptions of the same process.
+
+    ``adapter`` (:mod:`legged_wbc.ros.io.adapters`): :meth:`publish_value` hands the value to adapted
+    subscriptions and to recorder taps, and fills the message only for whoever needs one."""
+
+    def __init__(self, bus: "IntraProcessBus", node, pub, adapter=None):
+        self.bus = bus
+        self.node = node
+        self.pub = pub
+        self.adapter = adapter
+        self.topic_name = pub.topic_name
+        self._local: list[_Subscription] = bus._subs.setdefault(self.topic_name, [])
+        self.dds_published = 0
+        self.local_deliveries = 0
+        self._dds_n = pub.get_subscription_count()   # then kept by the matched events
+        self._link_n = 0                              # subscriptions in the linked process (host_link)
+        self._link_ticks_only = False                 # ... which take the samples on the control ticks only
+
+    @property
+    def msg_type(self):
+        return self.pub.msg_type
+
+    def publish(self, msg) -> None:
+        self._deliver(msg, None)
+
+    def publish_value(self, value) -> None:
+        self._deliver(None, value)
+
+    def _deliver(self, msg, value) -> None:
+        raw = None
+        bus = self.bus
+        for sub in self._local:
+            try:
+                if value is not None and sub.value_cb is not None:
+                    if sub.with_source:           # the subscriber decides whose messages it takes
+                        sub.value_cb(value, self)
+                    else:
+                        sub.value_cb(value)
+                elif sub.tap is not None:          # recorder: the object, packed by the recorder itself
+                    item = msg if value is None else AdaptedValue(value, self.adapter)
+                    if bus.defer_raw:             # after the control chain, see IntraProcessBus.flush
+                        bus._deferred.append((sub, item))
+                        continue
+                    sub.tap(item)
+                else:
+                    if msg is None:
+                        msg = self.adapter.to_ros(value)
+                    if not sub.raw:
+                        sub.callback(msg, self) if sub.with_source else sub.callback(msg)
+                    elif bus.defer_raw:
+                        bus._deferred.append((sub, msg))
+                        continue
+                    else:
+                        if raw is None:
+                            raw = _serialize(msg)
+                        sub.callback(raw)
+            except Exception:  # a subscriber's bug must not take the publisher down
+                bus._callback_failed(sub)
+            self.local_deliveries += 1
+        if self._dds_n:                           # somebody outside the process listens (matched events)
+            if msg is None:
+                msg = self.adapter.to_ros(value)
+            self.pub.publish(msg)
+            self.dds_published += 1
+        if self._link_n:                          # the linked process subscribes (host_link)
+            if value is None and self.adapter is not None:
+                value = self.adapter.to_value(msg)
+            if self._link_ticks_only and value is not None and not _on_tick(value):
+                return                            # a sample between ticks nobody there takes
+            bus.link.send(self.topic_name, msg if value is None else value)
+
+    def publish_now(self, msg) -> None:
+        """Publish ``msg`` (a message or its CDR ``bytes``) from a thread other than the control
+        chain's (a background publisher): co-located subscribers get it now, in this thread, never
+        deferred to the chain's flush; a raw subscription (the recorder) gets the serialization, as from
+        DDS (these messages have no fixed layout; the recorder's sink is thread-safe), any other the
+        message; then DDS for matched outside subscribers (rclpy publishes bytes as they are) and the
+        linked process (one frame of its own) if it subscribes."""
+        raw = msg if isinstance(msg, (bytes, bytearray)) else None
+        obj = None if raw is not None else msg
+        for sub in list(self._local):
+            try:
+                if sub.raw:
+                    if raw is None:
+                        raw = _serialize(msg)
+                    sub.callback(raw)
+                elif sub.value_cb is None:
+                    if obj is None:
+                        from rclpy.serialization import deserialize_message
+
+                        obj = deserialize_message(bytes(raw), self.msg_type)
+                    sub.callback(obj, self) if sub.with_source else sub.callback(obj)
+            except Exception:
+                self.bus._callback_failed(sub)
+        if self._dds_n:
+            self.pub.publish(msg)
+            self.dds_published += 1
+        if self._link_n:
+            if self.adapter is not None:
+                if obj is None:
+                    from rclpy.serialization import deserialize_message
+
+                    obj = deserialize_message(bytes(raw), self.msg_type)
+                self.bus.link.send(self.topic_name, self.adapter.to_value(obj))
+            else:
+                self.bus.link.send(self.topic_name, msg)     # plain topics cross as CDR (bytes as they are)
+
+    def _on_matched(self, current_count: int) -> None:
+        """The publisher's matched event (executor thread): the DDS subscriptions matched now.
+        (``get_subscription_count`` goes through the rmw graph: asked on every publication it cost
+        ~3 % of the control thread.)"""
+        self._dds_n = int(current_count)
+
+    def dds_subscription_count(self) -> int:
+        """Matched DDS subscriptions as this publisher knows them (matched events)."""
+        return self._dds_n
+
+    def has_subscribers(self) -> bool:
+        """Any co-located subscription, or a matched DDS one."""
+        return bool(self._local) or self._dds_n > 0 or self._link_n > 0
+
+    def get_subscription_count(self) -> int:
+        """Co-located subscriptions + matched DDS subscriptions + the linked process's."""
+        return len(self._local) + self.pub.get_subscription_count() + self._link_n
+
+    def local_subscription_count(self) -> int:
+        return len(self._local)
+
+    def wait_for_all_acked(self, timeout) -> bool:
+        return self.pub.wait_for_all_acked(timeout)
+
+    def __getattr__(self, name):                 # everything else: the rclpy publisher's
+        return getattr(self.pub, name)
+
+
+class LinkPublisher(IntraPublisher):
+    """The in-process stand-in for a publisher of the linked process (:mod:`legged_wbc.ros.transport.host_link`):
+    values that come over the link are delivered to this process's subscriptions as if published here
+    (its real rclpy publisher, and with it DDS, is in the other process); never to ``own_only`` taps."""
+
+    def __init__(self, bus: "IntraProcessBus", topic: str, msg_type, adapter=None):
+        self.bus, self.node, self.pub, self.adapter = bus, None, None, adapter
+        self.topic_name = topic
+        self._msg_type = msg_type
+        self._local = bus._link_subs.setdefault(topic, [])
+        self.dds_published = self.local_deliveries = 0
+        self._dds_n = self._link_n = 0
+
+    @property
+    def msg_type(self):
+        return self._msg_type
+
+    def deliver(self, item) -> None:
+        """A value (adapted topics) or a message's CDR bytes (plain topics) from the link."""
+        if self.adapter is None:
+            self.publish_now(item)                    # raw subscribers get the bytes, others the message
+        else:
+            self._deliver(None, item)
+
+    def get_subscription_count(self) -> int:
+        return len(self._local)
+
+    def __getattr__(self, name):
+        raise AttributeError(f"{self.topic_name} is published by the linked process: no {name}")
+
+
+def _on_tick(value) -> bool:
+    """Is an adapted value stamped on a control tick? (Values without a stamp count as on one.)"""
+    stamp = getattr(value, "stamp_ns", None)
+    return stamp is None or tick_from_stamp(int(stamp)) is not None
+
+
+def _serialize(msg) -> bytes:
+    from rclpy.serialization import serialize_message
+
+    return msg if isinstance(msg, (bytes, bytearray)) else serialize_message(msg)
+
+
+class IntraProcessBus:
+    """Topic -> co-located subscriptions; see the module docstring.
+
+    ``defer_raw``: deliveries to ``raw=True`` subscriptions (the recorder: pack into shared memory,
+    ~1-4 us a message) wait in a list until :meth:`flush`, so they cost nothing inside the sample -> estimator
+    -> controller -> command chain. Whoever sets it flushes before the published message objects are
+    refilled (the container: the bridge flushes at the end of each ``publish_sample``)."""
+
+    def __init__(self, defer_raw: bool = False, link=None):
+        self.defer_raw = defer_raw
+        self.link = link                                 # a host_link.HostLink joining a second process
+        self._deferred = collections.deque()             # appended from any thread, flushed by one
+        self._subs: dict[str, list[_Subscription]] = {}
+        self._link_subs: dict[str, list[_Subscription]] = {}   # the same without own_only taps (LinkPublisher)
+        self._peer_record: dict | None = None      # record_peer(): what the linked process records itself
+        self._pubs: dict[str, list[IntraPublisher]] = {}
+        self._pending: list[_Subscription] = []    # subscriptions not yet known to be local
+        self._dds_subs: list[_Subscription] = []   # co-located nodes' subscriptions that go through DDS
+        self._finalized = False
+        self._lock = threading.Lock()
+        self.callback_errors = 0
+
+    # ------------------------------------------------------------------ composition
+    def active(self):
+        """Context manager: nodes constructed inside use this bus (``ros_io.create_*``)."""
+        bus = self
+
+        class _Ctx:
+            def __enter__(self):
+                self.prev = active_bus()
+                _active.bus = bus
+                return bus
+
+            def __exit__(self, *exc):
+                _active.bus = self.prev
+                return False
+
+        return _Ctx()
+
+    def create_publisher(self, node, msg_type, topic: str, qos, adapter=None, **kw) -> IntraPublisher:
+        holder: list[IntraPublisher] = []
+        if "event_callbacks" not in kw:          # DDS matches reported by events: nothing asked per publish
+            from rclpy.event_handler import PublisherEventCallbacks
+
+            kw["event_callbacks"] = PublisherEventCallbacks(
+                matched=lambda info: holder and holder[0]._on_matched(info.current_count))
+        pub = node.create_publisher(msg_type, topic, qos, **kw)
+        ip = IntraPublisher(self, node, pub, adapter)
+        holder.append(ip)
+        with self._lock:
+            self._pubs.setdefault(ip.topic_name, []).append(ip)
+            late = [s for s in self._dds_subs if s.topic == ip.topic_name]
+        if late:
+            node.get_logger().warning(f"{ip.topic_name}: publisher created after the bus was finalized; "
+                                      f"{len(late)} co-located subscription(s) keep receiving through DDS")
+        return ip
+
+    def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None,
+                            value_callback=None, tick_samples_only: bool = False, with_source: bool = False, **kw):
+        """``tap`` (raw subscriptions only): called with the message object (or, from an adapted
+        publisher, an :class:`AdaptedValue`) for in-process deliveries, instead of ``callback`` with its
+        serialization (the recorder packs it itself, see :mod:`legged_wbc.ros.recording.bag_process`); messages
+        through DDS still reach ``callback`` as bytes. A tap with a ``batch`` attribute (deferred
+        deliveries only): :meth:`flush` calls ``batch([(topic, item), ...])`` once with all of them
+        instead. ``value_callback``: called with the value of an adapted publisher in the process
+        (``callback`` then takes messages: DDS, plain publishers). ``tick_samples_only``: the callbacks
+        ignore samples stamped between control ticks; when every subscription a linked process feeds on a
+        topic says so, that process does not send those samples (:meth:`link_tick_only`). ``with_source``:
+        the callbacks take the publisher too (``cb(value, publisher)``; through DDS rclpy's message info):
+        the bridge applies one publisher's commands, whatever the transport delivers."""
+        name = node.resolve_topic_name(topic)
+        sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
+                            tap=tap if raw else None, value_cb=value_callback,
+                            batch=getattr(tap, "batch", None) if raw else None,
+                            own_only=bool(raw and tap is not None and getattr(tap, "own_only", False)),
+                            tick_samples_only=bool(tick_samples_only), with_source=bool(with_source))
+        with self._lock:
+            if self._finalized and name not in self._pubs:
+                sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)
+                self._dds_subs.append(sub)
+            else:
+                self._subs.setdefault(name, []).append(sub)
+                if not sub.own_only:
+                    self._link_subs.setdefault(name, []).append(sub)
+                if not self._finalized:
+                    self._pending.append(sub)
+            linked = self.link is not None and self.link.sock is not None and any(
+                isinstance(p, LinkPublisher) for p in self._pubs.get(name, ()))
+        if linked and not sub.own_only:
+            self.link.announce_subs(self.link_wants(), self.link_tick_only())
+        elif linked and self._peer_record is not None:
+            self._announce_record()            # one more topic the linked process records itself
+        return sub
+
+    def withdraw(self, node, topics) -> int:
+        """Remove ``node``'s subscriptions to ``topics`` (before :meth:`connect_link` and :meth:`finalize`):
+        a node chained to a co-located one takes those inputs from it directly
+        (:func:`legged_wbc.ros.stack.composition.chain_controller`). Returns how many were removed."""
+        n = 0
+        with self._lock:
+            if self._finalized:
+                raise RuntimeError("IntraProcessBus.withdraw: the bus is finalized")
+            for topic in topics:
+                name = node.resolve_topic_name(topic)
+                for table in (self._subs, self._link_subs):
+                    subs = table.get(name, [])
+                    mine = [s for s in subs if s.node is node]
+                    for s in mine:
+                        subs.remove(s)
+                    n += len(mine) if table is self._subs else 0
+                self._pending = [s for s in self._pending if not (s.node is node and s.topic == name)]
+        return n
+
+    def finalize(self) -> list[str]:
+        """All nodes are constructed: subscriptions to topics nobody in the process publishes go
+        through DDS. Returns those topics."""
+        dds = []
+        with self._lock:
+            for sub in self._pending:
+                if sub.topic not in self._pubs:
+                    self._subs[sub.topic].remove(sub)
+                    if sub in self._link_subs.get(sub.topic, ()):
+                        self._link_subs[sub.topic].remove(sub)
+                    sub.dds = sub.node.create_subscription(sub.msg_type, sub.topic, sub.callback, sub.qos, raw=sub.raw)
+                    self._dds_subs.append(sub)
+                    dds.append(sub.topic)
+            self._pending.clear()
+            self._finalized = True
+        return dds
+
+    def flush(self) -> int:
+        """Deliver the deferred raw messages (in publication order); returns how many."""
+        items = self._deferred
+        last_msg = last_raw = None
+        n = 0
+        batches: dict = {}
+        while items:
+            sub, msg = items.popleft()
+            n += 1
+            try:
+                if sub.tap is not None:
+                    sink = sub.batch
+                    if sink is not None:      # collected: one call per sink and flush (the recorder)
+                        batch = batches.get(sink)
+                        if batch is None:
+                            batch = batches[sink] = (sub, [])
+                        batch[1].append((sub.topic, msg))
+                    else:
+                        sub.tap(msg)          # a message or an AdaptedValue
+                    continue
+                if msg is not last_msg:
+                    last_msg, last_raw = msg, _serialize(msg)
+                sub.callback(last_raw)
+            except Exception:
+                self._callback_failed(sub)
+        for sink, (sub, batch) in batches.items():
+            try:
+                sink(batch)
+            except Exception:
+                self._callback_failed(sub)
+        return n
+
+    # ------------------------------------------------------------------ host link
+    def link_wants(self) -> dict[str, int]:
+        """Topic -> subscriptions here that take the link's deliveries (the linked process sends those it
+        publishes: a topic may have publishers on both sides, /tf); ``own_only`` taps are not counted."""
+        return {t: len(subs) for t, subs in self._link_subs.items() if subs}
+
+    def link_tick_only(self) -> list[str]:
+        """Topics of :meth:`link_wants` whose every such subscription is ``tick_samples_only``: the linked
+        process sends them on the control ticks only (the estimator on the tick grid: half the 1 kHz samples)."""
+        return sorted(t for t, subs in self._link_subs.items() if subs and all(s.tick_samples_only for s in subs))
+
+    def own_topics(self) -> set[str]:
+        """Topics with a publisher in this process (not only a :class:`LinkPublisher`)."""
+        return {t for t, pubs in self._pubs.items() if any(not isinstance(p, LinkPublisher) for p in pubs)}
+
+    def record_peer(self, info: dict) -> list[str]:
+        """Split recording: the linked process records its own publications of the topics this
+        process's ``own_only`` taps subscribe, into the ring ``info["ring"]`` (host link RECORD, sent now
+        and again when such a tap is added; ``info`` also says how to stamp them: ``stamp_topic``,
+        ``clock_topic``, ``sim_time``). The stamp topic (``/clock``) is sent to it from now on: the
+        linked process stamps a record by the newest clock it was given, as the recorder here would.
+        Returns the topics the linked process is asked to record."""
+        self._peer_record = dict(info)
+        stamp = info.get("stamp_topic")
+        if stamp and stamp in self.own_topics():
+            link = self.link
+            link.peer_subs = {**link.peer_subs, stamp: max(1, link.peer_subs.get(stamp, 0))}
+            self._on_peer_subs(link.peer_subs)
+        return self._announce_record()
+
+    def _announce_record(self) -> list[str]:
+        topics = {}
+        for t, subs in self._subs.items():
+            if any(isinstance(p, LinkPublisher) for p in self._pubs.get(t, ())):
+                for sub in subs:
+                    if sub.own_only:
+                        topics[t] = message_class_name(sub.msg_type)
+                        break
+        self.link.announce_record({**self._peer_record, "topics": topics})
+        return sorted(topics)
+
+    def connect_link(self, timeout: float, stop=None) -> list[str]:
+        """Join the linked process (:mod:`legged_wbc.ros.transport.host_link`; call it once every node is
+        constructed, before :meth:`finalize`): its topics that we subscribe are fed by the link, ours
+        that it subscribes are sent over it. Returns the topics that come over the link."""
+        from legged_wbc.ros.io import adapters
+        from legged_wbc.ros.recording.bag_writer import message_class
+
+        link = self.link
+        pubs = []
+        for topic, ips in self._pubs.items():
+            ip = ips[0]
+            a = ip.adapter
+            mt = ip.msg_type
+            pubs.append({"topic": topic, "type": message_class_name(mt),
+                         "adapter": type(a).__name__ if a is not None else None,
+                         "template": _serialize(a.msg) if a is not None else None,
+                         "names": list(a.msg.name) if isinstance(a, adapters.JointStateAdapter) else None})
+        link.handshake(pubs, self.link_wants(), timeout, stop, tick_only=self.link_tick_only())
+        from rclpy.serialization import deserialize_message
+
+        deliver = {}
+        for p in link.peer_pubs:                     # (a topic published here too gets both sources)
+            mt = message_class(p["type"])
+            adapter = None
+            if p["adapter"] is not None:
+                adapter = getattr(adapters, p["adapter"])(deserialize_message(p["template"], mt))
+            lp = LinkPublisher(self, p["topic"], mt, adapter)
+            self._pubs.setdefault(p["topic"], []).append(lp)
+            deliver[p["topic"]] = lp.deliver
+        link.bind_inputs(deliver)
+        link.on_peer_subs = self._on_peer_subs
+        self._on_peer_subs(link.peer_subs)
+        return sorted(deliver)
+
+    def _on_peer_subs(self, subs: dict[str, int]) -> None:
+        for topic, ips in self._pubs.items():
+            for ip in ips:
+                if not isinstance(ip, LinkPublisher):
+                    ip._link_n = int(subs.get(topic, 0)) if self.link.sends(topic) else 0
+                    ip._link_ticks_only = topic in self.link.peer_tick_only
+
+    # ------------------------------------------------------------------ introspection
+    def local_topics(self) -> dict[str, list[str]]:
+        """Topic -> names of the nodes subscribed in-process to a publisher in this process."""
+        return {t: [s.node.get_name() for s in subs] for t, subs in self._subs.items()
+                if subs and not isinstance((self._pubs.get(t) or [None])[0], LinkPublisher)}
+
+    def linked_topics(self) -> list[str]:
+        """Topics published by the linked process and subscribed here (through the link)."""
+        return sorted(t for t, pubs in self._pubs.items()
+                      if any(isinstance(p, LinkPublisher) for p in pubs) and self._link_subs.get(t))
+
+    def published_topics(self) -> dict[str, object]:
+        """Topic -> message type of every in-process publisher."""
+        return {t: pubs[0].msg_type for t, pubs in self._pubs.items() if pubs}
+
+    def stats(self) -> dict:
+        pubs = [p for ps in self._pubs.values() for p in ps]
+        return {"local_deliveries": sum(p.local_deliveries for p in pubs),
+                "dds_published": sum(p.dds_published for p in pubs),
+                "callback_errors": self.callback_errors}
+
+    def _callback_failed(self, sub: _Subscription) -> None:
+        self.callback_errors += 1
+        sub.errors += 1
+        now = time.monotonic()
+        if sub.errors == 1 or now - sub._last_log >= 1.0:
+            sub._last_log = now
+            detail = traceback.format_exc() if sub.errors == 1 else traceback.format_exc().strip().splitlines()[-1]
+            sub.node.get_logger().error(f"callback for {sub.topic} raised ({sub.errors} so far): {detail}")

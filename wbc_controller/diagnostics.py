@@ -1,0 +1,10 @@
+"""The fields of the controller's ``/wbc/diagnostics`` array (``Float64MultiArray``, label
+``wbc[<fields>]``), in order: defined here, below the node, so that the ROS layer's readers
+(:mod:`legged_wbc.ros.nodekit.diagnostics`) and the tools name them without importing the node.
+
+Units: times in microseconds, residuals in the QP's units, attitude errors [rad], the rest counts or flags.
+"""
+
+DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",
+               "eq_residual", "ineq_violation", "consecutive_failures", "total_failures", "safe_stop",
+               "rejected_inputs", "err_roll", "err_pitch", "skipped_ticks")
