@@ -284,6 +284,7 @@ def attach_ground_truth(node, rate_hz: float) -> GroundTruthTap | None:
     from legged_wbc.conventions import quat_wxyz_to_xyzw
     from legged_wbc.ros.nodekit import background
     from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.transport import endpoints
 
     qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.VOLATILE)
