@@ -215,6 +215,7 @@ def _tf_job(node, links: "LinkTransforms", rate_hz: float, TransformStamped, TFM
 
     from legged_wbc.ros.nodekit import background
     from legged_wbc.ros import io as ros_io
+    from legged_wbc.ros.transport import endpoints
 
     stamp0 = ros_io.time_msg(0)
     qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
