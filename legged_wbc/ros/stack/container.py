@@ -68,6 +68,10 @@ class ContainerConfig:
                         "(ros2_control's chained controllers) instead of through its input topics")
     mode: str = param("lockstep", choices=("lockstep", "realtime"), live=False,
                       desc="the bridge's timing (the control part schedules its chain thread in realtime mode)")
+    foxglove: int = param(0, 0, 65535, live=False, desc="serve the stack live over the Foxglove WebSocket protocol on "
+                          "127.0.0.1:PORT (8765 the usual; legged_wbc/ros/stack/foxglove.py); 0 = off; layout:=container")
+    wbc: bool = param(True, live=False, desc="compose the whole-body controller; false (controller:=external): an "
+                      "outside node commands the bridge (its command_source: first) and subscribes /joint_states")
 
     def __post_init__(self):
         validate(self)
@@ -77,16 +81,17 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
     """Construct this part's nodes on ``bus``: ``(nodes, bridge or None, recorder or None)``."""
     from rclpy.parameter import Parameter
 
-    want = PART_NODES[part]
+    want = tuple(n for n in PART_NODES[part] if P.wbc or n != "controller")
     record = P.record if "recorder" in want else ""
     nodes, bridge, recorder = [], None, None
     with bus.active():
         if "bridge" in want:
             from mujoco_bridge.node import MujocoBridge
 
-            # tick 0 once the estimator, the controller unless chained (and the recorder) subscribe, here or linked
+            # tick 0 once the estimator, the controller unless chained or the outside one (and the recorder)
+            # subscribe, here, linked or through DDS
             bridge = MujocoBridge(parameter_overrides=[
-                Parameter("startup_min_subscribers", value=(1 if P.chain else 2) + bool(record)),
+                Parameter("startup_min_subscribers", value=(1 if P.chain and P.wbc else 2) + bool(record)),
                 Parameter("startup_wait_all_topics", value=bool(record))])
             nodes.append(bridge)
         if "estimator" in want:
@@ -107,12 +112,18 @@ def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
                                                         Parameter("writer_process", value=True)])
             recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
             nodes.append(recorder)
+        if P.foxglove and part == "all":
+            from legged_wbc.ros.stack.foxglove import FoxgloveBridge
+
+            nodes.append(FoxgloveBridge(P.foxglove))
+        elif P.foxglove:
+            log.warning(f"foxglove:={P.foxglove} is served by layout:=container only: not serving")
     if P.chain and "estimator" in want and "controller" in want:
         chain_controller(bus, *(next(n for n in nodes if n.get_name() == name) for name in CHAIN), log=log)
     return nodes, bridge, recorder
 
 
-def _wire(bus, bridge, recorder, P, log, stop, node):
+def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
     """Join the linked part, finalize the bus, subscribe the recorder (split: ask the control part to
     record its own topics), set the per-sample flush. Returns the control part's
     :class:`~legged_wbc.ros.recording.bag_process.PeerRecorder` (it records this part's topics if the sim part
@@ -133,6 +144,9 @@ def _wire(bus, bridge, recorder, P, log, stop, node):
         if bus.link is not None:
             recorded_there = recorder.record_linked_part(bus)
         recorder.start_discovery_timer()
+    from legged_wbc.ros.stack.foxglove import serve
+
+    serve(nodes, bus)                               # foxglove:=PORT: the live view of this part's ``nodes``
     if bridge is not None:
         flushes = [bus.flush]                       # the recorder's deferred records
         if recorder is not None and hasattr(recorder.bag, "flush"):
@@ -183,9 +197,9 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from legged_wbc.robot import ConfigError
-    from legged_wbc.ros.transport.host_link import HostLink, LinkError
+    from legged_wbc.ros.transport.host_link import HostLink, LinkError, LinkStopped
     from legged_wbc.ros.transport.intra_process import IntraProcessBus
-    from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError
+    from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError, feed_sim_time
 
     rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list = []
@@ -210,7 +224,8 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
 
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGTERM, _stop)
-        peer = _wire(bus, bridge, recorder, P, log, stop_event.is_set, container)
+        peer = _wire(bus, bridge, recorder, P, log, stop_event.is_set, container, nodes)
+        feed_sim_time(nodes, _sim_now(bridge, nodes))     # use_sim_time: the clocks follow the simulation
         log.info(f"composed {', '.join(n.get_name() for n in nodes[1:])}"
                  + (f" ({part} part of host link {P.link!r})" if link is not None else ""))
 
@@ -228,13 +243,32 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         rc = _closing_stats(bus, link, log, rc)
     except (ParameterSchemaError, ConfigError, LinkError) as exc:
         print(f"{CONTAINER_NODES[part]}: {exc}", file=sys.stderr)
-        rc = 2
+        rc = 0 if isinstance(exc, LinkStopped) else 2     # a stop while waiting is a stop (130 / 143: entry)
     finally:
         teardown(nodes, link, recorder, executor, spin, peer)
         if rclpy.ok():
             rclpy.shutdown()
         ignore_stop_signals()   # everything is closed: a late stop signal must not make this an exit -2
     return _recording_said(recorder, part, rc)
+
+
+def _sim_now(bridge, nodes):
+    """Sim time [ns] as this part knows it (None before the first sample): the bridge's last sample, or
+    (the control part) the estimator's last complete tick (``input_timing: sample``: its newest /imu stamp)."""
+    from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS
+
+    if bridge is not None:
+        return lambda: bridge._last_step * PHYSICS_DT_NS if bridge._last_step >= 0 else None
+    est = next((n for n in nodes if n.get_name() == "state_estimator"), None)
+
+    def now():
+        if est is None:
+            return None
+        if est.samples is not None:
+            return est._imu[0] if est._imu is not None else None
+        return est.sync.last_tick * CONTROL_PERIOD_NS if est.sync.last_tick >= 0 else None
+
+    return now
 
 
 def _recording_said(recorder, part: str, rc: int) -> int:
