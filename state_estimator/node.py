@@ -36,7 +36,8 @@ and the bridge's watchdog acts). Parameters: the fields of
 :class:`state_estimator.config.EstimatorNodeConfig` (``touchdown.*``, ``velocity.*``, ``height.*``:
 validated, the live ones reach the filters at the next tick; ``robot``, ``scenario``, ``qos_depth``
 and the initial standard deviations read-only). The scenario's estimator block is applied on top of
-``config/estimator.yaml``.
+``config/estimator.yaml``. The gait is evaluated at the scenario's command schedule's gait clock, or the
+controller's under a live ``/cmd_vel`` (``/wbc/gait_clock``, :mod:`legged_wbc.ros.nodekit.cmd_vel`).
 """
 
 from __future__ import annotations
@@ -50,18 +51,16 @@ from sensor_msgs.msg import Imu, JointState
 
 from legged_wbc.gait import GaitConfig, GaitScheduler
 from legged_wbc.model import RobotModel
-from legged_wbc.ros.io import adapters
-from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics, tf_publisher
+from legged_wbc.ros.nodekit import cmd_vel, diagnostics as ros_diagnostics, tf_publisher
+from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
-from legged_wbc.ros.io import TickSync
-from legged_wbc.ros.nodekit.params import NodeParameters
+from legged_wbc.ros.io import TickSync, adapters
 from legged_wbc.scenario import load_scenario
 
 from . import support_plane
 from .config import EstimatorNodeConfig
 from .estimator import StateEstimator
-
 
 def scenario_overrides(cfg: EstimatorNodeConfig) -> dict:
     """The scenario's estimator block, on top of the parameter file (as in the headless loop)."""
@@ -102,6 +101,8 @@ class EstimatorNode(ros_io.TickOutputs, Node):
                                    adapter=A.JointStateAdapter, tick_samples_only=grid)
         endpoints.create_subscription(self, Imu, ros_io.TOPIC_IMU, self._on_imu, qos, adapter=A.ImuAdapter,
                                    tick_samples_only=grid)
+        # the gait clock: the scenario's command schedule, or the controller's under a live /cmd_vel
+        self.gait_clock = cmd_vel.GaitClockFollower(self, gait, sc, qos)
         legs, n = ",".join(self.leg_names), self.rm.n
         # /estimator/support: the legs, then the support-plane normal's entries
         self.support_names = self.leg_names + list(support_plane.ROS_NAMES)
@@ -211,7 +212,8 @@ class EstimatorNode(ros_io.TickOutputs, Node):
         t_ns = tick * ros_io.CONTROL_PERIOD_NS if stamp is None else stamp
         first = tick == 0 if stamp is None else not self._last_out
         try:
-            e = self.est.update(t_ns * 1e-9 if t is None else t, pos, vel, eff, quat, gyro, acc)
+            t = t_ns * 1e-9 if t is None else t
+            e = self.est.update(t, pos, vel, eff, quat, gyro, acc, gait_clock=self.gait_clock.clock(t, self.chained))
         except ValueError as exc:
             return self._reject("sample", str(exc))
         tau_ext = np.zeros(self.rm.n)

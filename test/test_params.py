@@ -250,9 +250,32 @@ WBC_LIVE_WITH = {"cbf_slack_weight": ({"cbf_slack": True}, 10.0, ["H"]),
                  "leg_collision_kd": ({"leg_collision_barrier": True, "leg_collision_range": 1.0,
                                        "leg_collision_kp": 1.0}, 10.0, ["l"]),
                  "leg_collision_tau_ext": ({"leg_collision_barrier": True, "leg_collision_range": 1.0}, False, ["l"])}
+# the velocity command's limits, probed under a live /cmd_vel (vx 0.25, vy 0.12, wz 0.4, taken 0.3 s before the
+# tick, the filter at rest 10 ms before): the tick's filtered command ("cmd") and the QP see them
+WBC_LIVE_CMD = {"cmd_max_vx": (0.001, ["cmd", "g"], {}, T_WALK),
+                "cmd_max_vy": (0.001, ["cmd", "g"], {}, T_WALK),
+                "cmd_max_wz": (0.001, ["cmd", "g"], {}, T_WALK),
+                "cmd_accel_x": (1.0, ["cmd", "g"], {}, T_WALK),
+                "cmd_accel_y": (1.0, ["cmd", "g"], {}, T_WALK),
+                "cmd_accel_wz": (5.0, ["cmd", "g"], {}, T_WALK),
+                "cmd_vel_timeout": (0.1, ["cmd", "g"], {}, T_WALK)}
 
 
-def _wbc_node(ctx, **overrides):
+def _live_command(node, t: float) -> None:
+    """A /cmd_vel message (as the subscription hands it over) taken 0.3 s before tick ``t``; the gait clock
+    restarted and the filter at rest 10 ms before ``t``, so that each tick at ``t`` is the same."""
+    cv = node.cmd_vel
+    f = cv.commander.filter
+    if node._new_cfg is not None:       # the node clamps a message taken at a tick with that tick's limits
+        c = node._new_cfg
+        f.limits = f.limits._replace(v_max=(c.cmd_max_vx, c.cmd_max_vy, c.cmd_max_wz))
+    cv._msg = (cv._msg[0] + 1, 0.25, 0.12, 0.4)
+    cv.commander.clock.tau = cv.commander._t = None
+    cv.command(t - 0.3, node.ctl)
+    f.v[:], f._t = 0.0, t - 0.01
+
+
+def _wbc_node(ctx, live_command: bool = False, **overrides):
     from rclpy.parameter import Parameter
 
     from wbc_controller.node import WbcNode
@@ -273,6 +296,8 @@ def _wbc_node(ctx, **overrides):
     def tick(t: float) -> dict:
         """One control tick on the fixed input (the swings of this tick re-planned), what it produced."""
         ctl.swing.cycle[:] = -1
+        if live_command:
+            _live_command(node, t)
         d = {"js": (q[7:], v[6:]), "odom": (q[:7], v[:6]), "support": np.asarray(ctl.gait.nominal_support(t), bool),
              "tau_ext": tau_ext, "normal": normal}
         node._run_tick(int(round(t / 0.002)), d)
@@ -280,7 +305,7 @@ def _wbc_node(ctx, **overrides):
         return {"tau": o.tau.copy(), "H": p.H.copy(), "g": p.g.copy(), "C": p.C.copy(), "l": p.l.copy(),
                 "u": p.u.copy(), "tau_bounds": np.concatenate(ctl.tau_bounds()), "target": ctl.swing.target.copy(),
                 "accepted": o.diag.qp_accepted, "safe_stop": o.diag.safe_stop,
-                "cbf_active": o.diag.cbf_active.copy()}
+                "cbf_active": o.diag.cbf_active.copy(), "cmd": node.cmd_vel.commander.filter.v.copy()}
 
     return node, tick
 
@@ -307,7 +332,7 @@ def test_every_live_controller_parameter_takes_effect_next_tick(ros_context):
     from wbc_controller.config import WbcConfig, WbcNodeConfig
 
     live = {s.name for s in P.schema(WbcNodeConfig) if s.live}
-    assert live == set(WBC_LIVE) | set(WBC_LIVE_WITH), "every live parameter needs a probe (or live=False)"
+    assert live == set(WBC_LIVE) | set(WBC_LIVE_WITH) | set(WBC_LIVE_CMD), "every live parameter needs a probe (or live=False)"
     base = P.to_flat(WbcConfig())
     node, tick = _wbc_node(ros_context)
     order = [k for k in WBC_LIVE if k not in ("residual_tol", "max_failures")] + ["residual_tol", "max_failures"]
@@ -317,6 +342,9 @@ def test_every_live_controller_parameter_takes_effect_next_tick(ros_context):
         node, tick = _wbc_node(ros_context, **startup)
         failures += _probe_all(node, tick, {name: (new, keys, {}, T_WALK)}, base)
         node.destroy_node()
+    node, tick = _wbc_node(ros_context, live_command=True)
+    failures += _probe_all(node, tick, WBC_LIVE_CMD, base)
+    node.destroy_node()
     assert not failures, failures
 
 

@@ -142,14 +142,15 @@ class WbcConfig:
     stand_up_duration: float = param(2.0, 0.01, 100.0, "duration of the stand-up ramp", unit="s")
     forward_velocity: float = param(0.1, -1.0, 1.0, "forward walking speed (world x)", unit="m/s")
     velocity_ramp_end: float = param(6.0, 0.0, 1000.0, "time at which the forward speed is reached", unit="s")
-    # --- velocity commands (blocks/command.py; a scenario's `commands`; read-only until the node takes /cmd_vel)
-    cmd_max_vx: float = param(0.3, 0.0, 2.0, "command limit, forward speed |vx| (heading frame)", unit="m/s", live=False)
-    cmd_max_vy: float = param(0.15, 0.0, 2.0, "command limit, sideways speed |vy| (heading frame)", unit="m/s", live=False)
-    cmd_max_wz: float = param(0.5, 0.0, 5.0, "command limit, yaw rate |wz|", unit="rad/s", live=False)
-    cmd_accel_x: float = param(0.3, 0.001, 10.0, "acceleration limit of the commanded vx", unit="m/s^2", live=False)
-    cmd_accel_y: float = param(0.3, 0.001, 10.0, "acceleration limit of the commanded vy", unit="m/s^2", live=False)
-    cmd_accel_wz: float = param(1.0, 0.001, 50.0, "acceleration limit of the commanded wz", unit="rad/s^2", live=False)
-    cmd_vel_timeout: float = param(0.5, 0.01, 100.0, "a command older than this counts as zero", unit="s", live=False)
+    # --- velocity commands (blocks/command.py; a scenario's `commands`, the node's /cmd_vel): limits, acceleration
+    # limits and timeout live (the next /cmd_vel message is clamped to the new limits, the next tick filtered)
+    cmd_max_vx: float = param(0.3, 0.0, 2.0, "command limit, forward speed |vx| (heading frame)", unit="m/s")
+    cmd_max_vy: float = param(0.15, 0.0, 2.0, "command limit, sideways speed |vy| (heading frame)", unit="m/s")
+    cmd_max_wz: float = param(0.5, 0.0, 5.0, "command limit, yaw rate |wz|", unit="rad/s")
+    cmd_accel_x: float = param(0.3, 0.001, 10.0, "acceleration limit of the commanded vx", unit="m/s^2")
+    cmd_accel_y: float = param(0.3, 0.001, 10.0, "acceleration limit of the commanded vy", unit="m/s^2")
+    cmd_accel_wz: float = param(1.0, 0.001, 50.0, "acceleration limit of the commanded wz", unit="rad/s^2")
+    cmd_vel_timeout: float = param(0.5, 0.01, 100.0, "a command older than this counts as zero", unit="s")
     stand_delay: float = param(1.0, 0.0, 100.0, "the gait stops (every leg in support) after the filtered "
                                "command has been zero this long", unit="s", live=False)
     foothold_velocity_gain: float = param(0.0, 0.0, 1.0, "under a command: touchdown moved by this gain times "
@@ -189,6 +190,8 @@ class WbcNodeConfig(WbcConfig):
                                        "forward_command_controller command (std_msgs/Float64MultiArray, efforts "
                                        "only) on this topic, e.g. /effort_controller/commands; empty = off",
                                        live=False)
+    cmd_vel_stamped: bool = param(False, desc="/cmd_vel is geometry_msgs/msg/TwistStamped (as Nav2 publishes it); "
+                                  "false: geometry_msgs/msg/Twist", live=False)
     forward_command_joints: tuple = param((), desc="joint order of forward_command_topic (the controller's "
                                           "`joints` parameter); empty = joint_states order", type="str_array",
                                           live=False)

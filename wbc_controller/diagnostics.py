@@ -7,4 +7,7 @@ Units: times in microseconds, residuals in the QP's units, attitude errors [rad]
 
 DIAG_FIELDS = ("tick", "qp_accepted", "qp_time_us", "solve_time_us", "cycle_time_us", "qp_iterations",
                "eq_residual", "ineq_violation", "consecutive_failures", "total_failures", "safe_stop",
-               "rejected_inputs", "err_roll", "err_pitch", "skipped_ticks")
+               "rejected_inputs", "err_roll", "err_pitch", "skipped_ticks",
+               # velocity command (legged_wbc.ros.nodekit.cmd_vel): /cmd_vel rules (1/0), commands clamped to the
+               # limits, /cmd_vel messages rejected, the filtered command vx, vy [m/s] (heading frame), wz [rad/s]
+               "cmd_live", "cmd_clamped", "cmd_rejected", "cmd_vx", "cmd_vy", "cmd_wz")

@@ -21,11 +21,11 @@ then computes the torque and publishes, in this order,
   ``header.stamp`` = the tick answered; see :mod:`legged_wbc.ros.io`), and, with
   ``forward_command_topic``, the efforts alone for a ros2_control ``forward_command_controller``.
 
-With ``input_timing: sample`` (hardware stamps) the inputs are paired by equal stamps (the
-estimator's outputs carry its joint-state sample's), ``t = stamp - first tick's stamp`` (for samples
-stamped ``k * 2 ms`` from 0, exactly tick_grid's ``t``), the command carries the sample's stamp (the
-bridge then needs ``command_timing: untimed``), and the diagnostics' ``tick`` is ``t`` on the 2 ms grid.
-Falling behind in a process of its own: :class:`legged_wbc.ros.io.NewestTickRunner` (``skipped_ticks``).
+``/cmd_vel`` (Twist; ``cmd_vel_stamped``: TwistStamped) takes over from the scenario's schedule or walk; under it
+``/wbc/gait_clock`` goes out first (:mod:`legged_wbc.ros.nodekit.cmd_vel`). ``input_timing: sample`` (hardware
+stamps): inputs paired by equal stamps (the estimator's outputs carry its joint-state sample's), ``t = stamp -
+first tick's stamp``, the command carries the sample's stamp (the bridge then needs ``command_timing: untimed``),
+the diagnostics' ``tick`` is ``t`` on the 2 ms grid. Falling behind: :class:`legged_wbc.ros.io.NewestTickRunner`.
 
 A sample with NaN or the wrong length is rejected (logged, counted in the diagnostics) and that tick
 gets no command: the bridge's watchdog takes over, a NaN never reaches the torque output.
@@ -49,7 +49,7 @@ from legged_wbc.gait import GaitConfig
 from legged_wbc.model import RobotModel, joint_permutation
 from legged_wbc.robot import ConfigError
 from legged_wbc.ros.io import adapters
-from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics
+from legged_wbc.ros.nodekit import cmd_vel as ros_cmd_vel, diagnostics as ros_diagnostics
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.nodekit.params import NodeParameters
@@ -65,10 +65,8 @@ wbc_fields = set(WbcConfig.__dataclass_fields__)
 def scenario_overrides(cfg: WbcNodeConfig) -> dict:
     """The scenario's references on top of the parameter file, made visible as parameters."""
     sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
-    if sc is None:
-        return {}
-    return {k: v for k, v in sc.controller_overrides(cfg.relative_pitch_mode).items()
-            if k != "relative_pitch_mode" and k in wbc_fields}
+    return {} if sc is None else {k: v for k, v in sc.controller_overrides(cfg.relative_pitch_mode).items()
+                                  if k != "relative_pitch_mode" and k in wbc_fields}
 
 class WbcNode(ros_io.TickOutputs, Node):
     def __init__(self, **kw):
@@ -94,12 +92,12 @@ class WbcNode(ros_io.TickOutputs, Node):
         self.rejected = 0
         qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=P.qos_depth,
                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
-        A = adapters
-        JS = A.JointStateAdapter
+        A, JS = adapters, adapters.JointStateAdapter
         endpoints.create_subscription(self, JointState, ros_io.TOPIC_JOINT_STATES, self._on_js, qos, adapter=JS)
         endpoints.create_subscription(self, Odometry, ros_io.TOPIC_EST_ODOM, self._on_odom, qos, adapter=A.OdometryAdapter)
         endpoints.create_subscription(self, JointState, ros_io.TOPIC_EST_SUPPORT, self._on_support, qos, adapter=JS)
         endpoints.create_subscription(self, JointState, ros_io.TOPIC_EST_TAU_EXT, self._on_tau_ext, qos, adapter=JS)
+        self.cmd_vel = ros_cmd_vel.CmdVelInput(self, self.cfg, gait, sc, P.cmd_vel_stamped, qos)   # /cmd_vel, /wbc/gait_clock
         # the messages of a tick, built once with their constant parts (values in, see ros.adapters)
         zeros_legs, zeros_n = np.zeros(len(self.leg_names)), np.zeros(self.rm.n)
         self._nan_n = np.full(self.rm.n, np.nan)    # the command's position / velocity: "not commanded"
@@ -207,6 +205,7 @@ class WbcNode(ros_io.TickOutputs, Node):
         if self._new_cfg is not self._cfg_applied:
             self.cfg = self._cfg_applied = self._new_cfg
             self.ctl.set_config(self.cfg)
+            self.cmd_vel.set_limits(self.cfg)
             self.sync.required = self._required_inputs()   # from the next tick on
         pos, vel = d["js"]
         qb, vb = d["odom"]
@@ -220,16 +219,18 @@ class WbcNode(ros_io.TickOutputs, Node):
             tick = (t_ns - self.samples.first_ns + ros_io.CONTROL_PERIOD_NS // 2) // ros_io.CONTROL_PERIOD_NS
         try:
             out = self.ctl.update(ControllerInput(t=t, q=q, v=v, support=d["support"], tau_ext=d.get("tau_ext"),
-                                                  normal=d.get("normal")))
+                                                  normal=d.get("normal"), command=self.cmd_vel.command(t, self.ctl)))
         except InputError as exc:
             return self._reject("controller input", str(exc))
         diag = out.diag
         vals = [tick, diag.qp_accepted, diag.qp_time_us, diag.solve_time_us, diag.cycle_time_us,
                 diag.qp_iterations, diag.eq_residual, diag.ineq_violation, diag.consecutive_failures,
-                diag.total_failures, diag.safe_stop, self.rejected, *diag.body_error_rpy[:2], self.ticks.skipped]
+                diag.total_failures, diag.safe_stop, self.rejected, *diag.body_error_rpy[:2], self.ticks.skipped,
+                *self.cmd_vel.diag()]
         if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
             self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
-        self._last_out = [
+        self._last_out = [self.cmd_vel.output()] if self.cmd_vel.live else []
+        self._last_out += [
             (self.pub_pitch, adapters.JointSample(t_ns, self.leg_names, diag.theta, diag.theta_dot,
                                                   diag.cbf_active.astype(float))),
             (self.pub_diag, np.array(vals, dtype=float)),

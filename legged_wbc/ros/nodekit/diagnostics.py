@@ -19,7 +19,9 @@ Levels (``DiagnosticStatus.level``), names ``<node>: <what>``, ``hardware_id`` =
   and those in their post-touchdown exclusion window.
 * ``wbc_controller: QP``: ERROR in safe stop (more than ``max_failures`` consecutive QP failures: zero
   torque, latched); WARN while holding the last accepted torque (consecutive failures), for QP failures,
-  rejected inputs or skipped ticks in the window; OK otherwise.
+  rejected inputs or skipped ticks in the window; OK otherwise. Its values also give the velocity command:
+  its source (``scenario`` until a ``/cmd_vel`` message, then ``/cmd_vel``), the filtered command and the
+  counts of clamped commands and rejected ``/cmd_vel`` messages.
 
 Before a node's first tick its status is OK with the message ``waiting for the first tick``.
 """
@@ -131,6 +133,11 @@ def controller_status(diag: dict | None, max_failures: int, rejected: int, skipp
                    "eq_residual": f"{diag['eq_residual']:.3g}", "ineq_violation": f"{diag['ineq_violation']:.3g}",
                    "body_error_roll_rad": f"{diag['err_roll']:.4g}",
                    "body_error_pitch_rad": f"{diag['err_pitch']:.4g}"})
+    if "cmd_live" in diag:          # the velocity command (legged_wbc.ros.nodekit.cmd_vel)
+        values.update({"cmd_source": "/cmd_vel" if diag["cmd_live"] else "scenario",
+                       "cmd_vx_mps": f"{diag['cmd_vx']:.3f}", "cmd_vy_mps": f"{diag['cmd_vy']:.3f}",
+                       "cmd_wz_radps": f"{diag['cmd_wz']:.3f}", "cmd_clamped": str(int(diag["cmd_clamped"])),
+                       "cmd_rejected": str(int(diag["cmd_rejected"]))})
     if diag["safe_stop"]:
         return Status(ERROR, name, f"safe stop: more than {max_failures} consecutive QP failures (zero torque, "
                       "latched)", values, hardware_id)
