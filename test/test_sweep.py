@@ -262,7 +262,7 @@ def test_terrain_is_randomized_by_name_only_and_each_trial_is_one_kind():
     assert "terrain" not in sw.DEFAULT_RANDOMIZE
     base = sw.sample_trial(3, 11, sw.DEFAULT_RANDOMIZE, rng, sc, sc.duration)
     with_t = sw.sample_trial(3, 11, sw.RANDOMIZE, rng, sc, sc.duration)
-    others = {k: v for k, v in with_t["params"].items() if k not in ("terrain", "actuators", "delay")}
+    others = {k: v for k, v in with_t["params"].items() if k not in ("terrain", "actuators", "delay", "command")}
     assert others == base["params"]                                 # other streams unchanged
     kinds = {}
     for k in range(40):
@@ -291,7 +291,7 @@ def test_actuators_and_delay_are_randomized_by_name_and_reach_the_scenario():
     assert not {"actuators", "delay"} & set(sw.DEFAULT_RANDOMIZE)
     base = sw.sample_trial(4, 11, sw.DEFAULT_RANDOMIZE + ("terrain",), rng, sc, sc.duration)
     full = sw.sample_trial(4, 11, sw.RANDOMIZE, rng, sc, sc.duration)
-    assert {k: v for k, v in full["params"].items() if k not in ("actuators", "delay")} == base["params"]
+    assert {k: v for k, v in full["params"].items() if k not in ("actuators", "delay", "command")} == base["params"]
     seen = {"model": set(), "sensor": set(), "command": set()}
     for k in range(40):
         tr = sw.sample_trial(k, 5, ("actuators", "delay"), rng, sc, sc.duration)
@@ -306,6 +306,67 @@ def test_actuators_and_delay_are_randomized_by_name_and_reach_the_scenario():
     mags = [sw.sample_trial(k, 7, ("disturbance",), act, full80, full80.duration)["params"]["disturbance"]["torque_nm"]
             for k in range(60)]
     assert 3.0 - 1e-6 <= min(mags) and max(mags) <= 80.0 and max(mags) > 60.0
+
+
+def test_command_schedules_drawn_within_the_envelope_and_followed_by_the_loop():
+    """--randomize command: a schedule per trial from a stream of its own (the other categories' draws
+    unchanged), zero until the gait start, then segments of 3-6 s to the end, each kind's axes on their
+    side of the ranges' bounds (the hexapod's tested envelope) and at least 0.3 of them; every draw is a
+    valid scenario and the headless loop's command is the drawn one (cmd_target at each segment's start)."""
+    from legged_wbc.closed_loop import ClosedLoop
+    from legged_wbc.scenario import load_scenario
+
+    sc = load_scenario("paper")
+    rng = sw.load_ranges("default")
+    base = sw.sample_trial(2, 11, sw.DEFAULT_RANDOMIZE, rng, sc, 25.0)
+    withc = sw.sample_trial(2, 11, sw.DEFAULT_RANDOMIZE + ("command",), rng, sc, 25.0)
+    assert {k: v for k, v in withc["params"].items() if k != "command"} == base["params"]
+    kinds = set()
+    for k in range(60):
+        tr = sw.sample_trial(k, 3, ("command",), rng, sc, 25.0)
+        seg = tr["params"]["command"]["segments"]
+        assert seg[0] == {"t": 0.0, "kind": "stand", "vx": 0.0, "vy": 0.0, "wz": 0.0} and seg[1]["t"] == sc.gait_start
+        dts = np.diff([e["t"] for e in seg[1:]])
+        assert np.all((dts >= 3.0 - 1e-6) & (dts <= 6.0 + 1e-6)) and 25.0 - 6.0 <= seg[-1]["t"] < 25.0
+        for e in seg[1:]:
+            kinds.add(e["kind"])
+            axes = {a.lstrip("+-"): a for a in sw.COMMAND_KINDS[e["kind"]]}
+            for name, (lo, hi) in (("vx", (-0.1, 0.2)), ("vy", (-0.1, 0.1)), ("wz", (-0.3, 0.3))):
+                v = e[name]
+                if name not in axes:
+                    assert v == 0.0, e
+                    continue
+                assert lo <= v <= hi and abs(v) >= 0.3 * min(abs(lo), hi) - 1e-9, e
+                assert not axes[name].startswith("+") or v > 0
+                assert not axes[name].startswith("-") or v < 0
+        got = load_scenario("paper", tr["sets"]).raw["commands"]
+        assert [(c["t"], c["vx"], c["vy"], c["wz"]) for c in got] == [(e["t"], e["vx"], e["vy"], e["wz"]) for e in seg]
+    assert kinds == set(sw.COMMAND_KINDS)
+    tr = next(t for t in (sw.sample_trial(k, 3, ("command",), rng, sc, 9.0) for k in range(50))
+              if len(t["params"]["command"]["segments"]) >= 3 and t["params"]["command"]["segments"][1]["kind"] != "stop")
+    seg = tr["params"]["command"]["segments"]
+    res = ClosedLoop(load_scenario("paper", tr["sets"]), "cbf").run(seg[2]["t"] + 0.01)
+    S = res.series
+    for e in seg[:3]:
+        k = int(np.searchsorted(S["t"], e["t"]))        # the first tick at or after the segment's start
+        assert list(S["cmd_target"][k]) == [e["vx"], e["vy"], e["wz"]], (e, S["cmd_target"][k])
+    assert not res.fell
+
+
+def test_randomize_default_names_the_default_categories(monkeypatch):
+    """``--randomize default,command``: the default categories plus the command schedule (what the
+    CLI hands the sweep; the sweep itself is not started)."""
+    import argparse
+
+    from legged_wbc.cli import sweep as cli
+
+    seen = {}
+    monkeypatch.setattr(sw, "run_sweep", lambda *a, **kw: seen.update(kw) or 0)
+    ns = argparse.Namespace(randomize="default,command", scenario="paper", trials=1, out="x", controllers="cbf",
+                            seed=0, duration=None, workers=None, scheduler=None, resume=False, ranges="default",
+                            set=None, dashboard="", no_figures=True)
+    assert cli.cmd_sweep(ns) == 0
+    assert seen["randomize"] == sw.DEFAULT_RANDOMIZE + ("command",)
 
 
 def test_bootstrap_ci_of_a_known_distribution():

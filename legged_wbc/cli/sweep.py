@@ -8,6 +8,8 @@ def cmd_sweep(args) -> int:
     from legged_wbc.tools.experiments.sweep import DEFAULT_RANDOMIZE, run_sweep
 
     randomize = DEFAULT_RANDOMIZE if args.randomize is None else tuple(x.strip() for x in args.randomize.split(",") if x.strip())
+    if "default" in randomize:     # the default categories plus the ones named with it (e.g. default,command)
+        randomize = tuple(dict.fromkeys(c for x in randomize for c in (DEFAULT_RANDOMIZE if x == "default" else (x,))))
     if args.randomize is not None and args.randomize.strip().lower() == "none":
         randomize = ()
     return run_sweep(args.scenario, args.trials, args.out, controllers=args.controllers.split(","), seed=args.seed,
@@ -27,8 +29,9 @@ def register(sub) -> None:
                    help="comma-separated: none, damping, cbf, or variants of the ranges YAML (default damping,cbf)")
     s.add_argument("--seed", type=nonneg_int, default=0, help="seed of the trials' draws")
     s.add_argument("--randomize", metavar="LIST",
-                   help="comma-separated subset of disturbance,friction,noise,mass,push,terrain,actuators,delay "
-                   "(default: disturbance,friction,noise,mass,push; 'none': nothing)")
+                   help="comma-separated subset of disturbance,friction,noise,mass,push,terrain,actuators,delay,command "
+                   "(default: disturbance,friction,noise,mass,push, also named 'default', e.g. default,command; "
+                   "'none': nothing)")
     s.add_argument("--duration", type=positive_float, help="simulated seconds per run (default: the scenario's)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--workers", type=positive_int, help="LocalCluster worker processes (default: one per core)")

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from legged_wbc.tools.experiments.sweep_plan import (  # noqa: F401  (the sweep's vocabulary, as `legged-wbc sweep` uses it)
-    BLAS_ENV, DEFAULT_RANDOMIZE, METRICS, RANDOMIZE, TIMING_KEYS, SweepError, load_ranges, plan_runs,
+    BLAS_ENV, COMMAND_KINDS, DEFAULT_RANDOMIZE, METRICS, RANDOMIZE, TIMING_KEYS, SweepError, load_ranges, plan_runs,
     resolve_controllers, sample_trial,
 )
 from legged_wbc.tools.experiments.sweep_report import print_summary, report_md, write_figures

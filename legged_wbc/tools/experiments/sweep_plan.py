@@ -11,12 +11,19 @@ from pathlib import Path
 import numpy as np
 
 # index = the category's seed stream (new categories go at the end: the others' draws stay as they were)
-RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push", "terrain", "actuators", "delay")
+RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push", "terrain", "actuators", "delay", "command")
 # what --randomize means when not given: the world and the disturbance, not the ground's shape (asked for
-# by name: --randomize terrain,...) nor the drives and the latencies (--randomize actuators,delay)
+# by name: --randomize terrain,...) nor the drives and the latencies (--randomize actuators,delay) nor a
+# velocity command schedule (--randomize default,command)
 DEFAULT_RANDOMIZE = ("disturbance", "friction", "noise", "mass", "push")
 METRICS = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm",
-           "distance_m", "qp_p99_us")
+           "distance_m", "qp_p99_us", "velocity_tracking_rmse_mps", "yaw_rate_tracking_rmse_radps",
+           "estimated_velocity_rmse_mps")
+# --randomize command: each segment's kind -> the axes it commands ("+vx": forward only, "-vx": backward
+# only, "vy": either sign); a commanded axis gets a magnitude of COMMAND_MIN_FRACTION..1 of its range's bound
+COMMAND_KINDS = {"forward": ("+vx",), "backward": ("-vx",), "sideways": ("vy",), "turn": ("wz",),
+                 "arc": ("+vx", "wz"), "omni": ("vx", "vy", "wz"), "stop": ()}
+COMMAND_MIN_FRACTION = 0.3
 MODES = ("none", "damping", "cbf")
 BARRIER_TARGET_RAD = 0.005          # the barrier's worst-case target (d / k_p,b of the paper)
 BLAS_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -55,7 +62,27 @@ def load_ranges(name_or_path: str = "default") -> dict:
                 raise SweepError(f"{p}: {cat}.{key}: uniform needs [low, high] with low <= high")
             if kind == "choice" and not val:
                 raise SweepError(f"{p}: {cat}.{key}: empty choice")
+        if cat == "command":
+            _check_command_ranges(p, spec or {})
     return rng
+
+
+def _check_command_ranges(p, spec: dict) -> None:
+    """The ``command`` section: ``kind`` a choice of :data:`COMMAND_KINDS`, ``segment_s`` a positive
+    uniform range [s], ``vx``, ``vy``, ``wz`` uniform ranges containing 0 [m/s, m/s, rad/s]."""
+    for key in ("kind", "segment_s", "vx", "vy", "wz"):
+        if key not in spec:
+            raise SweepError(f"{p}: command.{key} missing (kind, segment_s, vx, vy, wz)")
+    kinds = spec["kind"].get("choice")
+    if not kinds or any(k not in COMMAND_KINDS for k in kinds):
+        raise SweepError(f"{p}: command.kind: a choice of {', '.join(COMMAND_KINDS)}, got {spec['kind']!r}")
+    for key in ("segment_s", "vx", "vy", "wz"):
+        val = spec[key].get("uniform")
+        if val is None:
+            raise SweepError(f"{p}: command.{key}: expected {{uniform: [a, b]}}")
+        lo, hi = float(val[0]), float(val[1])
+        if (key == "segment_s" and lo <= 0) or (key != "segment_s" and not lo <= 0.0 <= hi):
+            raise SweepError(f"{p}: command.{key}: {val} (segment_s > 0; a velocity range must contain 0)")
 
 
 def _fmt(x) -> str:
@@ -81,8 +108,6 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
     """Trial ``k``'s parameters: ``{"params": {category: {...}}, "sets": [key=value, ...]}``.
 
     Each category has its own generator ``default_rng([seed, k, index in RANDOMIZE])``."""
-    from legged_wbc.robot import load_robot_config
-
     params: dict = {}
     sets: list[str] = []
 
@@ -97,42 +122,80 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
         if not spec:
             raise SweepError(f"--randomize {cat}: the sweep ranges have no {cat!r} section")
         g = gen(cat)
-        d = {key: _draw(g, dist) for key, dist in spec.items()}   # drawn in the YAML's order
-        if cat == "disturbance":
-            mag = float(f"{d.get('magnitude_factor', 1.0) * scenario.disturbance.torque_nm:.6f}")
-            dur = float(d.get("duration", scenario.disturbance.duration))
-            onset = float(f"{d.get('onset_fraction', 0.0) * max(0.0, walk_left - dur):.6f}")
-            p = {"leg": str(d.get("leg", scenario.disturbance.leg)), "sign": int(d.get("sign", scenario.disturbance.sign)),
-                 "torque_nm": mag, "start_offset": onset, "duration": dur}
-            sets += ["disturbance.enabled=true"] + [f"disturbance.{a}={_fmt(b)}" for a, b in p.items()]
-        elif cat == "friction":
-            p = {"mu": float(d["mu"])}
-            sets.append(f"ground.friction={_fmt(p['mu'])}")
-        elif cat == "noise":
-            p = {a: float(d.get(a, 0.0)) for a in ("joint_velocity", "gyro", "accel")}
-            p["seed"] = int(g.integers(1, 2**31 - 1))
-            sets += [f"noise.{a}={_fmt(b)}" for a, b in p.items()]
-        elif cat == "mass":
-            body = load_robot_config(scenario.robot).base_mass
-            p = {"fraction": float(d["fraction"]), "mass_kg": float(f"{d['fraction'] * body:.6f}")}
-            sets.append(f"payload.mass_kg={_fmt(p['mass_kg'])}")
-        elif cat == "terrain":
-            p, terrain_sets = _terrain_draw(d, g)
-            sets += terrain_sets
-        elif cat == "actuators":           # the drives' model (legged_wbc.scenario: ideal | realistic)
-            p = {"model": str(d["model"])}
-            sets.append(f"actuators={p['model']}")
-        elif cat == "delay":               # sensor / command latency in control ticks
-            p = {a: int(d.get(a, 0)) for a in ("sensor_delay_ticks", "command_delay_ticks")}
-            sets += [f"{a}={b}" for a, b in p.items()]
-        else:  # push
-            sign = 1 if int(g.integers(2)) else -1
-            dur = float(d.get("duration", 0.2))
-            onset = float(f"{d.get('onset_fraction', 0.0) * max(0.0, walk_left - dur):.6f}")
-            p = {"force_n": float(sign * d["force_n"]), "start_offset": onset, "duration": dur}
-            sets += ["push.enabled=true"] + [f"push.{a}={_fmt(b)}" for a, b in p.items()]
+        if cat == "command":
+            p, cat_sets = _command_draw(spec, g, scenario.gait_start, duration)
+        else:
+            d = {key: _draw(g, dist) for key, dist in spec.items()}   # drawn in the YAML's order
+            p, cat_sets = _category_draw(cat, d, g, scenario, walk_left)
         params[cat] = p
+        sets += cat_sets
     return {"params": params, "sets": sets}
+
+
+def _category_draw(cat: str, d: dict, g: np.random.Generator, scenario, walk_left: float) -> tuple[dict, list[str]]:
+    """One category's parameters and ``--set`` list from its draws ``d`` (``walk_left``: walking time
+    after ``t_s`` [s], where the disturbance and the push begin)."""
+    from legged_wbc.robot import load_robot_config
+
+    sets: list[str] = []
+    if cat == "disturbance":
+        mag = float(f"{d.get('magnitude_factor', 1.0) * scenario.disturbance.torque_nm:.6f}")
+        dur = float(d.get("duration", scenario.disturbance.duration))
+        onset = float(f"{d.get('onset_fraction', 0.0) * max(0.0, walk_left - dur):.6f}")
+        p = {"leg": str(d.get("leg", scenario.disturbance.leg)), "sign": int(d.get("sign", scenario.disturbance.sign)),
+             "torque_nm": mag, "start_offset": onset, "duration": dur}
+        sets += ["disturbance.enabled=true"] + [f"disturbance.{a}={_fmt(b)}" for a, b in p.items()]
+    elif cat == "friction":
+        p = {"mu": float(d["mu"])}
+        sets.append(f"ground.friction={_fmt(p['mu'])}")
+    elif cat == "noise":
+        p = {a: float(d.get(a, 0.0)) for a in ("joint_velocity", "gyro", "accel")}
+        p["seed"] = int(g.integers(1, 2**31 - 1))
+        sets += [f"noise.{a}={_fmt(b)}" for a, b in p.items()]
+    elif cat == "mass":
+        body = load_robot_config(scenario.robot).base_mass
+        p = {"fraction": float(d["fraction"]), "mass_kg": float(f"{d['fraction'] * body:.6f}")}
+        sets.append(f"payload.mass_kg={_fmt(p['mass_kg'])}")
+    elif cat == "terrain":
+        p, terrain_sets = _terrain_draw(d, g)
+        sets += terrain_sets
+    elif cat == "actuators":           # the drives' model (legged_wbc.scenario: ideal | realistic)
+        p = {"model": str(d["model"])}
+        sets.append(f"actuators={p['model']}")
+    elif cat == "delay":               # sensor / command latency in control ticks
+        p = {a: int(d.get(a, 0)) for a in ("sensor_delay_ticks", "command_delay_ticks")}
+        sets += [f"{a}={b}" for a, b in p.items()]
+    else:  # push
+        sign = 1 if int(g.integers(2)) else -1
+        dur = float(d.get("duration", 0.2))
+        onset = float(f"{d.get('onset_fraction', 0.0) * max(0.0, walk_left - dur):.6f}")
+        p = {"force_n": float(sign * d["force_n"]), "start_offset": onset, "duration": dur}
+        sets += ["push.enabled=true"] + [f"push.{a}={_fmt(b)}" for a, b in p.items()]
+    return p, sets
+
+
+def _command_draw(spec: dict, g: np.random.Generator, gait_start: float, duration: float) -> tuple[dict, list[str]]:
+    """A velocity command schedule (scenario key ``commands``; heading frame, REP 103): zero until the
+    gait start, then segments of ``segment_s`` [s] until ``duration``, each of a kind drawn from
+    ``kind`` (:data:`COMMAND_KINDS`; ``stop``: zero, the gait stops and the robot stands) with each
+    commanded axis ``COMMAND_MIN_FRACTION..1`` x its range's bound on its side. Returns
+    ``({"segments": [{t, kind, vx, vy, wz}, ...]}, ["commands=[...]"])``."""
+    entries = [{"t": 0.0, "kind": "stand", "vx": 0.0, "vy": 0.0, "wz": 0.0}]
+    t = float(gait_start)
+    while t < duration:
+        kind = str(_draw(g, spec["kind"]))
+        seg = float(_draw(g, spec["segment_s"]))
+        e = {"t": float(f"{t:.6f}"), "kind": kind, "vx": 0.0, "vy": 0.0, "wz": 0.0}
+        for ax in COMMAND_KINDS[kind]:
+            name = ax.lstrip("+-")
+            sign = {"+": 1.0, "-": -1.0}.get(ax[0]) or (1.0 if int(g.integers(2)) else -1.0)
+            lo, hi = (float(x) for x in spec[name]["uniform"])
+            bound = hi if sign > 0 else -lo
+            e[name] = float(f"{sign * g.uniform(COMMAND_MIN_FRACTION, 1.0) * bound:.6f}") + 0.0
+        entries.append(e)
+        t += seg
+    text = ", ".join("{" + ", ".join(f"{k}: {_fmt(e[k])}" for k in ("t", "vx", "vy", "wz")) + "}" for e in entries)
+    return {"segments": entries}, [f"commands=[{text}]"]
 
 
 # keys of the terrain drawn for each kind (the others keep the scenario's)
