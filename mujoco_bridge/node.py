@@ -105,7 +105,8 @@ class MujocoBridge(Node):
         self._gid_names: dict[bytes, str] = {}
         self._graph_asked = -1e9
         self.sub_cmd = endpoints.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
-                                                  cmd_qos, adapter=adapters.JointStateAdapter, with_source=True)
+                                                  cmd_qos, adapter=adapters.JointStateAdapter, with_source=True,
+                                                  any_thread=True)   # outside commands: executor thread (processes: same)
         self._leg_order = ros_io.JointOrder(self.leg_names)
         self.sub_support = None
         if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
@@ -197,7 +198,7 @@ class MujocoBridge(Node):
         ``WallStamps``). Message objects are reused; topics nobody subscribes to are skipped."""
         t_ns = step * PHYSICS_DT_NS
         repeat, self._last_step = step == self._last_step, step   # re-published (start-up): control inputs only
-        sensor_ns = self._wall.stamp(t_ns, self.get_clock().now().nanoseconds) if self._wall else t_ns
+        sensor_ns = self._wall.stamp(t_ns, time.time_ns()) if self._wall else t_ns   # wall: never sim time
         if self.untimed:
             self.sched.note_sample(sensor_ns, step)   # untimed answers name it
         s = self.sim.sensors()

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from legged_wbc.ros.transport import endpoints
 from mujoco_bridge.timing import CommandQueue, CommandTiming
 
 
@@ -83,7 +84,6 @@ def ros_contexts():
 
 def _js(k: int):
     from legged_wbc.ros import io as ros_io
-    from legged_wbc.ros.transport import endpoints
 
     return ros_io.joint_state_msg(k * 2_000_000, ["a", "b"], [k, 1.0], [0.0, 0.0], [0.0, 0.0])
 

@@ -135,9 +135,9 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
             from legged_wbc.ros.recording.bag_process import PeerRecorder
 
             peer = PeerRecorder(bus, node)
-            bus.link.on_record, bus.link.after_frame = peer.start, peer.flush
+            bus.link.on_record, bus.link.after_frame = peer.start, _drained(bus, peer.flush)
         bus.connect_link(P.link_timeout, stop)
-    external = bus.finalize()
+    external = bus.finalize()           # and the in-process subscriptions' shadows (publishers outside)
     recorded_there = []
     if recorder is not None:
         recorder.subscribe_topics(bus.published_topics())
@@ -164,7 +164,11 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
 
             bridge.after_control_inputs = _after_control_inputs
 
+        inbox, drain = bus._inbox, bus.drain_outside
+
         def _after_sample():
+            if inbox:                               # messages from publishers outside the process
+                drain()
             if link_flush is not None and bridge._last_step % steps_per_tick == 0:
                 link_flush()                        # anything published after the inputs (none today)
             for f in flushes:
@@ -178,6 +182,19 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
              + (f"; recorded by the control part: {', '.join(recorded_there)}" if recorded_there else "")
              + (f"; through DDS: {', '.join(sorted(set(external)))}" if external else ""))
     return peer
+
+
+def _drained(bus, then):
+    """The control part's hook after each frame: the messages from publishers outside the process (in the
+    chain's thread, between frames), then ``then()``."""
+    inbox, drain = bus._inbox, bus.drain_outside
+
+    def _after_frame():
+        if inbox:
+            drain()
+        then()
+
+    return _after_frame
 
 
 def main_sim(argv: list[str] | None = None) -> int:
@@ -285,7 +302,9 @@ def _closing_stats(bus, link, log, rc: int) -> int:
     bus.flush()
     stats = bus.stats()
     log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
-             f"callback errors {stats['callback_errors']}" + (f"; {link.stats()}" if link is not None else ""))
+             f"callback errors {stats['callback_errors']}, from publishers outside {stats['outside_messages']} "
+             f"(dropped {stats['outside_dropped']}; own publications through DDS dropped {stats['own_copies']})"
+             + (f"; {link.stats()}" if link is not None else ""))
     if stats["callback_errors"]:
         rc = rc or 1
     return rc

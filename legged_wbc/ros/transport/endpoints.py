@@ -25,7 +25,7 @@ def create_publisher(node, msg_type, topic: str, qos, adapter=None, **kw):
 
 
 def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None, adapter=None,
-                        tick_samples_only: bool = False, with_source: bool = False, **kw):
+                        tick_samples_only: bool = False, with_source: bool = False, any_thread: bool = False, **kw):
     """``node.create_subscription``, or the in-process subscription of a composed node (see
     :func:`create_publisher`; ``tap``: :meth:`IntraProcessBus.create_subscription`, ignored outside a
     container). With an ``adapter`` class (:mod:`legged_wbc.ros.io.adapters`) ``callback`` takes values:
@@ -34,7 +34,10 @@ def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = F
     None), so a linked process need not send them (:meth:`IntraProcessBus.create_subscription`).
     ``with_source``: ``callback(msg_or_value, source)`` also gets who sent it: through DDS rclpy's
     ``MessageInfo`` (a dict with the ``publisher_gid``), in the process the publisher
-    (:class:`~legged_wbc.ros.transport.intra_process.IntraPublisher`, a ``LinkPublisher`` for the linked process's)."""
+    (:class:`~legged_wbc.ros.transport.intra_process.IntraPublisher`, a ``LinkPublisher`` for the linked process's).
+    ``any_thread`` (composed nodes): ``callback`` may be called in any thread, so a message from a publisher
+    outside the process reaches it in the executor thread at once instead of in the control thread after
+    the sample (:meth:`~legged_wbc.ros.transport.intra_process.IntraProcessBus.drain_outside`)."""
     from legged_wbc.ros.transport.intra_process import active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
@@ -47,7 +50,8 @@ def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = F
     node._intra_bus = bus
     return bus.create_subscription(node, msg_type, topic, on_msg, qos, raw=raw, tap=tap,
                                    value_callback=callback if adapter is not None else None,
-                                   tick_samples_only=tick_samples_only, with_source=with_source, **kw)
+                                   tick_samples_only=tick_samples_only, with_source=with_source,
+                                   any_thread=any_thread, **kw)
 
 
 class WithSource:

@@ -292,10 +292,28 @@ def parse_hello(body) -> dict:
             "pid": wire.integer(d["pid"], "HELLO.pid", 1, 2**31 - 1)}
 
 
+MAX_GIDS = 4096
+
+
 def parse_subs(body) -> dict:
-    """A SUBS frame's body -> ``{subs, tick_only}`` (raises :class:`~legged_wbc.ros.io.wire.FormatError`)."""
-    d = wire.fields(wire.unpack(body, CONTROL_VERSION, MAX_CONTROL_FRAME), "SUBS", {"subs": dict, "tick_only": list})
-    return {"subs": _topic_counts(d["subs"], "SUBS.subs"), "tick_only": _topics(d["tick_only"], "SUBS.tick_only")}
+    """A SUBS frame's body -> ``{subs, tick_only, pub_gids, shadows}``; the last two (the sender's publisher
+    GIDs as bytes and topic -> its shadow subscriptions, :mod:`~legged_wbc.ros.transport.intra_process`) None
+    when not said (raises :class:`~legged_wbc.ros.io.wire.FormatError`)."""
+    d = wire.fields(wire.unpack(body, CONTROL_VERSION, MAX_CONTROL_FRAME), "SUBS", {"subs": dict, "tick_only": list},
+                    {"pub_gids": list, "shadows": dict})
+    out = {"subs": _topic_counts(d["subs"], "SUBS.subs"), "tick_only": _topics(d["tick_only"], "SUBS.tick_only"),
+           "pub_gids": None, "shadows": None}
+    if d["pub_gids"] is not None or d["shadows"] is not None:
+        gids = wire.sequence(d["pub_gids"] or [], "SUBS.pub_gids", MAX_GIDS)
+        out["pub_gids"] = {_gid(g) for g in gids}
+        out["shadows"] = _topic_counts(d["shadows"] or {}, "SUBS.shadows")
+    return out
+
+
+def _gid(value) -> bytes:
+    if not isinstance(value, str) or not re.fullmatch(r"(?:[0-9a-f]{2}){1,32}", value):
+        raise wire.FormatError("SUBS.pub_gids[]: a GID of 1 to 32 bytes in lower-case hex expected")
+    return bytes.fromhex(value)
 
 
 def parse_record(body) -> dict:
@@ -458,6 +476,7 @@ class HostLink:
         self.peer_pubs: list[dict] = []               # the peer's published topics (HELLO)
         self._in: list = []                           # peer topic id -> (codec, deliver(value)) or None
         self.on_peer_subs = None                      # callback(peer_subs) when SUBS arrives
+        self.on_peer_stack = None                     # callback(pub_gids, shadows) when SUBS says them
         self.on_record = None                         # callback(info) when RECORD arrives (the control part)
         self.after_frame = None                       # called after a data frame's deliveries (and replies)
         self.sent = self.received = self.dropped = self.skipped = 0
@@ -611,10 +630,12 @@ class HostLink:
             fn = deliver_for.get(p["topic"])
             self._in.append(None if fn is None else (ValueCodec(p["adapter"], p.get("names")), fn))
 
-    def announce_subs(self, subs: dict[str, int], tick_only=()) -> None:
+    def announce_subs(self, subs: dict[str, int], tick_only=(), stack: dict | None = None) -> None:
         """Tell the peer which of its topics we subscribe now (subscriptions made after the handshake),
-        and which of them on the control ticks only."""
-        self._send_ctrl(SUBS, {"subs": dict(subs), "tick_only": sorted(tick_only)})
+        and which of them on the control ticks only; ``stack``: ``{pub_gids: [hex], shadows: {topic: n}}``,
+        our publishers' GIDs and shadow subscriptions (publishers outside the stack, see
+        :mod:`~legged_wbc.ros.transport.intra_process`)."""
+        self._send_ctrl(SUBS, {"subs": dict(subs), "tick_only": sorted(tick_only), **(stack or {})})
 
     def announce_record(self, info: dict) -> None:
         """Ask the peer to record its own topics (``info``: the topics, the ring, the stamps; see
@@ -793,6 +814,8 @@ class HostLink:
             self.peer_subs, self.peer_tick_only = announced["subs"], set(announced["tick_only"])
             if self.on_peer_subs is not None:
                 self.on_peer_subs(self.peer_subs)
+            if announced["pub_gids"] is not None and self.on_peer_stack is not None:
+                self.on_peer_stack(announced["pub_gids"], announced["shadows"])
         elif kind == RECORD:
             info = self._parse(parse_record, body, "RECORD")
             if self.on_record is not None:

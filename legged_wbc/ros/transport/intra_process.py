@@ -38,13 +38,30 @@ it keeps (our nodes convert to numpy arrays at once); a callback must not block.
 callback is logged (full traceback the first time, then at most once per second per subscription)
 and counted; delivery to the other subscriptions and the publisher's thread go on.
 
-Known difference from a DDS graph: a message published by a node outside the process on a topic
-that also has a publisher inside is not delivered to the co-located subscriptions.
+Publishers outside the process (rclcpp's intra-process delivery does the same): every in-process
+subscription also has a real rclpy subscription, its *shadow*, created when the bus is finalized on the
+subscribing node (``ros2 topic info``, ``count_subscribers`` and rqt_graph show the nodes' real
+subscriptions). What a shadow receives from a publisher outside the process reaches the node's callbacks
+as any DDS message does (the message and its ``MessageInfo``; raw subscriptions the CDR bytes), in the
+control thread: it waits in a queue the container drains after each sample (:meth:`IntraProcessBus.drain_outside`,
+one length check a sample while the queue is empty), except for subscriptions made with ``any_thread``
+(the bridge's commands: its command path locks for itself), which take it in the executor thread. A
+shadow matches the process's own publishers too (Fast DDS 3.2 can only ignore local endpoints for the
+whole participant, rclpy does not expose ``ignore_local_publications``, and rmw_fastrtps filters that at
+take time anyway), so:
+
+* a publisher does not count the shadows of the stack (this process's, and the linked process's, which it
+  announces over the host link) as subscribers outside: with no other subscriber it still publishes
+  nothing on DDS, and the tick pays nothing while no node outside the stack takes part;
+* while an outside subscriber makes a publisher publish on DDS, the shadows also receive those
+  publications: they are dropped by their publisher's GID (:mod:`.endpoint_ids`; the linked process's
+  publishers' GIDs come over the link) before anything is deserialized, and counted (``own_copies``).
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
 import threading
 import time
 import traceback
@@ -53,6 +70,7 @@ from dataclasses import dataclass, field
 from legged_wbc.ros.recording.cdr_layout import message_class_name
 from legged_wbc.ros.io.adapters import AdaptedValue
 from legged_wbc.ros.io.stamps import tick_from_stamp
+from legged_wbc.ros.transport.endpoint_ids import publisher_gid
 
 _active = threading.local()
 
@@ -77,6 +95,8 @@ class _Subscription:
     own_only: bool = False              # a tap that takes this process's publications only (never the link's)
     tick_samples_only: bool = False     # ignores samples stamped between control ticks (a linked peer skips them)
     with_source: bool = False           # the callbacks also take the publisher: cb(value_or_msg, publisher)
+    any_thread: bool = False            # the callbacks may run in any thread (outside messages: the executor's)
+    shadow: object = None               # the rclpy subscription in the graph (outside publishers' messages)
     errors: int = 0
     _last_log: float = field(default=-1e9, repr=False)
 
@@ -100,7 +120,8 @@ class IntraPublisher:
         self._local: list[_Subscription] = bus._subs.setdefault(self.topic_name, [])
         self.dds_published = 0
         self.local_deliveries = 0
-        self._dds_n = pub.get_subscription_count()   # then kept by the matched events
+        self._matched = pub.get_subscription_count()  # matched DDS subscriptions, then kept by the matched events
+        self._dds_n = self._matched                   # ... of them outside the stack (not a shadow)
         self._link_n = 0                              # subscriptions in the linked process (host_link)
         self._link_ticks_only = False                 # ... which take the samples on the control ticks only
 
@@ -196,8 +217,9 @@ class IntraPublisher:
     def _on_matched(self, current_count: int) -> None:
         """The publisher's matched event (executor thread): the DDS subscriptions matched now.
         (``get_subscription_count`` goes through the rmw graph: asked on every publication it cost
-        ~3 % of the control thread.)"""
-        self._dds_n = int(current_count)
+        ~3 % of the control thread.) The stack's shadows are not counted as subscribers outside."""
+        self._matched = int(current_count)
+        self._dds_n = max(0, self._matched - self.bus.stack_shadows(self.topic_name))
 
     def dds_subscription_count(self) -> int:
         """Matched DDS subscriptions as this publisher knows them (matched events)."""
@@ -208,8 +230,9 @@ class IntraPublisher:
         return bool(self._local) or self._dds_n > 0 or self._link_n > 0
 
     def get_subscription_count(self) -> int:
-        """Co-located subscriptions + matched DDS subscriptions + the linked process's."""
-        return len(self._local) + self.pub.get_subscription_count() + self._link_n
+        """Co-located subscriptions + matched DDS subscriptions outside the stack + the linked process's."""
+        dds = max(0, self.pub.get_subscription_count() - self.bus.stack_shadows(self.topic_name))
+        return len(self._local) + dds + self._link_n
 
     def local_subscription_count(self) -> int:
         return len(self._local)
@@ -232,7 +255,7 @@ class LinkPublisher(IntraPublisher):
         self._msg_type = msg_type
         self._local = bus._link_subs.setdefault(topic, [])
         self.dds_published = self.local_deliveries = 0
-        self._dds_n = self._link_n = 0
+        self._dds_n = self._link_n = self._matched = 0
 
     @property
     def msg_type(self):
@@ -250,6 +273,25 @@ class LinkPublisher(IntraPublisher):
 
     def __getattr__(self, name):
         raise AttributeError(f"{self.topic_name} is published by the linked process: no {name}")
+
+
+class _ShadowCallback:
+    """A shadow subscription's callback: rclpy calls it with the CDR bytes and the ``MessageInfo`` (the
+    wait-set executors as two arguments, the EventsExecutor as one pair); ``subs``: the node's in-process
+    subscriptions to the topic, which take what comes from outside."""
+
+    __slots__ = ("bus", "subs", "shadow")
+
+    def __init__(self, bus: "IntraProcessBus", subs: list):
+        self.bus, self.subs, self.shadow = bus, subs, None
+
+    def __call__(self, *args):
+        raw, info = args if len(args) == 2 else args[0]
+        self.bus._from_dds(self.subs, raw, info)
+
+
+_ShadowCallback.__signature__ = inspect.Signature(
+    [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in ("raw", "info")])
 
 
 def _on_tick(value) -> bool:
@@ -285,6 +327,20 @@ class IntraProcessBus:
         self._finalized = False
         self._lock = threading.Lock()
         self.callback_errors = 0
+        # publishers outside the process (see the module docstring)
+        self._shadow_n: dict[str, int] = {}        # topic -> shadows here
+        self._peer_shadow_n: dict[str, int] = {}   # topic -> shadows in the linked process
+        self.stack_gids: set[bytes] = set()        # GIDs of the stack's publishers (here and linked)
+        self._outside_ready = False                # the stack's shadows and GIDs are known
+        self._inbox = collections.deque()          # (subscription, CDR bytes, MessageInfo) for the control thread
+        self.outside_messages = 0                  # messages from publishers outside the stack
+        self.own_copies = 0                        # the stack's own publications that reached a shadow (dropped)
+        self.outside_unready = 0                   # ... arrived before the stack was known (dropped)
+        self.outside_overflow = 0                  # dropped: the queue held INBOX_MAX already
+        self._shadow_cbs: dict[tuple, _ShadowCallback] = {}   # (id(node), topic) -> its shadow's callback
+        self._own_gids: set[bytes] = set()
+        self._peer_gids: set[bytes] = set()
+        self._peer_known = False                   # the linked process's stack was announced
 
     # ------------------------------------------------------------------ composition
     def active(self):
@@ -322,7 +378,8 @@ class IntraProcessBus:
         return ip
 
     def create_subscription(self, node, msg_type, topic: str, callback, qos, raw: bool = False, tap=None,
-                            value_callback=None, tick_samples_only: bool = False, with_source: bool = False, **kw):
+                            value_callback=None, tick_samples_only: bool = False, with_source: bool = False,
+                            any_thread: bool = False, **kw):
         """``tap`` (raw subscriptions only): called with the message object (or, from an adapted
         publisher, an :class:`AdaptedValue`) for in-process deliveries, instead of ``callback`` with its
         serialization (the recorder packs it itself, see :mod:`legged_wbc.ros.recording.bag_process`); messages
@@ -333,18 +390,23 @@ class IntraProcessBus:
         ignore samples stamped between control ticks; when every subscription a linked process feeds on a
         topic says so, that process does not send those samples (:meth:`link_tick_only`). ``with_source``:
         the callbacks take the publisher too (``cb(value, publisher)``; through DDS rclpy's message info):
-        the bridge applies one publisher's commands, whatever the transport delivers."""
+        the bridge applies one publisher's commands, whatever the transport delivers. ``any_thread``: messages
+        from publishers outside the process reach the callbacks in the executor thread at once, not in the
+        control thread after the sample (the callbacks lock for themselves)."""
         name = node.resolve_topic_name(topic)
         sub = _Subscription(node=node, msg_type=msg_type, topic=name, callback=callback, qos=qos, raw=raw,
                             tap=tap if raw else None, value_cb=value_callback,
                             batch=getattr(tap, "batch", None) if raw else None,
                             own_only=bool(raw and tap is not None and getattr(tap, "own_only", False)),
-                            tick_samples_only=bool(tick_samples_only), with_source=bool(with_source))
+                            tick_samples_only=bool(tick_samples_only), with_source=bool(with_source),
+                            any_thread=bool(any_thread))
+        late_shadow = False
         with self._lock:
             if self._finalized and name not in self._pubs:
                 sub.dds = node.create_subscription(msg_type, name, callback, qos, raw=raw, **kw)
                 self._dds_subs.append(sub)
             else:
+                late_shadow = self._finalized
                 self._subs.setdefault(name, []).append(sub)
                 if not sub.own_only:
                     self._link_subs.setdefault(name, []).append(sub)
@@ -356,6 +418,9 @@ class IntraProcessBus:
             self.link.announce_subs(self.link_wants(), self.link_tick_only())
         elif linked and self._peer_record is not None:
             self._announce_record()            # one more topic the linked process records itself
+        if late_shadow:
+            self._make_shadows([sub])
+            self._stack_changed()
         return sub
 
     def withdraw(self, node, topics) -> int:
@@ -392,6 +457,9 @@ class IntraProcessBus:
                     dds.append(sub.topic)
             self._pending.clear()
             self._finalized = True
+            in_process = [sub for subs in self._subs.values() for sub in subs]
+        self._make_shadows(in_process)
+        self._stack_changed()
         return dds
 
     def flush(self) -> int:
@@ -498,6 +566,7 @@ class IntraProcessBus:
             deliver[p["topic"]] = lp.deliver
         link.bind_inputs(deliver)
         link.on_peer_subs = self._on_peer_subs
+        link.on_peer_stack = self._on_peer_stack
         self._on_peer_subs(link.peer_subs)
         return sorted(deliver)
 
@@ -507,6 +576,114 @@ class IntraProcessBus:
                 if not isinstance(ip, LinkPublisher):
                     ip._link_n = int(subs.get(topic, 0)) if self.link.sends(topic) else 0
                     ip._link_ticks_only = topic in self.link.peer_tick_only
+
+    # ------------------------------------------------------------------ publishers outside the process
+    INBOX_MAX = 4096            # outside messages waiting for the control thread, at most (more: dropped, counted)
+
+    def _make_shadows(self, subs) -> None:
+        """A shadow (see the module docstring) for each node's in-process subscriptions to a topic."""
+        for sub in subs:
+            key = (id(sub.node), sub.topic)
+            cb = self._shadow_cbs.get(key)
+            if cb is None:
+                cb = self._shadow_cbs[key] = _ShadowCallback(self, [])
+                cb.shadow = sub.node.create_subscription(sub.msg_type, sub.topic, cb, sub.qos, raw=True)
+                self._shadow_n[sub.topic] = self._shadow_n.get(sub.topic, 0) + 1
+            cb.subs.append(sub)
+            sub.shadow = cb.shadow
+
+    def stack_shadows(self, topic: str) -> int:
+        """Shadow subscriptions of the stack on ``topic``: this process's and the linked process's."""
+        return self._shadow_n.get(topic, 0) + self._peer_shadow_n.get(topic, 0)
+
+    def _own_publisher_gids(self) -> set[bytes]:
+        """The GIDs of this process's publishers (:func:`.endpoint_ids.publisher_gid`; where the rmw cannot
+        tell: those the ROS graph gives the publishing node on the topic)."""
+        with self._lock:
+            own = [p for ps in self._pubs.values() for p in ps if not isinstance(p, LinkPublisher)]
+        gids = set()
+        for p in own:
+            gid = publisher_gid(p.pub)
+            if gid is not None:
+                gids.add(gid)
+                continue
+            node = p.node
+            gids.update(bytes(bytearray(ep.endpoint_gid)) for ep in node.get_publishers_info_by_topic(p.topic_name)
+                        if ep.node_name == node.get_name() and ep.node_namespace == node.get_namespace())
+        return gids
+
+    def _stack_changed(self) -> None:
+        """Shadows were made: the publishers recount their subscribers outside; the linked process is told
+        this process's shadows and publisher GIDs (it then takes outside messages: :meth:`_on_peer_stack`)."""
+        self._own_gids = self._own_publisher_gids()
+        self.stack_gids = self._own_gids | self._peer_gids
+        self._recount()
+        self._outside_ready = self.link is None or self._peer_known
+        if self.link is not None and self.link.sock is not None:
+            self.link.announce_subs(self.link_wants(), self.link_tick_only(),
+                                    stack={"pub_gids": sorted(g.hex() for g in self._own_gids),
+                                           "shadows": dict(self._shadow_n)})
+
+    def _on_peer_stack(self, pub_gids: set[bytes], shadows: dict[str, int]) -> None:
+        """The linked process's publisher GIDs and shadows (host link SUBS): its publications that reach a
+        shadow here are the stack's own; its shadows are not subscribers outside."""
+        self._peer_gids, self._peer_shadow_n = set(pub_gids), dict(shadows)
+        self.stack_gids = self._own_gids | self._peer_gids
+        self._recount()
+        self._peer_known = True
+        self._outside_ready = self._finalized
+
+    def _recount(self) -> None:
+        with self._lock:
+            own = [p for ps in self._pubs.values() for p in ps if not isinstance(p, LinkPublisher)]
+        for p in own:
+            p._dds_n = max(0, p._matched - self.stack_shadows(p.topic_name))
+
+    def _from_dds(self, subs: list, raw: bytes, info: dict) -> None:
+        """A shadow received ``raw`` (executor thread): the stack's own publication is dropped, anything
+        else goes to the subscriptions (``any_thread`` ones now, the others through the control thread's queue)."""
+        gid = info.get("publisher_gid")
+        if gid is not None and bytes(gid["data"]) in self.stack_gids:
+            self.own_copies += 1
+            return
+        if not self._outside_ready:
+            self.outside_unready += 1
+            return
+        self.outside_messages += 1
+        inbox = self._inbox
+        for sub in subs:
+            if sub.own_only:
+                continue                      # takes this process's publications only
+            if sub.any_thread:
+                self._deliver_outside(sub, raw, info)
+            elif len(inbox) < self.INBOX_MAX:
+                inbox.append((sub, raw, info))
+            else:
+                self.outside_overflow += 1
+
+    def drain_outside(self) -> int:
+        """Deliver the outside messages waiting for the control thread (call it there, between ticks: the
+        container does after each sample); returns how many."""
+        inbox, n = self._inbox, 0
+        while inbox:
+            sub, raw, info = inbox.popleft()
+            self._deliver_outside(sub, raw, info)
+            n += 1
+        return n
+
+    def _deliver_outside(self, sub: _Subscription, raw: bytes, info: dict) -> None:
+        """As through DDS: raw subscriptions get the bytes, the others the message (and its info if
+        ``with_source``); the receiving node checks it as it checks any input."""
+        try:
+            if sub.raw:
+                sub.callback(raw)
+                return
+            from rclpy.serialization import deserialize_message
+
+            msg = deserialize_message(raw, sub.msg_type)
+            sub.callback(msg, info) if sub.with_source else sub.callback(msg)
+        except Exception:
+            self._callback_failed(sub)
 
     # ------------------------------------------------------------------ introspection
     def local_topics(self) -> dict[str, list[str]]:
@@ -527,7 +704,9 @@ class IntraProcessBus:
         pubs = [p for ps in self._pubs.values() for p in ps]
         return {"local_deliveries": sum(p.local_deliveries for p in pubs),
                 "dds_published": sum(p.dds_published for p in pubs),
-                "callback_errors": self.callback_errors}
+                "callback_errors": self.callback_errors,
+                "outside_messages": self.outside_messages, "own_copies": self.own_copies,
+                "outside_dropped": self.outside_unready + self.outside_overflow}
 
     def _callback_failed(self, sub: _Subscription) -> None:
         self.callback_errors += 1
