@@ -45,6 +45,7 @@ setup(
             "walking_container = legged_wbc.ros.stack.entry:walking_container",
             "sim_container = legged_wbc.ros.stack.entry:sim_container",
             "control_container = legged_wbc.ros.stack.entry:control_container",
+            "example_controller = legged_wbc.ros.stack.example_controller:main",
         ],
     },
 )

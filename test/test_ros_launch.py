@@ -30,7 +30,7 @@ def _node(plan, name):
     return next(n for n in plan.nodes if n.name == name)
 
 
-def test_walking_sim_default_is_the_container():
+def test_walking_sim_default_is_the_container(tmp_path):
     plan = _plan()
     assert [n.name for n in plan.nodes] == ["walking_container"]
     c = plan.nodes[0]
@@ -40,12 +40,17 @@ def test_walking_sim_default_is_the_container():
     assert cmd[:2] == ["/x/walking_container", "--ros-args"] and not any("__node" in a for a in cmd)
     files = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--params-file"]
     assert [Path(f).name for f in files] == ["mujoco_bridge.yaml", "estimator.yaml", "wbc_controller.yaml",
-                                             "recorder.yaml"]
+                                             "recorder.yaml", "no_params.yaml"]     # params_file:= last
     assert all(Path(f).is_file() for f in files)
     for want in ("mode:=lockstep", "duration:=0.0", "relative_pitch_mode:=cbf", "scenario:=nominal", "record:=''",
                  "robot:=hexapod"):
         assert want in cmd, want
-    assert not any("use_sim_time" in a for a in cmd)      # nobody needs /clock through DDS
+    assert "use_sim_time:=true" in cmd and cmd[2:4] == ["--log-level", "info"]   # the container feeds the clocks
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("/**:\n  ros__parameters:\n    kp_b: 2000.0\n")
+    user = _plan(params_file=mine, log_level="debug", use_sim_time="false").nodes[0].command("w")
+    assert [user[i + 1] for i, a in enumerate(user) if a == "--params-file"][-1] == str(mine)
+    assert "use_sim_time:=false" in user and user[2:4] == ["--log-level", "debug"]
     rec = _plan(record="/tmp/b", mode="realtime", controller="damping").nodes[0].command("w")
     assert "record:=/tmp/b" in rec and "mode:=realtime" in rec and "relative_pitch_mode:=damping" in rec
     assert any(a.startswith("custom_data:=") and a.endswith("layout=container") for a in rec)
@@ -57,7 +62,7 @@ def test_walking_sim_processes_layout():
     br = _node(plan, "mujoco_bridge")
     assert br.shutdown_on_exit and br.exec == "mujoco_bridge" and br.pkg == "legged_wbc"
     cmd = br.command("/x/mujoco_bridge")
-    assert cmd[:4] == ["/x/mujoco_bridge", "--ros-args", "-r", "__node:=mujoco_bridge"]
+    assert cmd[:6] == ["/x/mujoco_bridge", "--ros-args", "--log-level", "info", "-r", "__node:=mujoco_bridge"]
     i = cmd.index("--params-file")
     assert cmd[i + 1].endswith("config/mujoco_bridge.yaml") and Path(cmd[i + 1]).is_file()
     assert "mode:=lockstep" in cmd and "duration:=0.0" in cmd and "startup_min_subscribers:=2" in cmd
@@ -67,10 +72,10 @@ def test_walking_sim_processes_layout():
     assert cmd.index("--params-file") < cmd.index("-p")
     ctrl = _node(plan, "wbc_controller")
     c = ctrl.command("wbc_controller")
-    assert "relative_pitch_mode:=cbf" in c and "use_sim_time:=true" not in c   # they read the stamps
+    assert "relative_pitch_mode:=cbf" in c and "use_sim_time:=true" in c   # one time base: /clock
     assert any(a.endswith("config/wbc_controller.yaml") for a in c)
     est = _node(plan, "state_estimator").command("state_estimator")
-    assert "use_sim_time:=true" not in est
+    assert "use_sim_time:=true" in est
     assert all(n.shutdown_on_exit for n in plan.nodes)     # any node the graph needs ends the launch
 
 
@@ -118,7 +123,7 @@ def test_equals_substitutions(tmp_path):
           <arg name="rec" default=""/>
           <node pkg="p" exec="c" if="$(equals $(var layout) container)"/>
           <node pkg="p" exec="q" name="q" if="$(equals $(var layout) processes)"/>
-          <node pkg="p" exec="r" name="r" if="$(not-equals '$(var rec)' '')"/>
+          <node pkg="p" exec="r" name="r" if="$(not-equals _$(var rec) _)"/>
           <node pkg="p" exec="n" name="n" if="$(equals 1 1.0)"/>
           <node pkg="p" exec="b" name="b" unless="$(equals True true)"/>
         </launch>

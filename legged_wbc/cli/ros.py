@@ -1,4 +1,5 @@
-"""``legged-wbc launch`` and ``legged-wbc param``: the ROS 2 command-line pieces we cannot pip-install.
+"""``legged-wbc launch``, ``legged-wbc param`` and ``legged-wbc example-controller``: the ROS 2 command-line
+pieces we cannot pip-install, and the example outside controller.
 
 * ``legged-wbc launch walking_sim [name:=value ...] [--dry-run] [--show-args]`` runs
   ``launch/walking_sim.launch.xml`` (or any launch file path) with :mod:`legged_wbc.ros.tooling.launcher`.
@@ -22,10 +23,16 @@ import sys
 def cmd_launch(args) -> int:
     from legged_wbc.ros.tooling.launcher import LaunchError, describe_arguments, launch, load_launch, resolve_launch_file
 
+    from legged_wbc.ros.stack.params_check import check_plan
+
     # the flags may also come after the launch arguments (argparse.REMAINDER keeps them there)
-    rest = []
+    rest, ros = [], None
     for a in args.args:
-        if a == "--dry-run":
+        if ros is not None:
+            ros.append(a)
+        elif a == "--ros-args":
+            ros = []
+        elif a == "--dry-run":
             args.dry_run = True
         elif a == "--show-args":
             args.show_args = True
@@ -34,6 +41,12 @@ def cmd_launch(args) -> int:
             return 2
         else:
             rest.append(a)
+    if ros is not None:
+        more, why = ros_args_as_launch_args(ros)
+        if why:
+            print(f"legged-wbc launch: {why}", file=sys.stderr)
+            return 2
+        rest += more
     args.args = rest
     _check_file_arguments(rest)
     try:
@@ -41,10 +54,42 @@ def cmd_launch(args) -> int:
             plan = load_launch(resolve_launch_file(args.launch_file), {}, strict=False)
             print(describe_arguments(plan))
             return 0
-        return launch(args.launch_file, args.args, dry_run=args.dry_run)
+        return launch(args.launch_file, args.args, dry_run=args.dry_run, check=check_plan)
     except LaunchError as exc:
         print(f"legged-wbc launch: {exc}", file=sys.stderr)
         return 2
+
+
+def ros_args_as_launch_args(ros: list[str]) -> tuple[list[str], str | None]:
+    """``--ros-args`` given to ``legged-wbc launch`` as the launch arguments they mean (every node gets them):
+    ``--log-level L`` -> ``log_level:=L``, ``--params-file F`` -> ``params_file:=F``, ``-p use_sim_time:=B``
+    -> ``use_sim_time:=B``; anything else: (``[]``, one line saying what to use instead)."""
+    out, i = [], 0
+    while i < len(ros):
+        a, v = ros[i], ros[i + 1] if i + 1 < len(ros) else None
+        if a in ("--log-level", "--params-file") and v is not None and not v.startswith("-"):
+            out.append(f"{'log_level' if a == '--log-level' else 'params_file'}:={v}")
+        elif a in ("-p", "--param") and v is not None and v.startswith("use_sim_time:="):
+            out.append(v)
+        else:
+            return [], (f"--ros-args {' '.join(ros[i:i + 2])}: not taken here; the launch arguments are "
+                        "log_level:=LEVEL, params_file:=PATH (any node's parameters, /** for all), "
+                        "use_sim_time:=true|false (see --show-args)")
+        i += 2
+    return out, None
+
+
+def cmd_example_controller(args) -> int:
+    """``legged-wbc example-controller``: the example node, its ``stance`` the robot's nominal one."""
+    from legged_wbc.model import RobotModel
+    from legged_wbc.ros.stack.example_controller import main as example
+
+    stance = ", ".join(f"{q:.6f}" for q in RobotModel(args.robot).stance_joint_positions())
+    ros = list(args.ros_args)
+    if "--ros-args" not in ros:
+        ros.append("--ros-args")
+    ros[ros.index("--ros-args") + 1:ros.index("--ros-args") + 1] = ["-p", f"stance:=[{stance}]"]
+    return example(["legged-wbc", *ros])
 
 
 def _check_file_arguments(launch_args: list[str]) -> None:
@@ -125,6 +170,17 @@ def register(sub) -> None:
     s.add_argument("--dry-run", action="store_true", help="print the node command lines and exit")
     s.add_argument("--show-args", action="store_true", help="list the launch file's arguments and exit")
     s.set_defaults(func=cmd_launch)
+
+    s = sub.add_parser("example-controller", help="run the example outside controller (a joint PD holding the "
+                       "stance) for walking_sim controller:=external",
+                       description="A plain rclpy node answering every control tick's /joint_states sample with a "
+                                   "/joint_torque_cmd (the command protocol: README, Use it from ROS). Its source, "
+                                   "legged_wbc/ros/stack/example_controller.py, is the example to copy. ROS arguments "
+                                   "after --ros-args (e.g. -p kp:=400.0).")
+    s.add_argument("--robot", default="hexapod", help="robot config whose nominal stance to stand in")
+    s.add_argument("ros_args", nargs=argparse.REMAINDER, help="--ros-args ... (parameters kp, kd, stance, "
+                   "rise_time; remaps)")
+    s.set_defaults(func=cmd_example_controller)
 
     s = sub.add_parser("param", help="get/set/list/describe parameters of a running node (live tuning)",
                        description="Live parameter access through the rcl_interfaces services, like 'ros2 param'.")

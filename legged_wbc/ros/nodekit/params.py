@@ -25,7 +25,10 @@ must have the declared type, which ``legged-wbc param set`` takes care of).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+import re
+import sys
 import threading
 from typing import Any, Callable, Mapping
 
@@ -108,6 +111,7 @@ class NodeParameters:
         self._lock = threading.Lock()
         self._Parameter = Parameter
         self._fix_overrides()
+        self._check_files()
         if startup is not None:
             self._apply_startup(startup)
         values = {}
@@ -167,6 +171,17 @@ class NodeParameters:
             return _ros_value(spec, spec.coerce(value))
         except ConfigError as exc:
             raise ParameterSchemaError(str(exc)) from None
+
+    def _check_files(self) -> None:
+        """A section of this node in a ``--params-file`` of the process naming a parameter it does not
+        declare: :class:`ParameterSchemaError` naming it and the closest names (rclpy would ignore it)."""
+        fqn = self.node.get_fully_qualified_name()
+        for path in params_files(sys.argv):
+            for section, names in file_sections(path).items():
+                if section_matches(section, fqn, wildcards=False):
+                    for name in names:
+                        if (why := unknown_name(name, self.specs)) is not None:
+                            raise ParameterSchemaError(f"params file {path}: {section}: {why}")
 
     def _start_value(self, spec: FieldSpec):
         p = self._overrides().get(spec.name)
@@ -251,3 +266,109 @@ class NodeParameters:
             self.node.get_logger().info(f"parameter {name} := {values[name]!r}")
         if self.on_change is not None:
             self.on_change(new, list(changed))
+
+
+# ------------------------------------------------------------------------------------ sim time in a container
+SIM_TIME_FEED_PERIOD_S = 0.01
+
+
+def feed_sim_time(nodes, now_ns: Callable[[], int | None], period_s: float = SIM_TIME_FEED_PERIOD_S):
+    """The clocks of the co-located ``nodes`` that have ``use_sim_time`` true follow ``now_ns()`` (sim time
+    [ns], None while unknown), set every ``period_s`` from the process's background thread, instead of
+    each node's rclpy ``TimeSource`` taking ``/clock`` (1 kHz) through DDS in the executor thread, which
+    would hold the GIL away from the control thread. The nodes stay ROS-time nodes (``use_sim_time``
+    reads true; ``node.get_clock().now()`` is sim time, e.g. the ``/diagnostics`` stamps), at most
+    ``period_s`` of wall time behind. Returns the background job (None when no node uses sim time)."""
+    from rosgraph_msgs.msg import Clock
+
+    from legged_wbc.ros.io import time_msg
+    from legged_wbc.ros.nodekit import background
+
+    sources = []
+    for n in nodes:
+        ts = getattr(n, "_time_source", None)
+        if ts is None or not ts.ros_time_is_active:
+            continue
+        if ts._clock_sub is not None:          # its /clock subscription through DDS: replaced by the feed
+            n.destroy_subscription(ts._clock_sub)
+            ts._clock_sub = None
+        sources.append(ts)
+    if not sources:
+        return None
+    last = [None]
+
+    def feed():
+        t = now_ns()
+        if t is None or t == last[0]:
+            return
+        last[0] = t
+        msg = Clock(clock=time_msg(int(t)))
+        for ts in sources:
+            ts.clock_callback(msg)
+
+    return background.for_node(nodes[0], period_s, feed, name="sim time feed")
+
+
+# ------------------------------------------------------------------------------------ parameter files
+ROS_PARAMETERS = ("use_sim_time", "start_type_description_service")   # every rclpy node declares these
+ROS_PREFIXES = ("qos_overrides.",)
+
+
+def params_files(argv) -> list[str]:
+    """The ``--params-file FILE`` arguments inside ``--ros-args`` of a process's ``argv``."""
+    out, ros = [], False
+    for i, a in enumerate(argv):
+        if a == "--ros-args":
+            ros = True
+        elif a == "--":
+            ros = False
+        elif ros and a == "--params-file" and i + 1 < len(argv):
+            out.append(argv[i + 1])
+    return out
+
+
+def _flat_names(body, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in (body or {}).items():
+        name = f"{prefix}{k}"
+        out += _flat_names(v, name + ".") if isinstance(v, dict) else [name]
+    return out
+
+
+def file_sections(path: str) -> dict[str, list[str]]:
+    """``{section: [parameter names]}`` of a ROS 2 parameters YAML (nested names joined by dots); a file
+    rcl itself cannot read is left to rcl (which refuses it at start-up)."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    out = {}
+    for section, body in (data or {}).items() if isinstance(data, dict) else ():
+        if isinstance(body, dict) and isinstance(body.get("ros__parameters"), dict):
+            out[str(section)] = _flat_names(body["ros__parameters"])
+    return out
+
+
+def section_matches(section: str, fqn: str, wildcards: bool = True) -> bool:
+    """Does the section key (``/wbc_controller``, ``wbc_controller``, ``/**``, ``/*/x``) apply to the node
+    ``fqn`` (``/ns/name``), as rcl matches them (``*`` one name token, ``**`` any number)? Without
+    ``wildcards`` only a key naming this node counts."""
+    key = section if section.startswith("/") else "/" + section
+    if "*" not in key:
+        return key == fqn
+    if not wildcards:
+        return False
+    rx = "".join("(/[^/]+)*" if part == "**" else "/" + re.escape(part).replace("\\*", "[^/]*")
+                 for part in key.strip("/").split("/"))
+    return re.fullmatch(rx, fqn) is not None
+
+
+def unknown_name(name: str, known) -> str | None:
+    """Why ``name`` is not a parameter of ``known`` (names): one line with the closest names; None if it is."""
+    if name in known or name in ROS_PARAMETERS or name.startswith(ROS_PREFIXES):
+        return None
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f"unknown parameter {name!r}" + (f" (closest: {', '.join(close)})" if close else "")

@@ -7,14 +7,15 @@ subset they use:
 * ``<launch>`` root; ``<arg name default description>`` (with ``<choice value/>`` children the value
   must be one of them, as in ROS 2); ``<let name value>``; ``<group>``
   (a conditional block; ``scoped`` is accepted, launch configurations stay global here);
-* ``<node pkg exec name namespace output args on_exit sigterm_timeout sigkill_timeout>`` with
+* ``<node pkg exec name namespace output args ros_args on_exit sigterm_timeout sigkill_timeout>`` with
   ``<param from="FILE"/>``, ``<param name value/>`` and ``<remap from to/>`` children
   (``required="true"``, ROS 1 style, is accepted as an alias of ``on_exit="shutdown"``);
 * ``if``/``unless`` on ``node``, ``group``, ``let``: the substituted text must be a boolean
   (``true``/``false``/``1``/``0``, any case), as in ROS 2;
 * substitutions ``$(var X)``, ``$(env X [DEFAULT])``, ``$(optenv X [DEFAULT])``,
   ``$(find-pkg-share PKG)``, ``$(dirname)``, ``$(equals A B)`` / ``$(not-equals A B)`` (booleans and
-  numbers compared by value, as in ROS 2), and ``$(eval EXPR)`` restricted to literals,
+  numbers compared by value, exactly as ROS 2 launch 3.7: :func:`launch_equals`; an empty quoted argument
+  ``''`` is refused, since ROS 2 launch reads it as the text ``[]``), and ``$(eval EXPR)`` restricted to literals,
   comparisons, ``and``/``or``/``not``, arithmetic and ``A if C else B`` (no names, no calls);
   quoting and backslash escapes follow the ROS 2 substitution grammar.
 
@@ -45,6 +46,7 @@ after SIGTERM, else 0.
 from __future__ import annotations
 
 import ast
+import math
 import os
 import secrets
 import shutil
@@ -164,6 +166,10 @@ class Substitutor:
 
     def _argument(self, s: str, i: int) -> tuple[str, int]:
         if i < len(s) and s[i] in "'\"":
+            if s.startswith(s[i] * 2, i):
+                raise LaunchError(f"empty quoted argument {s[i] * 2} in {s!r}: ROS 2 launch (3.7) reads it as the "
+                                  "text '[]', not as empty; compare with a prefix instead, e.g. "
+                                  "$(not-equals _$(var record) _)")
             return self._template(s, i + 1, s[i])
         out = []
         while i < len(s) and s[i] not in " )":
@@ -204,7 +210,7 @@ class Substitutor:
         if name in ("equals", "not-equals"):
             if len(args) != 2:
                 raise LaunchError(f"$({name} A B) takes two arguments")
-            same = _launch_value(args[0]) == _launch_value(args[1])
+            same = launch_equals(args[0], args[1])
             return "true" if same == (name == "equals") else "false"
         if name == "eval":
             if len(args) != 1:
@@ -213,15 +219,25 @@ class Substitutor:
         raise LaunchError(f"substitution $({name} ...) is not supported by this launcher")
 
 
-def _launch_value(text: str):
-    """How ROS 2's ``$(equals A B)`` compares: booleans and numbers by value, anything else as text."""
-    t = text.strip()
-    if t.lower() in ("true", "false"):
-        return t.lower() == "true"
-    try:
-        return float(t)
-    except ValueError:
-        return t
+def launch_equals(left: str, right: str) -> bool:
+    """``$(equals A B)`` of ROS 2 launch (``launch/substitutions/equals_substitution.py``, 3.7.1): two
+    booleans (``true``/``false``/``1``/``0``, any case) by value, else two numbers by ``math.isclose``,
+    else the text; no stripping."""
+    def is_bool(t):
+        return t.lower() in ("true", "false", "1", "0")
+
+    def is_float(t):
+        try:
+            float(t)
+            return True
+        except ValueError:
+            return False
+
+    if is_bool(left) and is_bool(right):
+        return (left.lower() in ("true", "1")) == (right.lower() in ("true", "1"))
+    if is_float(left) and is_float(right):
+        return math.isclose(float(left), float(right))
+    return left == right
 
 
 def to_bool(text: str, where: str) -> bool:
@@ -244,6 +260,7 @@ class NodeAction:
     namespace: str = ""
     output: str = "screen"
     extra_args: list[str] = field(default_factory=list)
+    ros_extra: list[str] = field(default_factory=list)    # ros_args="...": right after --ros-args
     params_files: list[str] = field(default_factory=list)
     params: list[tuple[str, str]] = field(default_factory=list)
     remaps: list[tuple[str, str]] = field(default_factory=list)
@@ -253,7 +270,7 @@ class NodeAction:
     sigkill_timeout: float = 5.0
 
     def ros_args(self) -> list[str]:
-        out = ["--ros-args"] + (["-r", f"__node:={self.name}"] if self.rename else [])
+        out = ["--ros-args", *self.ros_extra] + (["-r", f"__node:={self.name}"] if self.rename else [])
         if self.namespace:
             ns = self.namespace if self.namespace.startswith("/") else "/" + self.namespace
             out += ["-r", f"__ns:={ns}"]
@@ -400,6 +417,7 @@ class _LaunchReader:
         a = NodeAction(pkg=pkg, exec=exe, name=name, namespace=sub(el.get("namespace")) or "",
                        output=sub(el.get("output")) or "screen",
                        extra_args=(sub(el.get("args")) or "").split(),
+                       ros_extra=(sub(el.get("ros_args")) or "").split(),
                        shutdown_on_exit=on_exit == "shutdown" or required,
                        rename=el.get("name") is not None)
         for attr in ("sigterm_timeout", "sigkill_timeout"):
@@ -662,10 +680,13 @@ def resolve_launch_file(name: str) -> Path:
     raise LaunchError(f"no launch file {name!r} in {share_path('launch')}")
 
 
-def launch(name: str, args: list[str] | dict[str, str], *, dry_run: bool = False, out=None) -> int:
-    """Run a launch file by name or path with ``name:=value`` arguments; returns the exit status."""
+def launch(name: str, args: list[str] | dict[str, str], *, dry_run: bool = False, out=None, check=None) -> int:
+    """Run a launch file by name or path with ``name:=value`` arguments; returns the exit status.
+    ``check(plan) -> str | None``: a problem found before any node starts (a :class:`LaunchError`)."""
     path = resolve_launch_file(name)
     plan = load_launch(path, args if isinstance(args, dict) else parse_launch_args(args))
+    if check is not None and (why := check(plan)) is not None:
+        raise LaunchError(why)
     out = out or sys.stdout
     if dry_run:
         for a in plan.nodes:

@@ -1,0 +1,91 @@
+"""Before a launch starts anything: every parameter that a params file of a node names is one a node of
+that process declares (what ``docs/parameters.md`` promises; rclpy itself ignores unknown names).
+
+A section keyed by a node's name (``wbc_controller:``, ``/wbc_controller:``) is checked against that
+node's parameters; a wildcard section (``/**:``, ``/*:``) against those of every node of the launch it
+matches (as in ROS, each node takes the names it declares: a name one of them declares is fine); a section naming no node of the stack is an error too
+(``wbc_controler:``). One line names the file, the section, the parameter and the closest names. Each node
+checks its own sections again at start-up (:meth:`legged_wbc.ros.nodekit.params.NodeParameters`), which
+covers ``ros2 launch`` and hand-started nodes.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from legged_wbc.params import schema
+from legged_wbc.ros.nodekit.params import file_sections, section_matches, unknown_name
+
+# the nodes each executable of the stack hosts (the containers: whichever of them it composes)
+PROCESS_NODES = {
+    "walking_container": ("walking_container", "mujoco_bridge", "state_estimator", "wbc_controller", "bag_recorder"),
+    "sim_container": ("sim_container", "mujoco_bridge", "bag_recorder"),
+    "control_container": ("control_container", "state_estimator", "wbc_controller"),
+    "mujoco_bridge": ("mujoco_bridge",), "state_estimator": ("state_estimator",),
+    "wbc_controller": ("wbc_controller",), "bag_recorder": ("bag_recorder",),
+}
+
+
+def node_parameters() -> dict[str, set[str]]:
+    """``{node name: its parameter names}`` for every node of the stack."""
+    from legged_wbc.ros.recording.bag_writer import RecorderConfig
+    from legged_wbc.ros.stack.container import CONTAINER_NODES, ContainerConfig
+    from mujoco_bridge.config import BridgeConfig
+    from state_estimator.config import EstimatorNodeConfig
+    from wbc_controller.config import WbcNodeConfig
+
+    names = {cls: {f.name for f in schema(cls)} for cls in (ContainerConfig, BridgeConfig, EstimatorNodeConfig,
+                                                               WbcNodeConfig, RecorderConfig)}
+    out = {n: names[ContainerConfig] for n in CONTAINER_NODES.values()}
+    out.update(mujoco_bridge=names[BridgeConfig], state_estimator=names[EstimatorNodeConfig],
+               wbc_controller=names[WbcNodeConfig], bag_recorder=names[RecorderConfig])
+    return out
+
+
+def _process_nodes(action) -> dict[str, str]:
+    """``{fully qualified node name: node}`` of one launched process (a ``NodeAction``)."""
+    ns = "/" + action.namespace.strip("/") if action.namespace.strip("/") else ""
+    nodes = PROCESS_NODES.get(action.exec, ())
+    if action.rename and len(nodes) == 1:
+        return {f"{ns}/{action.name}": nodes[0]}
+    return {f"{ns}/{n}": n for n in nodes}
+
+
+def check_section(path: str, section: str, names: list[str], nodes: dict[str, str],
+                  known: dict[str, set[str]]) -> str | None:
+    """One line if ``section`` of the file ``path`` names an unknown node or parameter for the nodes of
+    ``nodes`` (fully qualified name -> stack node: a process's for a node's section, the launch's for a
+    wildcard), else None."""
+    hit = [n for fqn, n in nodes.items() if section_matches(section, fqn)]
+    if "*" not in section and not hit:
+        bare = section.strip("/").rsplit("/", 1)[-1]
+        if bare in known:
+            return None                          # a node of another process of the launch
+        close = difflib.get_close_matches(bare, list(known), n=3, cutoff=0.6)
+        return (f"params file {path}: section {section!r} names no node of the stack"
+                + (f" (closest: {', '.join(close)})" if close else ""))
+    union = set().union(*(known[n] for n in hit)) if hit else set()
+    for name in names:
+        if hit and (why := unknown_name(name, union)) is not None:
+            return f"params file {path}: {section}: {why}"
+    return None
+
+
+def check_plan(plan) -> str | None:
+    """The first unknown node or parameter in the params files of a launch plan's nodes (one line), or None."""
+    known = node_parameters()
+    every = {fqn: n for action in plan.nodes for fqn, n in _process_nodes(action).items()}
+    seen = set()
+    for action in plan.nodes:
+        nodes = _process_nodes(action)
+        if not nodes:
+            continue                               # not one of ours: its parameters are its business
+        for path in action.params_files:
+            for section, names in file_sections(path).items():
+                if (path, section, tuple(nodes)) in seen:
+                    continue
+                seen.add((path, section, tuple(nodes)))
+                where = every if "*" in section else nodes
+                if (why := check_section(path, section, names, where, known)) is not None:
+                    return why
+    return None
