@@ -139,3 +139,64 @@ def test_cmd_vel_stamped_and_live_limits(ros_context):
     finally:
         ex.shutdown()
         node.destroy_node()
+
+
+def _yaw_series(topics):
+    """``(t [s], yaw [rad])`` of the ground truth in the bag, yaw unwrapped."""
+    from wbc_controller.blocks.command import yaw_of_quat_xyzw
+
+    msgs = [m for _, m in topics["/ground_truth/odom"]]
+    t = np.array([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in msgs])
+    o = [m.pose.pose.orientation for m in msgs]
+    return t, np.unwrap([yaw_of_quat_xyzw((q.x, q.y, q.z, q.w)) for q in o])
+
+
+@pytest.mark.parametrize("layout", ["container", "split"])
+def test_an_outside_cmd_vel_publisher_turns_the_realtime_stack(tmp_path, ros_env, procs, layout):
+    """Realtime, recording: ``legged-wbc teleop-example --wz 0.3`` from another process turns the robot
+    (the ground truth's yaw follows at ~0.3 rad/s from the tick the live command took over); killed
+    (no final zero), its command goes stale after cmd_vel_timeout and the robot stops turning."""
+    from legged_wbc.ros import io as ros_io
+    from legged_wbc.scenario import dump_scenario, load_scenario
+    from test_container import _metrics
+
+    sc = tmp_path / "short.yaml"
+    sc.write_text(dump_scenario(load_scenario("paper", ["stand_up.start=0.1", "stand_up.duration=0.8",
+                                                        "walk.gait_start=1.0", "walk.t_s=1.1"])))
+    bag = tmp_path / "bag"
+    lp = Proc("launch", [str(BIN / "legged-wbc"), "launch", "walking_sim", f"layout:={layout}", "mode:=realtime",
+                         f"scenario:={sc}", "duration:=16", f"record:={bag}"], ros_env, tmp_path)
+    procs.append(lp)
+    lp.wait_for(r"torque commands: following", timeout=180)     # tick 0 (split: the sim part waits for the other)
+    time.sleep(1.5)
+    tp = Proc("teleop", [str(BIN / "legged-wbc"), "teleop-example", "--wz", "0.3", "--rate", "20"], ros_env, tmp_path)
+    procs.append(tp)
+    lp.wait_for("/cmd_vel: the live velocity command takes over", timeout=90)   # discovery may take seconds
+    time.sleep(3.5)
+    tp.p.kill()                                  # no zero command: the last one goes stale
+    assert lp.wait(120) == 0, lp.text()[-4000:]
+    out = lp.text()
+    assert "/cmd_vel: the live velocity command takes over from the scenario's forward walk" in out, out[-3000:]
+    topics = read_bag(bag)
+    diag = [ros_io.diagnostics_dict(m) for _, m in topics["/wbc/diagnostics"]]
+    t_d = np.array([d["tick"] * DT for d in diag])
+    live = np.array([d["cmd_live"] for d in diag]) > 0
+    wz = np.array([d["cmd_wz"] for d in diag])
+    assert live.any() and not live[0], "the live command never took over"
+    t_live = t_d[np.argmax(live)]
+    t_stop = t_d[np.flatnonzero(wz > 0.299)[-1]]  # the last tick at the full command (then stale, ramped down)
+    assert t_stop - t_live > 2.0 and t_stop < 14.0, (t_live, t_stop)
+    t, yaw = _yaw_series(topics)
+    at = lambda s: np.interp(s, t, yaw)        # noqa: E731
+    assert abs(at(t_live)) < 0.05                # the forward walk: no turn
+    rate = (at(t_stop) - at(t_live + 1.0)) / (t_stop - t_live - 1.0)
+    assert 0.2 < rate < 0.4, rate                # follows the command (0.3 rad/s, after its 0.3 s ramp)
+    # stale 0.5 s after the last message, ramped to zero at 1 rad/s^2: still by then
+    assert wz[t_d > t_stop + 1.0].max() == 0.0
+    assert abs(at(t[-1]) - at(t_stop + 1.5)) < 0.05 * (t[-1] - t_stop - 1.5) + 0.02
+    m = _metrics(bag, tmp_path / "cmp")
+    assert not m["fell"] and m["qp_failures"] == 0, m
+    print(f"{layout}: {100.0 - m['deadline_miss_pct']:.2f} % of {m['ticks_timed']} ticks in time, "
+          f"realtime factor {m['realtime_factor']:.3f}, latency p50 {m['command_latency_p50_us']:.0f} us")
+    if m["realtime_factor"] >= 0.95:
+        assert m["deadline_miss_pct"] <= 5.0, m

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from . import bench, estimator, model, report, render, ros, run, sweep
+from . import bench, estimator, model, report, render, ros, run, sweep, teleop
 from .argtypes import OneLineParser
 
 COMMAND_GROUPS = (
@@ -22,6 +22,7 @@ COMMAND_GROUPS = (
     report,     # compare, experiment
     render,     # render
     sweep,      # sweep
+    teleop,     # teleop-example
 )
 
 
