@@ -33,6 +33,13 @@ DURATION = 2.4
 # metrics that must agree between the bag and the headless loop (QP times are wall-clock, excluded)
 SAME = ("max_violation_rad", "violation_rate_pct", "first_violation_time_s", "rp_rmse_deg", "torque_rms_nm",
         "torque_max_nm", "torque_saturation_pct", "distance_m", "qp_failures", "samples", "fell", "window_s")
+COMMAND_KEYS = ("velocity_tracking_rmse_mps", "yaw_rate_tracking_rmse_radps", "estimated_velocity_rmse_mps",
+                "standing_drift_m")
+# a short manoeuvre: stand up, forward, turn in place under the disturbance, stop and stand
+SHORT_MANOEUVRES = ["stand_up.start=0.1", "stand_up.duration=0.8", "walk.gait_start=1.0", "walk.t_s=1.4",
+                    "evaluation.window=4.6", "duration=6.0", "disturbance.start_offset=1.8", "disturbance.duration=0.6",
+                    "commands=[{t: 0, vx: 0, vy: 0, wz: 0}, {t: 1.0, vx: 0.15, vy: 0, wz: 0}, "
+                    "{t: 2.6, vx: 0, vy: 0.0, wz: 0.3}, {t: 4.0, vx: 0, vy: 0, wz: 0}]"]
 FIGURES = ("fig6_disturbed_leg_pitch.png", "fig5_wbc0_drift.png", "body_roll_pitch.png", "joint_torques.png",
            "qp_time_hist.png", "gait_diagram.png", "command_latency_hist.png")
 
@@ -102,6 +109,10 @@ def test_bag_metrics_equal_headless_loop(recorded):
     assert bag["ticks_timed"] >= round(DURATION / 0.002) - 60 and bag["deadline_miss_pct"] == 0.0
     assert 0 < bag["command_latency_p50_us"] <= bag["command_latency_p99_us"] <= bag["command_latency_max_us"]
     assert head["deadline_miss_pct"] is None and head["command_latency_p99_us"] is None   # no transport
+    # no velocity command in paper: the command metrics are null in both, and no command figures
+    for k in COMMAND_KEYS:
+        assert bag[k] is None and head[k] is None and own[k] is None, k
+    assert bag["command_source"] is None
 
 
 @pytest.mark.ros
@@ -157,6 +168,50 @@ def test_command_delay_bag_bit_identical_to_headless(recorded, tmp_path, delay):
     undelayed, _ = load_log(recorded["headless"])        # the same scenario without the delay
     assert np.abs(undelayed["base_pos"] - h["base_pos"]).max() > 1e-5
     assert b.bridge.get("watchdog_events") == 0, b.bridge
+
+
+@pytest.mark.ros
+def test_manoeuvres_bag_command_metrics_equal_headless(tmp_path):
+    """A lockstep bag of a short command schedule (forward, a turn in place under the disturbance, stop
+    and stand) gives the headless run's command metrics: the command re-computed from the scenario's
+    schedule over the bag's ticks is the controller's, bit for bit (cmd_target, the gait clock, the body
+    reference); the yaw rate and the drift from the recorded pose are exact, the velocities (the odometry's
+    base-frame twist turned into the world) to rounding. compare draws the path and the tracking for both."""
+    from legged_wbc.closed_loop import load_log
+    from legged_wbc.scenario import dump_scenario, load_scenario
+    from legged_wbc.tools.analysis.compare import compare
+
+    sc_path = tmp_path / "short_manoeuvres.yaml"
+    sc_path.write_text(dump_scenario(load_scenario("manoeuvres", SHORT_MANOEUVRES)))
+    bag = tmp_path / "bag"
+    run = subprocess.run([str(BIN / "legged-wbc"), "launch", "walking_sim", "controller:=cbf",
+                          f"scenario:={sc_path}", f"record:={bag}", "duration:=6.0"],
+                         env=ros_env(), capture_output=True, text=True, timeout=400, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    from legged_wbc.closed_loop import ClosedLoop, save_run
+
+    head = save_run(ClosedLoop(load_scenario(str(sc_path)), "cbf").run(6.0), tmp_path / "headless")
+    res = compare([bag, head], tmp_path / "report")
+    b, h = res["metrics"]["bag"], res["metrics"]["headless"]
+    own = json.loads((head / "metrics.json").read_text())
+    assert b["command_source"] == "scenario commands" and not b.get("unavailable"), b.get("unavailable")
+    for k in SAME:
+        assert b[k] == h[k] == own[k], (k, b[k], h[k])
+    assert b["standing_drift_m"] is not None and b["yaw_rate_tracking_rmse_radps"] is not None
+    for k in ("yaw_rate_tracking_rmse_radps", "standing_drift_m"):
+        assert b[k] == h[k] == own[k], (k, b[k], h[k])
+    for k in ("velocity_tracking_rmse_mps", "estimated_velocity_rmse_mps"):
+        assert b[k] == pytest.approx(own[k], rel=1e-9, abs=1e-12) and h[k] == own[k], (k, b[k], own[k])
+    rb, rh = res["runs"]
+    series, _ = load_log(head)
+    ok = rb.complete if rb.complete is not None else np.ones(len(rb.series["t"]), bool)
+    for k in ("cmd_target", "cmd_filtered", "gait_tau", "gait_paused", "cmd_ref"):
+        assert np.array_equal(np.asarray(rb.series[k])[ok], np.asarray(series[k])[ok]), k
+    assert rb.series["gait_paused"][-1] and not rb.series["gait_paused"][len(ok) // 2]   # it walked, then stood
+    assert abs(series["cmd_ref"][-1, 2] - 0.3 * 1.4) < 0.05                            # the turn: ~0.42 rad of yaw
+    assert {"command_path.png", "command_tracking.png"} <= set(res["figures"])
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "velocity tracking RMSE (m/s) / yaw rate (rad/s), steady segments" in md and "](command_path.png)" in md
 
 
 # ------------------------------------------------------------------------------------ report and figures

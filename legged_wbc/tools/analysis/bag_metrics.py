@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from legged_wbc.metrics import CONTROL_DT, compute_metrics, roll_pitch_from_quat_xyzw
+from legged_wbc.metrics import CONTROL_DT, command_metrics, compute_metrics, roll_pitch_from_quat_xyzw
 from legged_wbc.terrain_metrics import KEYS as TERRAIN_KEYS, terrain_metrics
 from legged_wbc.tools.analysis.bag_files import bag_size
 from legged_wbc.tools.analysis.bag_series import read_bag_messages, series_from_messages
 from legged_wbc.tools.analysis.run_data import (
-    METRIC_SOURCE_TOPICS, METRIC_TOPICS, SERIES_FOR_METRIC, T_BRIDGE_DIAG, T_GT_ODOM, TOPICS, RunData,
+    COMMAND_METRIC_TOPICS, METRIC_SOURCE_TOPICS, METRIC_TOPICS, SERIES_FOR_METRIC, T_BRIDGE_DIAG, T_GT_ODOM, TOPICS, RunData,
     RunInputError,
 )
 
@@ -226,6 +226,7 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
         m["fell"] = None
     # None where the run lacks the series (a bag: the feet's truth; a bag without /estimator/support: all)
     m.update(terrain_metrics(S, win[0], win[1]) if "support" in S else dict.fromkeys(TERRAIN_KEYS))
+    m.update(command_metrics(S))       # every tick (as the headless loop), None without a command
     _add_run_fields(run, m)
     unavailable = _unavailable(run, m)
     if sat_why:
@@ -294,6 +295,7 @@ def _add_run_fields(run: RunData, m: dict) -> None:
             m[k] = int(b[k]) if k in b else None      # a field the bridge that wrote the bag did not have yet
         m.update(realtime_quality(run))
         m.update(bag_size(run.path, run.sim_time_s))
+        m["command_source"] = run.command_source     # where the command series came from (None: no command)
     else:
         for k in BRIDGE_COUNTERS:
             m[k] = None  # no transport, no deadlines in the headless loop (not applicable)
@@ -309,6 +311,11 @@ def _unavailable(run: RunData, m: dict) -> dict:
             why = [t for t in METRIC_TOPICS.get(metric, ()) if t in run.missing_topics] if run.kind == "bag" else []
             unavailable[metric] = ("no " + ", ".join(why)) if why else "series " + ", ".join(
                 k for k in keys if k in missing_series) + " missing"
+    if "cmd_target" in run.series:     # a run under a command whose truth or estimate the bag lacks
+        for metric, topics in COMMAND_METRIC_TOPICS.items():
+            why = [t for t in topics if t in run.missing_topics]
+            if m.get(metric) is None and why:
+                unavailable[metric] = "no " + ", ".join(why)
     return unavailable
 
 

@@ -17,10 +17,17 @@ series key            topic                       how the tick is found
 ``tau``               ``/joint_torque_cmd``       header stamp; ``effort`` (joints by name)
 ``support``,          ``/estimator/support``      header stamp; ``position`` / ``velocity``
 ``touchdown``
-``est_pos``           ``/estimator/odom``         header stamp
+``est_pos``,          ``/estimator/odom``         header stamp; the twist (base frame, REP 105) turned
+``est_vel_world``                                 into the world by the estimated orientation
 ``base_pos``,         ``/ground_truth/odom``      header stamp; ``rp_err`` = roll/pitch of the true
 ``base_quat``,                                    base orientation (the desired attitude is level,
-``rp_err``                                        as in the headless loop)
+``rp_err``,                                       as in the headless loop); ``base_vel_world``: the
+``base_vel_world``                                twist (base frame) turned by the true orientation
+``cmd_target``,       the scenario's ``commands``  every tick from 0 through the controller's command
+``cmd_filtered``,     or ``/cmd_vel``              filter and gait clock (:func:`command_series`)
+``gait_tau``,
+``gait_paused``,
+``cmd_ref``
 ``contact_gt``        ``/ground_truth/contacts``  no stamp: the i-th message is published with the i-th
                                                   ``/ground_truth/odom`` (same bridge step), paired by index
 ``disturbance``       ``/disturbance``            as above; the message stamped ``t_{k+1}`` holds the
@@ -50,8 +57,8 @@ import numpy as np
 
 from legged_wbc.metrics import CONTROL_DT, CONTROL_PERIOD_NS, roll_pitch_from_quat_xyzw
 from legged_wbc.tools.analysis.run_data import (
-    METRIC_SOURCE_TOPICS, T_BRIDGE_DIAG, T_CMD, T_CMD_LATENCY, T_DIST, T_EST_ODOM, T_GT_CONTACTS, T_GT_ODOM,
-    T_JOINT_STATES, T_PITCH, T_SUPPORT, T_WBC_DIAG, TOPICS, RunData, RunInputError,
+    METRIC_SOURCE_TOPICS, OPTIONAL_TOPICS, T_BRIDGE_DIAG, T_CMD, T_CMD_LATENCY, T_CMD_VEL, T_DIST, T_EST_ODOM,
+    T_GAIT_CLOCK, T_GT_CONTACTS, T_GT_ODOM, T_JOINT_STATES, T_PITCH, T_SUPPORT, T_WBC_DIAG, TOPICS, RunData, RunInputError,
 )
 
 
@@ -77,7 +84,7 @@ def _reorder(names: list[str], ref: list[str]) -> np.ndarray | None:
     return np.array([pos[n] for n in ref])
 
 
-def read_bag_messages(path: Path, topics=TOPICS) -> tuple[dict, dict]:
+def read_bag_messages(path: Path, topics=TOPICS + OPTIONAL_TOPICS) -> tuple[dict, dict]:
     """``({topic: [(log_ns, msg), ...]}, {topic: msgtype})`` for the topics present."""
     try:
         from rosbags.highlevel import AnyReader
@@ -117,9 +124,8 @@ def series_from_messages(run: RunData, msgs: dict) -> None:
     legs = run.leg_names
     pitch = _by_stamp(msgs, T_PITCH, _legs_row(legs, ("position", "velocity", "effort")))
     support = _by_stamp(msgs, T_SUPPORT, _legs_row(legs, ("position", "velocity")))
-    est = _by_stamp(msgs, T_EST_ODOM, lambda m: np.array([m.pose.pose.position.x, m.pose.pose.position.y,
-                                                           m.pose.pose.position.z]))
-    gt_list = [(_stamp_ns(m.header), _gt_row(m)) for _, m in msgs.get(T_GT_ODOM, [])]
+    est = _by_stamp(msgs, T_EST_ODOM, _odom_row)
+    gt_list = [(_stamp_ns(m.header), _odom_row(m)) for _, m in msgs.get(T_GT_ODOM, [])]
     gt = {ns // CONTROL_PERIOD_NS: row for ns, row in gt_list if ns % CONTROL_PERIOD_NS == 0}
     cmd = _by_stamp(msgs, T_CMD, _command_row_reader())
     wdiag, wfields = _wbc_diagnostics(msgs)
@@ -145,11 +151,12 @@ def series_from_messages(run: RunData, msgs: dict) -> None:
             if key in wfields:
                 S[key] = _fill(wdiag, ticks, 0, lambda r, key=key: r[key], dtype, default)
     if gt:
-        g = _fill(gt, ticks, 7, lambda r: r)
-        S["base_pos"], S["base_quat"] = g[:, :3], g[:, 3:7]
+        g = _fill(gt, ticks, 10, lambda r: r)
+        S["base_pos"], S["base_quat"], S["base_vel_world"] = g[:, :3], g[:, 3:7], g[:, 7:10]
         S["rp_err"] = roll_pitch_from_quat_xyzw(S["base_quat"])
     if est:
-        S["est_pos"] = _fill(est, ticks, 3, lambda r: r)
+        e = _fill(est, ticks, 10, lambda r: r)
+        S["est_pos"], S["est_vel_world"] = e[:, :3], e[:, 7:10]
     if contacts:
         S["contact_gt"] = _fill(contacts, ticks, N, lambda r: r > 0.5, bool, False)
     if dist_at:
@@ -159,6 +166,7 @@ def series_from_messages(run: RunData, msgs: dict) -> None:
     run.complete = _gaps(run, ticks, ((T_PITCH, pitch), (T_SUPPORT, support), (T_CMD, cmd), (T_WBC_DIAG, wdiag),
                                       (T_GT_ODOM, gt), (T_EST_ODOM, est), (T_GT_CONTACTS, contacts)))
     run.wall_time_s = _wall_from_bridge(bdiag)
+    S.update(command_series(run, msgs, ticks))
     run.series = {k: v for k, v in S.items() if v is not None}
     _detect_fall(run)
 
@@ -198,9 +206,98 @@ def _legs_row(legs: list[str], fields):
     return fn
 
 
-def _gt_row(m) -> np.ndarray:
-    p, o = m.pose.pose.position, m.pose.pose.orientation
-    return np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w])
+def _odom_row(m) -> np.ndarray:
+    """``[p_world(3), quat_xyzw(4), v_world(3)]`` of an Odometry (its twist is in the base frame, ROS's
+    and Pinocchio's convention: turned into the world by the pose's orientation)."""
+    p, o, v = m.pose.pose.position, m.pose.pose.orientation, m.twist.twist.linear
+    x, y, z, w = o.x, o.y, o.z, o.w
+    R = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                  [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                  [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    return np.concatenate([[p.x, p.y, p.z, x, y, z, w], R @ np.array([v.x, v.y, v.z])])
+
+
+# ------------------------------------------------------------------------------------ commands
+def command_series(run: RunData, msgs: dict, ticks: np.ndarray) -> dict:
+    """The command series of the headless log (``cmd_target``, ``cmd_filtered`` (T, 3) ``(vx, vy, wz)``
+    [m/s, m/s, rad/s] heading frame, ``gait_tau`` [s], ``gait_paused``, ``cmd_ref`` (T, 3) the body
+    reference's ``(x, y, yaw)`` [m, m, rad] world) at ``ticks``, or ``{}`` without a command. A bag
+    holds the command only as its input: the controller's :class:`Commander` (its limits from the
+    scenario's controller settings) is run again over every tick from 0, fed by the scenario's
+    ``commands`` (exactly what the controller computed, in lockstep) or, for a scenario without
+    them, by the bag's ``/cmd_vel`` (each message applied at the first tick at or after its receive
+    stamp, as the controller takes the newest message at its next tick; the schedule rules until the
+    first message, as in the controller). A recorded ``/wbc/gait_clock`` (live commands) gives the gait
+    clock. The body reference starts at the origin, yaw 0 (the stance configuration every run starts
+    in); under a scenario without ``commands`` the forward walk drives before the first ``/cmd_vel``
+    (the command series read zero there, and the reference the controller carries over from the walk is
+    not re-computed: ``cmd_ref`` is approximate then)."""
+    from wbc_controller.blocks.command import CMD_PX, CMD_PY, CMD_SIZE, CMD_YAW, CommandReference
+
+    sc = run.scenario
+    live = sorted(((int(t), _twist(m)) for t, m in msgs.get(T_CMD_VEL, [])), key=lambda x: x[0])
+    if sc is None or ticks.size == 0 or not (sc.raw.get("commands") or live):
+        return {}
+    cm = _commander(sc, run.controller, live=not sc.raw.get("commands"))
+    run.command_source = " then ".join(
+        (["scenario commands"] if cm.schedule is not None else []) + ([T_CMD_VEL] if live else []))
+    K = int(ticks[-1]) + 1
+    out = {"cmd_target": np.zeros((K, 3)), "cmd_filtered": np.zeros((K, 3)), "gait_tau": np.zeros(K),
+           "gait_paused": np.zeros(K, bool), "cmd_ref": np.zeros((K, 3))}
+    ref, arr, j = CommandReference(), np.zeros(CMD_SIZE), 0
+    ref.reset((0.0, 0.0), 0.0)
+    for k in range(K):
+        t = (k * CONTROL_PERIOD_NS) * 1e-9
+        if j < len(live) and live[j][0] < k * CONTROL_PERIOD_NS:      # the newest message, at the next tick
+            while j + 1 < len(live) and live[j + 1][0] < k * CONTROL_PERIOD_NS:
+                j += 1
+            cm.schedule = None                                        # the live command takes over
+            cm.set(*live[j][1], t)
+            j += 1
+        cmd = cm.tick(t)
+        ref.advance(t, cmd, arr)
+        out["cmd_target"][k] = cm.filter.effective_target(t)
+        out["cmd_filtered"][k] = (cmd.vx, cmd.vy, cmd.wz)
+        out["gait_tau"][k], out["gait_paused"][k] = cmd.tau, cmd.paused
+        out["cmd_ref"][k] = arr[[CMD_PX, CMD_PY, CMD_YAW]]
+    _recorded_gait_clock(msgs, out)
+    return {k: v[ticks] for k, v in out.items()}
+
+
+def _recorded_gait_clock(msgs: dict, out: dict) -> None:
+    """Under a live command the controller publishes its gait clock (``/wbc/gait_clock``, ``[t, tau,
+    paused]`` each tick): where the bag has it, it replaces the re-computed ``gait_tau``, ``gait_paused``."""
+    K = len(out["gait_tau"])
+    for _, m in msgs.get(T_GAIT_CLOCK, []):
+        d = _data(m)
+        if d.size == 3 and np.all(np.isfinite(d)):
+            k = int(round(d[0] / CONTROL_DT))
+            if 0 <= k < K:
+                out["gait_tau"][k], out["gait_paused"][k] = d[1], d[2] > 0.5
+
+
+def _commander(sc, controller: str | None, live: bool):
+    """The controller's :class:`Commander` under scenario ``sc``: its command limits from the controller
+    settings of the run (``controller``'s mode with the scenario's overrides), the scenario's gait;
+    fed by the scenario's ``commands``, or by nothing (``live``: the caller sets the commands)."""
+    from legged_wbc.gait import GaitConfig, GaitScheduler
+    from legged_wbc.robot import load_robot_config
+    from wbc_controller.blocks.command import Commander, CommandLimits, CommandSchedule
+    from wbc_controller.config import load_wbc_config
+
+    mode = controller if controller in ("none", "damping", "cbf") else "cbf"
+    wcfg = load_wbc_config(overrides=sc.controller_overrides(mode), robot=sc.robot)
+    rcfg = load_robot_config(sc.robot)
+    gait = GaitScheduler(GaitConfig.from_dict(sc.gait_dict(rcfg.gait)), rcfg.leg_names)
+    schedule = None if live else CommandSchedule(
+        [(float(e["t"]), float(e["vx"]), float(e["vy"]), float(e["wz"])) for e in sc.raw["commands"]])
+    return Commander(CommandLimits.from_config(wcfg), gait, schedule)
+
+
+def _twist(m) -> tuple[float, float, float]:
+    """``(vx, vy, wz)`` of a ``geometry_msgs`` Twist or TwistStamped."""
+    tw = m.twist if hasattr(m, "header") else m
+    return float(tw.linear.x), float(tw.linear.y), float(tw.angular.z)
 
 
 def _command_row_reader():

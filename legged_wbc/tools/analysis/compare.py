@@ -30,6 +30,8 @@ and writes into the output directory:
     estimated support set with the bounds, and the body's roll and pitch from level (ground truth).
   - ``actuator_envelope.png``, ``cbf_slack.png``, ``leg_distance.png``: torque against the drives'
     envelope, the barrier's slack, the legs' smallest link distance (:mod:`.compare_actuators`).
+  - ``command_path.png``, ``command_tracking.png``: runs under a velocity command: the x-y path,
+    commanded vs actual, and the commanded vs actual heading-frame velocity over time (:mod:`.compare_commands`).
 
 :func:`summary_rows` aggregates repeated runs (``legged-wbc experiment --repeat``): mean, spread
 (standard deviation, min-max) and the worst case of each metric per controller.
@@ -50,6 +52,7 @@ import numpy as np
 from legged_wbc.metrics import CONTROL_DT
 from legged_wbc.tools.analysis.bag_metrics import RunData, RunInputError, eval_window, load_run, run_metrics
 from legged_wbc.tools.analysis.compare_actuators import FIGURES as ACTUATOR_FIGURES
+from legged_wbc.tools.analysis.compare_commands import FIGURES as COMMAND_FIGURES
 
 CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}
 
@@ -83,6 +86,9 @@ EXTRA_ROWS = [
     ("ticks commanded late or not at all (%)", ("deadline_miss_pct",), "{:.3g}"),
     ("command latency p50 / p99 (us)", ("command_latency_p50_us", "command_latency_p99_us"), "{:.0f}"),
     ("watchdog events / stale / rejected commands", ("watchdog_events", "stale_commands", "rejected_commands"), "{:d}"),
+    ("velocity tracking RMSE (m/s) / yaw rate (rad/s), steady segments",
+     ("velocity_tracking_rmse_mps", "yaw_rate_tracking_rmse_radps"), "{:.4f}"),
+    ("estimated velocity RMSE (m/s) / standing drift (m)", ("estimated_velocity_rmse_mps", "standing_drift_m"), "{:.4g}"),
     ("first support-leg violation (s)", ("first_violation_time_s",), "{:.3f}"),
     ("evaluated samples (ticks, QP accepted)", ("samples",), "{:d}"),
     ("bag size (MB) / per simulated second (MB/s)", ("bag_mb", "bag_mb_per_sim_s"), "{:.2f}"),
@@ -660,7 +666,7 @@ def make_figures(runs, names, metrics, out: Path) -> tuple[list[tuple[str, str]]
             ("gait_diagram.png", lambda p: fig_gait(runs, names, p), "no estimated support")]
     for kind in sorted({_terrain_kind(r) for r in runs} - {"flat"}):     # one figure per terrain (issue 19)
         jobs.append((f"terrain_{kind}.png", lambda p, k=kind: fig_terrain(runs, names, k, p), "no relative pitch"))
-    for fname, fn, why in ACTUATOR_FIGURES:                               # issue 20: drives, slack, leg distance
+    for fname, fn, why in ACTUATOR_FIGURES + COMMAND_FIGURES:             # drives, slack, leg distance; commands
         jobs.append((fname, lambda p, f=fn: _saved(f(runs, names, _plt()), p), why))
     for fname, fn, why in jobs:
         cap = fn(out / fname)

@@ -19,8 +19,16 @@ T_DIST = "/disturbance"
 T_BRIDGE_DIAG = "/bridge/diagnostics"
 T_JOINT_STATES = "/joint_states"
 T_CMD_LATENCY = "/bridge/command_latency"
+T_CMD_VEL = "/cmd_vel"
+T_GAIT_CLOCK = "/wbc/gait_clock"
 TOPICS = (T_PITCH, T_WBC_DIAG, T_CMD, T_SUPPORT, T_EST_ODOM, T_GT_ODOM, T_GT_CONTACTS, T_DIST, T_BRIDGE_DIAG,
           T_CMD_LATENCY)
+# read when the bag has them, never reported missing: a live velocity command (Twist or TwistStamped) and
+# the controller's gait clock under it
+OPTIONAL_TOPICS = (T_CMD_VEL, T_GAIT_CLOCK)
+# the command metrics (legged_wbc.metrics.command_metrics) and the topic each needs besides a command
+COMMAND_METRIC_TOPICS = {"velocity_tracking_rmse_mps": (T_GT_ODOM,), "yaw_rate_tracking_rmse_radps": (T_GT_ODOM,),
+                         "estimated_velocity_rmse_mps": (T_GT_ODOM, T_EST_ODOM), "standing_drift_m": (T_GT_ODOM,)}
 
 # which topic each metric needs (for the "could not be computed" list)
 METRIC_TOPICS = {
@@ -82,6 +90,7 @@ class RunData:
     complete: np.ndarray | None = None                  # rows with every metric topic (None: all)
     command_latency_us: np.ndarray | None = None        # per closed tick (NaN: missed); bags of bridges that publish it
     command_latency_ticks: np.ndarray | None = None     # the tick of each (-1: a period dropped in a stall)
+    command_source: str | None = None                   # where a bag's command series come from (None: no command)
 
     def joints_of_leg(self, leg: int | str) -> list[int]:
         name = self.leg_names[leg] if isinstance(leg, int) and leg < len(self.leg_names) else leg
