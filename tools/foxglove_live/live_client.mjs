@@ -66,6 +66,11 @@ client.on("message", ({ subscriptionId, timestamp, data }) => {
       const msg = st.reader.readMessage(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
       st.decoded += 1;
       if (st.decoded === 1) st.sample = summarize(st.topic, msg);
+      else if (st.topic === "/tf" || st.topic === "/tf_static") {   // several publishers: every frame pair seen
+        const seen = new Set(st.sample.transforms);
+        for (const pair of summarize(st.topic, msg).transforms) seen.add(pair);
+        st.sample.transforms = [...seen];
+      }
     } catch (e) {
       out.failures.push(`${st.topic}: message ${st.count} does not decode: ${e.message}`);
     }
