@@ -98,9 +98,29 @@ print("TICKS", ticks, "NAN", any(not np.all(np.isfinite(c)) for c in cmds), flus
         assert p.returncode == 130          # stopped by SIGINT: 128 + 2 (legged_wbc.ros.tooling.lifetime)
 
 
-def test_lockstep_stack_matches_headless_loop(tmp_path):
+def _short_manoeuvres(path):
+    """The manoeuvres scenario in 4 s: stand up, an arc from 1 s (the command filter, turning footholds), a
+    stop at 2 s (the gait clock pauses after stand_delay with every leg in support), sideways from 3.6 s
+    (it resumes): the scheduled command the controller and the estimator nodes each compute."""
+    import yaml
+
+    from legged_wbc.scenario import dump_scenario, load_scenario
+
+    d = yaml.safe_load(dump_scenario(load_scenario("manoeuvres", ["stand_up.start=0.1", "stand_up.duration=0.8",
+                                                                  "walk.gait_start=1.0", "walk.t_s=1.1"])))
+    body = d.get("scenario", d)
+    body["commands"] = [{"t": 0.0, "vx": 0.0, "vy": 0.0, "wz": 0.0}, {"t": 1.0, "vx": 0.1, "vy": 0.0, "wz": 0.3},
+                        {"t": 2.0, "vx": 0.0, "vy": 0.0, "wz": 0.0}, {"t": 3.6, "vx": 0.0, "vy": 0.1, "wz": 0.0}]
+    body["duration"] = 4.0
+    path.write_text(yaml.safe_dump(d))
+    return str(path)
+
+
+@pytest.mark.parametrize("scenario,duration", [("nominal", 2.0), ("manoeuvres_short", 4.0)])
+def test_lockstep_stack_matches_headless_loop(tmp_path, scenario, duration):
     """Same config, same core objects: the ROS lockstep run and the headless loop give the same joint
-    trajectory (<= 1e-6 rad over 2 s)."""
+    trajectory (<= 1e-6 rad over 2 s); under a command schedule (the short manoeuvres: turning, the gait
+    stopping and resuming) the same bits."""
     from rosbags.highlevel import AnyReader
     from rosbags.typesys import Stores, get_typestore
 
@@ -108,10 +128,13 @@ def test_lockstep_stack_matches_headless_loop(tmp_path):
     from legged_wbc.model import RobotModel
     from legged_wbc.scenario import load_scenario
 
+    if scenario == "manoeuvres_short":
+        scenario = _short_manoeuvres(tmp_path / "manoeuvres_short.yaml")
     bag = tmp_path / "bag"
     env = ros_env()
-    run = subprocess.run([str(BIN / "legged-wbc"), "launch", "walking_sim", "controller:=cbf", "scenario:=nominal",
-                          "duration:=2.0", f"record:={bag}"], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([str(BIN / "legged-wbc"), "launch", "walking_sim", "controller:=cbf", f"scenario:={scenario}",
+                          f"duration:={duration}", f"record:={bag}"], env=env, capture_output=True, text=True,
+                         timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rm = RobotModel("hexapod")
     ros = {}
@@ -119,9 +142,10 @@ def test_lockstep_stack_matches_headless_loop(tmp_path):
         counts = {}
         for c in reader.connections:
             counts[c.topic] = counts.get(c.topic, 0) + c.msgcount
-        # 2 s of sim: sensors at 1 kHz, commands and estimates at 500 Hz (within 1 %)
-        for topic, expect in (("/joint_states", 2000), ("/imu", 2000), ("/joint_torque_cmd", 1000),
-                              ("/estimator/odom", 1000), ("/wbc/relative_pitch", 1000), ("/ground_truth/odom", 1000)):
+        # sensors at 1 kHz, commands and estimates at 500 Hz (within 1 %)
+        for topic, expect in (("/joint_states", 1000 * duration), ("/imu", 1000 * duration),
+                              ("/joint_torque_cmd", 500 * duration), ("/estimator/odom", 500 * duration),
+                              ("/wbc/relative_pitch", 500 * duration), ("/ground_truth/odom", 500 * duration)):
             assert abs(counts.get(topic, 0) - expect) <= 0.01 * expect + 1, (topic, counts.get(topic))
         heights = [reader.deserialize(raw, c.msgtype).pose.pose.position.z for c, _, raw in
                    reader.messages(connections=[c for c in reader.connections if c.topic == "/ground_truth/odom"])]
@@ -133,11 +157,15 @@ def test_lockstep_stack_matches_headless_loop(tmp_path):
             if ns % 2_000_000 == 0:
                 idx = [list(m.name).index(j) for j in rm.joint_names]
                 ros[ns // 2_000_000] = np.asarray(m.position)[idx]
-    head = ClosedLoop(load_scenario("nominal"), "cbf").run(2.0)
+    head = ClosedLoop(load_scenario(scenario), "cbf").run(duration)
     ticks = sorted(k for k in ros if k < len(head.series["t"]))
-    assert len(ticks) >= 990, f"only {len(ticks)} ticks in the bag"
+    assert len(ticks) >= 495 * duration, f"only {len(ticks)} ticks in the bag"
     diff = max(np.abs(ros[k] - head.series["joint_pos"][k]).max() for k in ticks)
     assert diff <= 1e-6, f"max joint difference ROS vs headless {diff:.3e} rad"
+    if "commands" in load_scenario(scenario).raw:
+        assert diff == 0.0, f"max joint difference ROS vs headless {diff:.3e} rad"
+        paused = np.asarray(head.series["gait_paused"])      # the schedule stopped and restarted the gait
+        assert paused.any() and not paused[-1] and abs(head.series["cmd_ref"][-1, 2]) > 0.2
 
 
 INTRUDER = r'''
