@@ -91,7 +91,7 @@ def test_container_split_and_processes_layouts_give_the_same_lockstep_run(tmp_pa
     # tick each way (the /diagnostics and /tf of the control part no longer cross it)
     assert re.search(r"over the host link: /estimator/support, /joint_torque_cmd; recorded by the control part: "
                      r"/diagnostics, /estimator/diagnostics, /estimator/odom, /estimator/support, /estimator/tau_ext, "
-                     r"/joint_torque_cmd, /tf, /wbc/diagnostics, /wbc/relative_pitch", log), log[-3000:]
+                     r"/joint_torque_cmd, /tf, /wbc/diagnostics, /wbc/gait_clock, /wbc/relative_pitch", log), log[-3000:]
     assert re.search(r"recording /diagnostics, .*/wbc/relative_pitch into the recorder's second ring .*, stamped "
                      r"by the sim part's /clock", log), log[-3000:]
     frames = {part: tuple(map(int, m)) for part, *m in
