@@ -15,7 +15,9 @@ A command from any other publisher is never applied: it is counted (``commands_f
 ``/bridge/diagnostics``) and each such publisher is logged once, with its node's name. The rule is the
 bridge's, whatever the transport: through DDS a publisher is its GID (rclpy's ``MessageInfo``), its node
 taken from the ROS graph; in a container it is the in-process publisher
-(:class:`~legged_wbc.ros.transport.intra_process.IntraPublisher`) and its node. Node names are not authenticated
+(:class:`~legged_wbc.ros.transport.intra_process.IntraPublisher`) and its node, and a publisher outside
+the process (its commands reach a container through the bridge's shadow subscription,
+:mod:`legged_wbc.ros.transport.intra_process`) is its GID, as through DDS. Node names are not authenticated
 in ROS 2 (SROS2 does that, with per-node certificates): a node that takes the controller's name before
 the controller sends its first command is followed; once one is followed, a second publisher of the same
 name is not.

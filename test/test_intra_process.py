@@ -162,6 +162,72 @@ def test_bus_hands_messages_over_in_process_and_on_dds_only_when_asked(ros_conte
 
 
 @pytest.mark.ros
+def test_outside_publishers_reach_in_process_subscriptions_once_and_own_copies_are_dropped(ros_contexts):
+    """A composed subscription has a real subscription in the graph (an outside node counts it); a publisher
+    outside the process reaches it (in the control thread's drain; raw ones get the CDR bytes, with_source ones
+    the MessageInfo) and nothing goes on DDS for the shadows. Once an outside subscriber makes the in-process
+    publisher publish on DDS, the shadows receive those publications too: dropped by GID, never delivered twice."""
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import JointState
+
+    from legged_wbc.ros.transport.intra_process import IntraProcessBus
+
+    inside, outside = ros_contexts
+    bus = IntraProcessBus()
+    typed, raw, src = [], [], []
+    with bus.active():
+        a = Node("op_pub", context=inside)
+        b = Node("op_sub", context=inside)
+        r = Node("op_rec", context=inside)
+        endpoints.create_subscription(b, JointState, "ojs", typed.append, 10)
+        endpoints.create_subscription(b, JointState, "ojs", lambda m, s: src.append(s), 10, with_source=True)
+        endpoints.create_subscription(r, JointState, "ojs", raw.append, 10, raw=True)
+        pub = endpoints.create_publisher(a, JointState, "ojs", 10)
+    assert bus.finalize() == []
+    ext = Node("op_external", context=outside)
+    ex_in, ex_out = SingleThreadedExecutor(context=inside), SingleThreadedExecutor(context=outside)
+    for n in (a, b, r):
+        ex_in.add_node(n)
+    ex_out.add_node(ext)
+    # the graph shows one subscription per subscribing node (before: 0, the bus had no DDS subscription)
+    assert _spin_until(ex_in, lambda: ext.count_subscribers("/ojs") == 2), ext.count_subscribers("/ojs")
+    ex_in.spin_once(timeout_sec=0.2)                  # the publisher's matched events (the shadows)
+    assert pub._matched == 2 and pub.dds_subscription_count() == 0 and pub.get_subscription_count() == 3
+    pub.publish(_js(1))
+    assert pub.dds_published == 0 and len(typed) == 1 and len(src) == 1 and len(raw) == 1
+
+    opub = ext.create_publisher(JointState, "/ojs", 10)
+    assert _spin_until(ex_in, lambda: opub.get_subscription_count() == 2)
+    for k in (2, 3):
+        opub.publish(_js(k))
+    assert _spin_until(ex_in, lambda: bus.outside_messages == 4)   # 2 messages x 2 shadows (b's, r's)
+    assert len(typed) == 1                             # not in the executor thread: waiting for the control thread
+    assert bus.drain_outside() == 6                    # b's two subscriptions and r's, 2 messages each
+    assert [m.position[0] for m in typed[1:]] == [2.0, 3.0]
+    assert [deserialize_message(d, JointState).position[0] for d in raw[1:]] == [2.0, 3.0]
+    assert isinstance(src[1], dict) and bytes(src[1]["publisher_gid"]["data"]) not in bus.stack_gids
+
+    # an outside subscriber: the in-process publisher now publishes on DDS, its shadows get the copies too
+    ext_got = []
+    ext.create_subscription(JointState, "/ojs", ext_got.append, 10)
+    assert _spin_until(ex_in, lambda: pub.dds_subscription_count() == 1)
+    for k in (4, 5, 6):
+        pub.publish(_js(k))
+    assert _spin_until(ex_out, lambda: len(ext_got) == 3)
+    assert _spin_until(ex_in, lambda: bus.own_copies == 6)          # 3 messages x 2 shadows, dropped
+    ex_in.spin_once(timeout_sec=0.2)
+    assert bus.outside_messages == 4 and bus.drain_outside() == 0
+    assert [m.position[0] for m in typed] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]   # each exactly once
+    assert len(raw) == 6 and len(src) == 6 and pub.dds_published == 3
+    for ex in (ex_in, ex_out):
+        ex.shutdown()
+    for n in (a, b, r, ext):
+        n.destroy_node()
+
+
+@pytest.mark.ros
 def test_bus_survives_a_failing_callback(ros_contexts):
     from rclpy.node import Node
     from sensor_msgs.msg import JointState
