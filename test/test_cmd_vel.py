@@ -98,6 +98,7 @@ def test_cmd_vel_takes_over_clamps_rejects_nan_and_goes_stale(ros_context):
             if k % 100 == 0:                             # kept fresh (every 0.2 s of controller time)
                 _send(ros_context, ex, node, Twist, [_twist(wz=0.3)])
         assert d["cmd_wz"] == pytest.approx(0.3) and d["cmd_vx"] == 0.0
+        assert d["gait_tau"] == pytest.approx(k * DT) and d["gait_paused"] == 0.0
         assert node.ctl.cmd_array[6] > 0.05              # the reference's yaw turns
         _send(ros_context, ex, node, Twist, [_twist(vx=5.0, wz=0.3)], what=lambda n: n.cmd_vel._msg[0])
         rej0 = node.rejected

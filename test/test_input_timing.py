@@ -146,7 +146,7 @@ def _estimator(ctx, timing: str):
         setattr(node, name, FakePub(name, getattr(node, name).adapter))
     calls = []
     update = node.est.update
-    node.est.update = lambda t, *a: calls.append(t) or update(t, *a)
+    node.est.update = lambda t, *a, **kw: calls.append(t) or update(t, *a, **kw)
     return node, calls
 
 

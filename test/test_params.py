@@ -386,7 +386,7 @@ def test_every_live_estimator_parameter_takes_effect_next_tick(ros_context):
     node = EstimatorNode(context=ros_context, parameter_overrides=[Parameter("scenario", value="none")])
     est, rm, outs = node.est, node.rm, []
     update = est.update
-    est.update = lambda *a: outs.append(update(*a)) or outs[-1]
+    est.update = lambda *a, **kw: outs.append(update(*a, **kw)) or outs[-1]
     q0 = rm.stance_configuration()
     quat = np.array([0.01, -0.02, 0.0, 1.0]) / np.linalg.norm([0.01, -0.02, 0.0, 1.0])
 

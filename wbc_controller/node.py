@@ -229,7 +229,7 @@ class WbcNode(ros_io.TickOutputs, Node):
                 *self.cmd_vel.diag()]
         if diag.safe_stop and diag.consecutive_failures == self.cfg.max_failures + 1:
             self.get_logger().error(f"safe stop: {diag.consecutive_failures} consecutive QP failures ({diag.qp_status})")
-        self._last_out = [self.cmd_vel.output()] if self.cmd_vel.live else []
+        self._last_out = [self.cmd_vel.output()] if self.cmd_vel.live and self.cmd_vel.to_topic else []
         self._last_out += [
             (self.pub_pitch, adapters.JointSample(t_ns, self.leg_names, diag.theta, diag.theta_dot,
                                                   diag.cbf_active.astype(float))),

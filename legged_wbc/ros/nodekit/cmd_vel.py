@@ -15,7 +15,8 @@ estimator (the math: :mod:`wbc_controller.blocks.command`, no ROS).
   live command, each tick ``[t, tau, paused]`` (tick time [s], the gait clock [s], 1/0). The estimator
   evaluates the gait at ``tau + (t_now - t)`` (running) or ``tau`` (paused): exact with the clock one
   tick late (pausing happens at a ``tau`` where every leg is in support, resuming keeps ``tau``). In a
-  container whose controller is chained to the estimator the estimator reads it from the controller.
+  container whose controller is chained to the estimator the estimator reads it from the controller and
+  nothing is published (a message and a record less per tick); ``/wbc/diagnostics`` has it in any case.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ TOPIC_CMD_VEL = "cmd_vel"
 TOPIC_GAIT_CLOCK = "wbc/gait_clock"
 CLOCK_LABEL = "gait_clock[t,tau,paused]"
 # the controller's diagnostics fields this adds (wbc_controller.diagnostics.DIAG_FIELDS, at the end)
-CMD_DIAG = ("cmd_live", "cmd_clamped", "cmd_rejected", "cmd_vx", "cmd_vy", "cmd_wz")   # = DIAG_FIELDS[-6:]
+CMD_DIAG = ("cmd_live", "cmd_clamped", "cmd_rejected", "cmd_vx", "cmd_vy", "cmd_wz", "gait_tau", "gait_paused")
 CMD_VEL_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
@@ -64,7 +65,8 @@ class CmdVelInput:
         self.clock: tuple | None = None    # under a live command: (t, tau, paused) of the last tick
         self._msg = (0, 0.0, 0.0, 0.0)     # (sequence, vx, vy, wz): written by the callback only
         self._taken = 0
-        self._last = np.zeros(3)           # the last tick's filtered command (diagnostics)
+        self._last = np.zeros(5)           # the last tick's filtered command and gait clock (diagnostics)
+        self.to_topic = True               # publish /wbc/gait_clock (off when chained: the estimator reads .clock)
         if stamped:
             from geometry_msgs.msg import TwistStamped as msg_type
         else:
@@ -100,7 +102,7 @@ class CmdVelInput:
         if not self.live and self.scheduled is None:
             return None
         cmd = self.commander.tick(t)
-        self._last[:] = (cmd.vx, cmd.vy, cmd.wz)
+        self._last[:] = (cmd.vx, cmd.vy, cmd.wz, cmd.tau, 1.0 if cmd.paused else 0.0)
         if self.live:
             self.clock = (t, cmd.tau, 1.0 if cmd.paused else 0.0)
         return cmd
@@ -120,12 +122,12 @@ class CmdVelInput:
         self.node.get_logger().info(f"/cmd_vel: the live velocity command takes over from {was} at t={t:.3f} s")
 
     def output(self):
-        """``(publisher, value)`` of this tick's ``/wbc/gait_clock``, None without a live command."""
-        return None if self.clock is None else (self.pub, np.array(self.clock))
+        """``(publisher, value)`` of this tick's ``/wbc/gait_clock``, None without a live command or when chained."""
+        return None if self.clock is None or not self.to_topic else (self.pub, np.array(self.clock))
 
     def diag(self) -> list:
         """The values of :data:`CMD_DIAG`: live (1/0), clamped commands, rejected messages, the filtered
-        command (vx, vy [m/s], wz [rad/s])."""
+        command (vx, vy [m/s], wz [rad/s]), the gait clock (tau [s], paused 1/0)."""
         return [float(self.live), self.commander.filter.clamped, self.rejected, *self._last]
 
 

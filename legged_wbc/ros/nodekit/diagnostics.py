@@ -138,6 +138,8 @@ def controller_status(diag: dict | None, max_failures: int, rejected: int, skipp
                        "cmd_vx_mps": f"{diag['cmd_vx']:.3f}", "cmd_vy_mps": f"{diag['cmd_vy']:.3f}",
                        "cmd_wz_radps": f"{diag['cmd_wz']:.3f}", "cmd_clamped": str(int(diag["cmd_clamped"])),
                        "cmd_rejected": str(int(diag["cmd_rejected"]))})
+    if "gait_paused" in diag:
+        values["gait_stopped"] = str(bool(diag["gait_paused"])).lower()
     if diag["safe_stop"]:
         return Status(ERROR, name, f"safe stop: more than {max_failures} consecutive QP failures (zero torque, "
                       "latched)", values, hardware_id)

@@ -88,6 +88,7 @@ def chain_controller(bus, estimator, controller, log=None) -> str | None:
     else:
         bus.withdraw(controller, CHAINED_TOPICS)
         estimator.chained = controller
+        controller.cmd_vel.to_topic = False     # the estimator reads the gait clock from it (no /wbc/gait_clock)
     if log is not None:
         log.info("wbc_controller chained to state_estimator" if why_not is None
                  else f"wbc_controller not chained to state_estimator: {why_not}")
