@@ -20,7 +20,11 @@ def data_tree(src: str) -> list[tuple[str, list[str]]]:
 setup(
     name=PACKAGE,
     version="0.1.0",
-    packages=["legged_wbc", "legged_wbc.cli", "legged_wbc.ros", "legged_wbc.ros.io", "legged_wbc.tools",
+    packages=["legged_wbc", "legged_wbc.cli",
+              "legged_wbc.ros", "legged_wbc.ros.io", "legged_wbc.ros.recording", "legged_wbc.ros.transport",
+              "legged_wbc.ros.nodekit", "legged_wbc.ros.tooling", "legged_wbc.ros.stack",
+              "legged_wbc.tools", "legged_wbc.tools.analysis", "legged_wbc.tools.experiments", "legged_wbc.tools.bench",
+              "legged_wbc.tools.pictures",
               "wbc_controller", "wbc_controller.blocks", "state_estimator", "mujoco_bridge"],
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
