@@ -7,9 +7,9 @@ installed (``npm ci`` fetches the pinned packages the first time)."""
 from __future__ import annotations
 
 from domains import domain_id
+from npm_tools import node_for
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,16 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ros]
 
 @pytest.fixture(scope="module")
 def node_tool():
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    if not (TOOL / "node_modules" / "@mcap" / "core").is_dir():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed")
-        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=TOOL, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stdout + r.stderr
-    return node
+    return node_for(TOOL, "@mcap/core")
 
 
 def test_foxglove_parsers_read_every_message_and_resolve_the_layout(tmp_path, node_tool):

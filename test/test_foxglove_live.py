@@ -10,10 +10,10 @@ makes equals rclpy's serialization; a full queue drops and counts, never blocks)
 from __future__ import annotations
 
 from domains import domain_id
+from npm_tools import node_for
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,16 +29,7 @@ LAUNCHER = str(Path(sys.executable).parent / "legged-wbc")
 
 @pytest.fixture(scope="module")
 def node_tool():
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    if not (TOOL / "node_modules" / "@foxglove" / "ws-protocol").is_dir():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed")
-        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=TOOL, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stdout + r.stderr
-    return node
+    return node_for(TOOL, "@foxglove/ws-protocol")
 
 
 def free_port() -> int:
