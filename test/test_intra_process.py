@@ -198,8 +198,10 @@ def test_outside_publishers_reach_in_process_subscriptions_once_and_own_copies_a
     pub.publish(_js(1))
     assert pub.dds_published == 0 and len(typed) == 1 and len(src) == 1 and len(raw) == 1
 
+    assert bus.check_outside() == []                  # only the bus's own publisher: the shadows rest
     opub = ext.create_publisher(JointState, "/ojs", 10)
     assert _spin_until(ex_in, lambda: opub.get_subscription_count() == 2)
+    assert _spin_until(ex_in, lambda: bus.check_outside() == ["/ojs"])   # the container: every 50 ms
     for k in (2, 3):
         opub.publish(_js(k))
     assert _spin_until(ex_in, lambda: bus.outside_messages == 4)   # 2 messages x 2 shadows (b's, r's)

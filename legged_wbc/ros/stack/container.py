@@ -137,7 +137,7 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
             peer = PeerRecorder(bus, node)
             bus.link.on_record, bus.link.after_frame = peer.start, _drained(bus, peer.flush)
         bus.connect_link(P.link_timeout, stop)
-    external = bus.finalize()           # and the in-process subscriptions' shadows (publishers outside)
+    external = _finalize(bus, node)
     recorded_there = []
     if recorder is not None:
         recorder.subscribe_topics(bus.published_topics())
@@ -182,6 +182,17 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
              + (f"; recorded by the control part: {', '.join(recorded_there)}" if recorded_there else "")
              + (f"; through DDS: {', '.join(sorted(set(external)))}" if external else ""))
     return peer
+
+
+def _finalize(bus, node) -> list[str]:
+    """Finalize the bus (with the in-process subscriptions' shadows, for publishers outside the process) and
+    have the process's background thread wake the shadows whose topic has such a publisher (every 50 ms).
+    Returns the topics subscribed through DDS only."""
+    from legged_wbc.ros.nodekit import background
+
+    external = bus.finalize()
+    background.for_node(node, 0.05, bus.check_outside, "publishers outside")
+    return external
 
 
 def _drained(bus, then):
