@@ -206,22 +206,26 @@ def plane_attitude(normal_w, R_d):
     return nz
 
 
-@njit(cache=True)
-def attitude_task(R_d, R, v, par, acc_body, e_rpy):
-    """The rotational rows of :func:`body_task` for a desired attitude ``R_d`` (constant: ``w_d =
-    w_dot_d = 0``): ``w_dot_des = -K_R e_R - K_w w_B``, ``e_R = 0.5 vee(R_d^T R - R^T R_d)``, into
-    ``acc_body[3:6]`` and ``e_rpy`` (as :func:`body_task_reference` with ``ref.R = R_d``)."""
-    kp_rot, kd_rot = par.kp_rot, par.kd_rot
-    # E = R_d^T R
+@njit(cache=True, inline="always")
+def attitude_error(R_d, R):
+    """The attitude error ``e_R = 0.5 vee(R_d^T R - R^T R_d)`` [rad, small angles] of the base
+    attitude ``R`` against the desired ``R_d`` (both base -> world), from the entries of ``E = R_d^T R``."""
     E01 = R_d[0, 0] * R[0, 1] + R_d[1, 0] * R[1, 1] + R_d[2, 0] * R[2, 1]
     E02 = R_d[0, 0] * R[0, 2] + R_d[1, 0] * R[1, 2] + R_d[2, 0] * R[2, 2]
     E10 = R_d[0, 1] * R[0, 0] + R_d[1, 1] * R[1, 0] + R_d[2, 1] * R[2, 0]
     E12 = R_d[0, 1] * R[0, 2] + R_d[1, 1] * R[1, 2] + R_d[2, 1] * R[2, 2]
     E20 = R_d[0, 2] * R[0, 0] + R_d[1, 2] * R[1, 0] + R_d[2, 2] * R[2, 0]
     E21 = R_d[0, 2] * R[0, 1] + R_d[1, 2] * R[1, 1] + R_d[2, 2] * R[2, 1]
-    e0 = 0.5 * (E21 - E12)
-    e1 = 0.5 * (E02 - E20)
-    e2 = 0.5 * (E10 - E01)
+    return 0.5 * (E21 - E12), 0.5 * (E02 - E20), 0.5 * (E10 - E01)
+
+
+@njit(cache=True)
+def attitude_task(R_d, R, v, par, acc_body, e_rpy):
+    """The rotational rows of :func:`body_task` for a desired attitude ``R_d`` (constant: ``w_d =
+    w_dot_d = 0``): ``w_dot_des = -K_R e_R - K_w w_B``, ``e_R = 0.5 vee(R_d^T R - R^T R_d)``, into
+    ``acc_body[3:6]`` and ``e_rpy`` (as :func:`body_task_reference` with ``ref.R = R_d``)."""
+    kp_rot, kd_rot = par.kp_rot, par.kd_rot
+    e0, e1, e2 = attitude_error(R_d, R)
     acc_body[3] = -kp_rot[0] * e0 - kd_rot[0] * v[3]
     acc_body[4] = -kp_rot[1] * e1 - kd_rot[1] * v[4]
     acc_body[5] = -kp_rot[2] * e2 - kd_rot[2] * v[5]
@@ -257,15 +261,7 @@ def attitude_task_command(R_d, cmd, R, v, par, acc_body, e_rpy):
     ``acc_body[3:6]`` and ``e_rpy``."""
     kp_rot, kd_rot = par.kp_rot, par.kd_rot
     wz, dwz = cmd[CMD_WZ], cmd[CMD_DWZ]
-    E01 = R_d[0, 0] * R[0, 1] + R_d[1, 0] * R[1, 1] + R_d[2, 0] * R[2, 1]
-    E02 = R_d[0, 0] * R[0, 2] + R_d[1, 0] * R[1, 2] + R_d[2, 0] * R[2, 2]
-    E10 = R_d[0, 1] * R[0, 0] + R_d[1, 1] * R[1, 0] + R_d[2, 1] * R[2, 0]
-    E12 = R_d[0, 1] * R[0, 2] + R_d[1, 1] * R[1, 2] + R_d[2, 1] * R[2, 2]
-    E20 = R_d[0, 2] * R[0, 0] + R_d[1, 2] * R[1, 0] + R_d[2, 2] * R[2, 0]
-    E21 = R_d[0, 2] * R[0, 1] + R_d[1, 2] * R[1, 1] + R_d[2, 2] * R[2, 1]
-    e0 = 0.5 * (E21 - E12)
-    e1 = 0.5 * (E02 - E20)
-    e2 = 0.5 * (E10 - E01)
+    e0, e1, e2 = attitude_error(R_d, R)
     m0 = R[0, 0] * R_d[0, 2] + R[1, 0] * R_d[1, 2] + R[2, 0] * R_d[2, 2]
     m1 = R[0, 1] * R_d[0, 2] + R[1, 1] * R_d[1, 2] + R[2, 1] * R_d[2, 2]
     m2 = R[0, 2] * R_d[0, 2] + R[1, 2] * R_d[1, 2] + R[2, 2] * R_d[2, 2]
