@@ -9,7 +9,6 @@ act from the next tick). ``duration`` > 0: the node exits (status 0) after that 
 
 import signal
 import sys
-import threading
 import time
 
 import numpy as np
@@ -21,9 +20,12 @@ from std_msgs.msg import Float64MultiArray
 from legged_wbc.robot import ConfigError
 from legged_wbc.ros.io import adapters
 from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics, tf_publisher
+from legged_wbc.ros.nodekit.executor_thread import ExecutorThread
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.nodekit.params import NodeParameters
+from legged_wbc.ros.nodekit.publisher_names import PublisherNames
+from legged_wbc.ros.nodekit.startup import StartupPeers
 from mujoco_bridge.command_source import CommandSources
 from mujoco_bridge.config import BridgeConfig
 from mujoco_bridge.scenario_setup import (BridgePhysics, ScenarioDisturbance, bridge_simulation, delay_ticks,
@@ -56,10 +58,11 @@ class MujocoBridge(Node):
         self._wall = WallStamps() if cfg.sample_stamps == "wall" else None   # hardware emulation (BridgeConfig)
 
     def _init_scheduler(self, cfg: BridgeConfig) -> None:
-        """The scheduler (its ports: this node's bound methods) and the physics step with the disturbance hook."""
+        """The scheduler (its ports: this node's bound methods, the start-up wait's :class:`StartupPeers` once
+        the endpoints exist) and the physics step with the disturbance hook."""
         log = self.get_logger()
-        self.ports = BridgePorts(None, self.publish_sample, self.sim.joint_velocities, self.peers_missing,
-                                 self.settle_peers)            # what the scheduler calls: bound methods, no layer
+        self.ports = BridgePorts(None, self.publish_sample, self.sim.joint_velocities,   # what the scheduler calls
+                                 lambda: self.startup.missing(), lambda: self.startup.settle())   # no layer
         self.sched = BridgeScheduler(cfg, self.ports, lockstep=self.lockstep, steps_per_tick=cfg.control_period_steps,
                                      log=log, effort_limit=self.robot.effort,
                                      command_delay_ticks=delay_ticks(self.scenario))
@@ -100,13 +103,12 @@ class MujocoBridge(Node):
                              reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
         self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
                                                        timed=cfg.command_timing == "stamped")
-        self.cmd_sources = CommandSources(cfg.command_source, self._publisher_node, self.sched.counters,
-                                          self.get_logger())
-        self._gid_names: dict[bytes, str] = {}
-        self._graph_asked = -1e9
+        self.cmd_sources = CommandSources(cfg.command_source, PublisherNames(self, lambda: self.sub_cmd.topic_name),
+                                          self.sched.counters, self.get_logger())
         self.sub_cmd = endpoints.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                   cmd_qos, adapter=adapters.JointStateAdapter, with_source=True,
                                                   any_thread=True)   # outside commands: executor thread (processes: same)
+        self.startup = StartupPeers(self, self.pub_js, self.sub_cmd, self._pubs, wait_for_commands=self.lockstep)
         self._leg_order = ros_io.JointOrder(self.leg_names)
         self.sub_support = None
         if isinstance(self.disturbance_fn, ScenarioDisturbance):   # gated by the estimated support set
@@ -151,20 +153,6 @@ class MujocoBridge(Node):
             self.cmd_sources.follow(source)
         self.sched.offer_command(cmd, self.source_time() if self.source_time else None)
 
-    def _publisher_node(self, info: dict) -> str | None:
-        """The fully qualified name of the node whose publisher sent a DDS message (its ``MessageInfo``),
-        from the ROS graph (asked again at most every 0.2 s while a publisher is not in it); None if unknown."""
-        gid = info.get("publisher_gid")
-        key = bytes(gid["data"]) if gid else None
-        if key in self._gid_names or key is None or time.monotonic() - self._graph_asked < 0.2:
-            return self._gid_names.get(key)
-        self._graph_asked = time.monotonic()
-        for ep in self.get_publishers_info_by_topic(self.sub_cmd.topic_name):
-            if ep.node_name and ep.node_name != "_NODE_NAME_UNKNOWN_":
-                ns = ep.node_namespace.rstrip("/")
-                self._gid_names[bytes(bytearray(ep.endpoint_gid))] = f"{ns}/{ep.node_name}"
-        return self._gid_names.get(key)
-
     def _on_support(self, sample: adapters.JointSample) -> None:
         ns = sample.stamp_ns
         tick = self.sched.tick_of_stamp(ns) if self._wall else ros_io.tick_from_stamp(ns)
@@ -177,22 +165,7 @@ class MujocoBridge(Node):
             return
         self.sched.offer_support(tick, flags > 0.5)
 
-    # ------------------------------------------------------------ scheduler ports (main thread)
-    def peers_missing(self) -> str | None:
-        cfg = self.cfg
-        subs, need = self.pub_js.get_subscription_count(), cfg.startup_min_subscribers
-        pubs = self.count_publishers(self.sub_cmd.topic_name) if self.lockstep else 1
-        unmatched = [p.topic_name for p in self._pubs if p.get_subscription_count() < 1] \
-            if cfg.startup_wait_all_topics else []
-        if subs >= need and pubs >= 1 and not unmatched:
-            return None
-        return f"{subs}/{need} /joint_states subscribers, {pubs} command publishers, unmatched topics {unmatched}"
-
-    def settle_peers(self) -> None:
-        # every subscriber the graph knows (the recorder's on all topics) matched: no sample is dropped
-        if not endpoints.wait_for_matched_subscribers(self, self._pubs, timeout=2.0):
-            self.get_logger().warning("start-up: some subscriptions did not match within 2 s")
-
+    # ------------------------------------------------------------ scheduler ports (main thread; start-up: StartupPeers)
     def publish_sample(self, step: int) -> None:
         """Publish the state after ``step`` physics steps (stamp: sim time; sample_stamps wall: ROS time, see
         ``WallStamps``). Message objects are reused; topics nobody subscribes to are skipped."""
@@ -237,22 +210,16 @@ class MujocoBridge(Node):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Commands, parameters and services in an executor thread (``ros_io``'s, spun with a timeout);
-    the simulation loop in the main thread. Exit status 2 for a bad parameter or configuration."""
+    """Commands, parameters and services in an executor thread (:class:`ExecutorThread`, spun with a
+    timeout); the simulation loop in the main thread. Exit status 2 for a bad parameter or configuration."""
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
     rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    node = executor = spin = None
-    spinning = threading.Event()
+    node = spin = None
     try:
         node = MujocoBridge()
-        executor = ros_io.make_executor()
-        executor.add_node(node)
-        spinning.set()
-        spin = threading.Thread(target=ros_io.spin_until, args=(executor, lambda: not spinning.is_set()),
-                                name="executor", daemon=True)
-        spin.start()
+        spin = ExecutorThread(node)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda signum, frame: node.request_stop())
         return node.run()
@@ -262,11 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:                  # Ctrl-C / the launch shutting down before the loop started
         return 130
     finally:
-        spinning.clear()
         if spin is not None:
-            spin.join(timeout=2.0)
-        if executor is not None:
-            executor.shutdown(timeout_sec=1.0)
+            spin.stop()                        # the executor shut down before the node is destroyed
         if node is not None:
             if node.viewer is not None:
                 node.viewer.close()
