@@ -447,10 +447,10 @@ def test_every_live_recorder_parameter_takes_effect(ros_context, tmp_path):
         assert timer.period == 0.05
         peer = rclpy.create_node("lwbc_peer", context=ros_context)
         rec.check_peers()
-        assert rec.stop_reason is None and not rec.seen_peers        # not watched yet
+        assert rec.stop_reason is None and not rec.peers.seen        # not watched yet
         _set(rec, stop_when_gone=["lwbc_peer"])
         deadline = time.monotonic() + 5.0
-        while "lwbc_peer" not in rec.seen_peers and time.monotonic() < deadline:
+        while "lwbc_peer" not in rec.peers.seen and time.monotonic() < deadline:
             rec.check_peers()
             time.sleep(0.02)
         peer.destroy_node()

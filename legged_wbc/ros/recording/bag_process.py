@@ -703,6 +703,65 @@ def open_sink(path: Path, cfg, describe, log=None):
     return BagWriter(path, cfg.storage, cfg.custom_data, describe=describe, compression=cfg.compression)
 
 
+def subscription_qos(infos, depth: int):
+    """The rclpy ``QoSProfile`` a recording subscription asks for, given the topic's publishers (rclpy
+    endpoint infos; none yet: a typed topic subscribed at start-up): keep the last ``depth`` messages,
+    reliable (best-effort if a publisher only offers best-effort), transient-local if all publishers are
+    (so latched data is recorded), else volatile."""
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
+    latched = bool(infos) and all(i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
+                      reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+
+
+def close_sink(bag, path: Path, custom_data: str, write_failed: OSError | None = None,
+               own_only: bool = False) -> tuple[str, str]:
+    """Close ``bag`` (:func:`open_sink`'s, at ``path``) and say how it went: ``(failure, note)``.
+
+    ``failure`` is a failed recording in one line, else ''. The recorder process's failure is the
+    :class:`ShmBagSink`'s (said by the sink). When the in-process writer could not write
+    (``write_failed``, a write's ``OSError`` kept for now, or an error at closing: ``layout:=processes``),
+    its file is left as it is and the bag repaired from what is on disk (:func:`_repaired_after`).
+    ``note`` is the "bag closed" line for the log ('' after a failure): messages per topic (``own_only``:
+    those of this process, a container's ``layout:=split``), drops, the bag's size."""
+    dropped = 0
+    try:
+        if write_failed is not None:
+            raise write_failed
+        dropped = bag.close() or 0
+    except OSError as exc:            # this process's writer (layout:=processes): repaired here
+        bag.abandon()
+        return _repaired_after(exc, path, custom_data, sum(bag.counts.values())), ""
+    failure = getattr(bag, "failure", "")   # the recorder process's (said by the sink)
+    if failure:
+        return failure, ""
+    from legged_wbc.ros.recording.bag_writer import size_note
+
+    by_process = hasattr(bag, "write_message")    # a ShmBagSink
+    total = sum(bag.counts.values())
+    per = ", ".join(f"{k} {v}" for k, v in sorted(bag.counts.items()) if v)
+    where = " by the recorder process" if by_process else ""
+    mine = " from this process" if by_process and own_only else ""
+    return "", (f"bag closed{where}: {path} ({total} messages{mine}: {per}"
+                f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(path)})")
+
+
+def _repaired_after(exc: OSError, path: Path, custom_data: str, took: int) -> str:
+    """The in-process writer failed with ``exc``: the bag at ``path`` repaired (its ``custom_data``,
+    ``key=value`` pairs separated by ';', kept); the failure line, with the ``took`` messages the
+    recorder had taken."""
+    from legged_wbc.ros.recording.bag_repair import repair_bag
+
+    custom = dict(kv.split("=", 1) for kv in (x.strip() for x in custom_data.split(";")) if "=" in kv)
+    rep = repair_bag(path, {k.strip(): v.strip() for k, v in custom.items()})
+    state = f"left unreadable: {rep.problem}" if rep.problem else f"repaired: {rep.how}"
+    return (f"recording FAILED ({write_error(exc)}): {rep.total} messages in the bag {path} of the "
+            f"{took} it took; {state}")
+
+
 # ------------------------------------------------------------------------------------ recorder process
 def _unwritten(ring: RecordRing) -> int:
     """Messages in a peer ring past the position its dead consumer published (not taken back: their topic

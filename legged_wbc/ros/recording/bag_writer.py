@@ -1,5 +1,6 @@
 """The rosbag2 side of ``bag_recorder`` (no rclpy): its parameters (:class:`RecorderConfig`), message definitions, QoS conversion and a writer
-that takes serialized (CDR) messages.
+that takes serialized (CDR) messages; which topics it takes and when (:class:`TopicChoice`, :class:`StartupGate`,
+:class:`PeerWatch`).
 
 :class:`BagWriter` wraps ``rosbags.rosbag2.Writer`` (rosbag2 format version 9, MCAP or sqlite3).
 A topic's connection is created at its first message, with the publishers' QoS profiles and type
@@ -112,6 +113,33 @@ class StartupGate:
             return None
         self.open = True
         return missing
+
+
+class TopicChoice:
+    """Which topics the recorder takes (:class:`RecorderConfig` ``topics``, ``exclude``, ``record_all``).
+    ``wanted``: each listed topic (its name resolved by ``resolve``, e.g. the node's ``resolve_topic_name``)
+    -> its type, or None (subscribed once discovery shows a publisher); empty: every topic is wanted."""
+
+    def __init__(self, topics, exclude, resolve: Callable[[str], str]):
+        self.wanted: dict[str, str | None] = {resolve(name): typ or None for name, _, typ in
+                                              (entry.partition(":") for entry in topics)}
+        self.exclude = set(exclude)
+
+    def takes(self, topic: str, record_all: bool) -> bool:
+        """Record ``topic`` (one not subscribed yet)? Not excluded, and listed, or every topic wanted."""
+        return topic not in self.exclude and (not self.wanted or topic in self.wanted or record_all)
+
+
+class PeerWatch:
+    """``stop_when_gone``: the watched nodes once seen in the ROS graph, and the first of them that left it."""
+
+    def __init__(self):
+        self.seen: set[str] = set()
+
+    def gone(self, watch, names: set) -> str | None:
+        """The first node of ``watch`` seen before and not in ``names`` (the graph's node names now), else None."""
+        self.seen |= names & set(watch)
+        return next((p for p in watch if p in self.seen and p not in names), None)
 
 
 def describe_publishers(infos) -> tuple[list, str | None]:

@@ -38,14 +38,13 @@ import time
 from pathlib import Path
 
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from legged_wbc.ros.nodekit import background
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
-from legged_wbc.ros.recording.bag_process import LocalTaps, RecorderProcessError, open_sink
-from legged_wbc.ros.recording.bag_writer import (BagStamps, RecorderConfig, StartupGate, default_output, describe_publishers,
-                                       message_class, size_note)
+from legged_wbc.ros.recording.bag_process import LocalTaps, RecorderProcessError, close_sink, open_sink, subscription_qos
+from legged_wbc.ros.recording.bag_writer import (BagStamps, PeerWatch, RecorderConfig, StartupGate, TopicChoice,
+                                                 default_output, describe_publishers, message_class)
 from legged_wbc.ros.recording.cdr_layout import message_class_name
 from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError
 
@@ -71,13 +70,12 @@ class BagRecorder(Node):
         if self.local is not None:
             self.local.own_only = own_publications_only
         self.path = out
-        self.exclude = set(P["exclude"])
-        self.wanted: dict[str, str | None] = {self.resolve_topic_name(name): typ or None for name, _, typ in
-                                              (entry.partition(":") for entry in P["topics"])}
+        self.choice = TopicChoice(P["topics"], P["exclude"], self.resolve_topic_name)
+        self.wanted = self.choice.wanted       # topic -> its type, or None (TopicChoice)
         self.subs: dict[str, object] = {}
         self.counts = self.bag.counts
         self.last_rx = time.monotonic()
-        self.seen_peers: set[str] = set()
+        self.peers = PeerWatch()          # stop_when_gone
         self.stop_reason: str | None = None
         self.closed = False
         self.failure = ""                 # a failed recording, in one line (close; its owner says it last)
@@ -85,7 +83,6 @@ class BagRecorder(Node):
         self._qos_depth = int(P["qos_depth"])
         self._clock_topic_stamps = P["stamp_source"] == "clock_topic"
         self.stamps = BagStamps(bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps)
-        self._QoS = (QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy)
         self.gate = StartupGate(self.wanted, P["hold_topics"], P["hold_timeout"])
         for name in self.gate.first:
             self._subscribe(name, self.wanted[name], [])
@@ -115,7 +112,6 @@ class BagRecorder(Node):
 
     # ---------------------------------------------------------------- subscriptions
     def _subscribe(self, topic: str, msgtype: str, pub_infos) -> None:
-        QoSProfile, HistoryPolicy, ReliabilityPolicy, DurabilityPolicy = self._QoS
         try:
             cls = message_class(msgtype)
             self.bag.add_topic(topic, msgtype)
@@ -123,12 +119,7 @@ class BagRecorder(Node):
             self.get_logger().warning(f"not recording {topic}: type {msgtype} unavailable ({exc})")
             self.subs[topic] = None
             return
-        reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in pub_infos)
-        latched = bool(pub_infos) and all(
-            i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in pub_infos)
-        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self._qos_depth,
-                         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-                         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+        qos = subscription_qos(pub_infos, self._qos_depth)   # as the publishers offer it
         tap = self.local.tap(topic) if self.local is not None else None
         self.subs[topic] = endpoints.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
                                                     qos, raw=True, tap=tap)
@@ -137,9 +128,7 @@ class BagRecorder(Node):
     def subscribe_topics(self, topics: dict) -> None:
         """Subscribe ``topic -> message class`` at once (a container knows its topics before tick 0)."""
         for topic, cls in topics.items():
-            if topic in self.subs or topic in self.exclude:
-                continue
-            if self.wanted and topic not in self.wanted and not self.params["record_all"]:
+            if topic in self.subs or not self.choice.takes(topic, self.params["record_all"]):
                 continue
             self._subscribe(topic, message_class_name(cls), [])
 
@@ -158,9 +147,7 @@ class BagRecorder(Node):
         if not self.gate.open:
             return      # the bridge's topics (record_all) only after the gate: poll_gate
         for topic, types in self.get_topic_names_and_types():
-            if topic in self.subs or topic in self.exclude or not types:
-                continue
-            if self.wanted and topic not in self.wanted and not self.params["record_all"]:
+            if topic in self.subs or not types or not self.choice.takes(topic, self.params["record_all"]):
                 continue
             infos = self.get_publishers_info_by_topic(topic)
             if not infos:
@@ -168,12 +155,10 @@ class BagRecorder(Node):
             self._subscribe(topic, self.wanted.get(topic) or types[0], infos)
 
     def check_peers(self) -> None:
-        watch = self.config.stop_when_gone
-        names = set(self.get_node_names()) if watch else set()
-        self.seen_peers |= names & set(watch)
-        gone = [p for p in watch if p in self.seen_peers and p not in names]
-        if gone and self.stop_reason is None:
-            self.stop_reason = f"node {gone[0]} left the graph"
+        watch = self.config.stop_when_gone    # live
+        gone = self.peers.gone(watch, set(self.get_node_names()) if watch else set())
+        if gone is not None and self.stop_reason is None:
+            self.stop_reason = f"node {gone} left the graph"
 
     # ---------------------------------------------------------------- writing
     def _on_message(self, topic: str, data: bytes) -> None:
@@ -196,38 +181,15 @@ class BagRecorder(Node):
                                 "sim_time": self.stamps.sim_time})
 
     def close(self) -> None:
+        """Close the bag once (:func:`~legged_wbc.ros.recording.bag_process.close_sink`): ``failure`` is set
+        when the recording failed (its owner says it last), else the "bag closed" line is logged."""
         if self.closed:
             return
-        self.closed, dropped = True, 0
-        try:
-            if self._write_error is not None:
-                raise self._write_error
-            dropped = self.bag.close() or 0
-        except OSError as exc:            # this process's writer (layout:=processes): repaired here
-            self._fail_in_process(exc)
-            return
-        self.failure = getattr(self.bag, "failure", "")   # the recorder process's (said by the sink)
-        if self.failure:
-            return
-        total = sum(self.counts.values())
-        per = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()) if v)
-        where = " by the recorder process" if self.local is not None else ""
-        mine = " from this process" if self.local is not None and self.local.own_only else ""
-        self.get_logger().info(f"bag closed{where}: {self.path} ({total} messages{mine}: {per}"
-                               f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(self.path)})")
-
-
-    def _fail_in_process(self, exc: OSError) -> None:
-        """The in-process writer could not write: its file left as it is, the bag repaired, one line."""
-        from legged_wbc.ros.recording.bag_process import write_error
-        from legged_wbc.ros.recording.bag_repair import repair_bag
-
-        self.bag.abandon()
-        custom = dict(kv.split("=", 1) for kv in (x.strip() for x in self.config.custom_data.split(";")) if "=" in kv)
-        rep = repair_bag(self.path, {k.strip(): v.strip() for k, v in custom.items()})
-        state = f"left unreadable: {rep.problem}" if rep.problem else f"repaired: {rep.how}"
-        self.failure = (f"recording FAILED ({write_error(exc)}): {rep.total} messages in the bag {self.path} of the "
-                        f"{sum(self.counts.values())} it took; {state}")
+        self.closed = True
+        self.failure, note = close_sink(self.bag, self.path, self.config.custom_data, self._write_error,
+                                        own_only=self.local is not None and self.local.own_only)
+        if note:
+            self.get_logger().info(note)
 
 
 def main(argv: list[str] | None = None) -> int:
