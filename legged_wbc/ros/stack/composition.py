@@ -1,6 +1,8 @@
-"""How a container runs its part once the nodes are composed (:mod:`legged_wbc.ros.stack.container`): the
-control thread's scheduling, the sim part's loop (the bridge's), the control part's wait (its chain
-runs in the host link's receiver thread), and the orderly end."""
+"""How a container (:mod:`legged_wbc.ros.stack.container`) composes its part and runs it: the part's nodes
+(:func:`compose_nodes`, the controller chained to the estimator), the bus finalized and the control part's
+after-frame hook (used by the container's wiring), the control thread's scheduling, the sim part's loop (the
+bridge's), the control part's wait (its chain runs in the host link's receiver thread), sim time as the part
+knows it, and the orderly end (the bus's closing counters, the teardown)."""
 
 from __future__ import annotations
 
@@ -95,6 +97,80 @@ def chain_controller(bus, estimator, controller, log=None) -> str | None:
     return why_not
 
 
+# ----------------------------------------------------------------------------- composing and wiring a part
+PART_NODES = {"all": ("bridge", "estimator", "controller", "recorder"), "sim": ("bridge", "recorder"),
+              "control": ("estimator", "controller")}
+
+
+def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
+    """Construct this part's nodes on ``bus``: ``(nodes, bridge or None, recorder or None)``."""
+    from rclpy.parameter import Parameter
+
+    want = tuple(n for n in PART_NODES[part] if P.wbc or n != "controller")
+    record = P.record if "recorder" in want else ""
+    nodes, bridge, recorder = [], None, None
+    with bus.active():
+        if "bridge" in want:
+            from mujoco_bridge.node import MujocoBridge
+
+            # tick 0 once the estimator, the controller unless chained or the outside one (and the recorder)
+            # subscribe, here, linked or through DDS
+            bridge = MujocoBridge(parameter_overrides=[
+                Parameter("startup_min_subscribers", value=(1 if P.chain and P.wbc else 2) + bool(record)),
+                Parameter("startup_wait_all_topics", value=bool(record))])
+            nodes.append(bridge)
+        if "estimator" in want:
+            from state_estimator.node import EstimatorNode
+
+            nodes.append(EstimatorNode())
+        if "controller" in want:
+            from wbc_controller.node import WbcNode
+
+            nodes.append(WbcNode())
+        if record:
+            from legged_wbc.ros.stack.recorder import BagRecorder
+
+            # split: the control part records its own topics (bag_process.PeerRecorder), not through the link
+            recorder = BagRecorder(own_publications_only=bus.link is not None,
+                                   parameter_overrides=[Parameter("output", value=record),
+                                                        Parameter("stamp_source", value="clock_topic"),
+                                                        Parameter("writer_process", value=True)])
+            recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
+            nodes.append(recorder)
+        if P.foxglove and part == "all":
+            from legged_wbc.ros.stack.foxglove import FoxgloveBridge
+
+            nodes.append(FoxgloveBridge(P.foxglove))
+        elif P.foxglove:
+            log.warning(f"foxglove:={P.foxglove} is served by layout:=container only: not serving")
+    if P.chain and "estimator" in want and "controller" in want:
+        chain_controller(bus, *(next(n for n in nodes if n.get_name() == name) for name in CHAIN), log=log)
+    return nodes, bridge, recorder
+
+
+def finalize_bus(bus, node) -> list[str]:
+    """Finalize the bus (with the in-process subscriptions' shadows, for publishers outside the process) and
+    have the process's background thread wake the shadows whose topic has such a publisher (every 50 ms).
+    Returns the topics subscribed through DDS only."""
+    external = bus.finalize()
+    background.for_node(node, 0.05, bus.check_outside, "publishers outside")
+    return external
+
+
+def drained(bus, then):
+    """The control part's hook after each frame: the messages from publishers outside the process (in the
+    chain's thread, between frames), then ``then()``."""
+    inbox, drain = bus._inbox, bus.drain_outside
+
+    def _after_frame():
+        if inbox:
+            drain()
+        then()
+
+    return _after_frame
+
+
+# ----------------------------------------------------------------------------- running it
 def run_control(bus, P, log, stop_event) -> int:
     """The control part: the link's receiver thread runs the estimator -> controller chain; this
     thread waits until the sim part says bye (or is gone) or a signal."""
@@ -145,6 +221,38 @@ def run_sim(bridge, link, P, log) -> int:
                 link.poll()                   # its last frames (the recorder's), then its bye
         if not link.closed.is_set():
             log.warning("the control part did not say bye within 2 s")
+    return rc
+
+
+def sim_now(bridge, nodes):
+    """Sim time [ns] as this part knows it (None before the first sample): the bridge's last sample, or
+    (the control part) the estimator's last complete tick (``input_timing: sample``: its newest /imu stamp)."""
+    from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS
+
+    if bridge is not None:
+        return lambda: bridge._last_step * PHYSICS_DT_NS if bridge._last_step >= 0 else None
+    est = next((n for n in nodes if n.get_name() == "state_estimator"), None)
+
+    def now():
+        if est is None:
+            return None
+        if est.samples is not None:
+            return est._imu[0] if est._imu is not None else None
+        return est.sync.last_tick * CONTROL_PERIOD_NS if est.sync.last_tick >= 0 else None
+
+    return now
+
+
+def closing_stats(bus, link, log, rc: int) -> int:
+    """Flush the bus, log its counters (and the host link's); a callback error makes the exit code 1."""
+    bus.flush()
+    stats = bus.stats()
+    log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
+             f"callback errors {stats['callback_errors']}, from publishers outside {stats['outside_messages']} "
+             f"(dropped {stats['outside_dropped']}; own publications through DDS dropped {stats['own_copies']})"
+             + (f"; {link.stats()}" if link is not None else ""))
+    if stats["callback_errors"]:
+        rc = rc or 1
     return rc
 
 

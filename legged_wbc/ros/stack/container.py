@@ -36,14 +36,13 @@ import threading
 from dataclasses import dataclass
 
 from legged_wbc.params import param, validate
-from legged_wbc.ros.stack.composition import CHAIN, chain_controller, run_control, run_sim, teardown
+from legged_wbc.ros.stack.composition import (closing_stats, compose_nodes, drained, finalize_bus, run_control,
+                                              run_sim, sim_now, teardown)
 from legged_wbc.ros.io.executors import ignore_stop_signals
 
 CONTAINER_NODE = "walking_container"
 CONTAINER_NODES = {"all": CONTAINER_NODE, "sim": "sim_container", "control": "control_container"}
 SWITCH_INTERVAL_S = 0.0005
-PART_NODES = {"all": ("bridge", "estimator", "controller", "recorder"), "sim": ("bridge", "recorder"),
-              "control": ("estimator", "controller")}
 
 
 @dataclass(frozen=True)
@@ -77,52 +76,6 @@ class ContainerConfig:
         validate(self)
 
 
-def _compose(P, part: str, bus, log) -> tuple[list, object, object]:
-    """Construct this part's nodes on ``bus``: ``(nodes, bridge or None, recorder or None)``."""
-    from rclpy.parameter import Parameter
-
-    want = tuple(n for n in PART_NODES[part] if P.wbc or n != "controller")
-    record = P.record if "recorder" in want else ""
-    nodes, bridge, recorder = [], None, None
-    with bus.active():
-        if "bridge" in want:
-            from mujoco_bridge.node import MujocoBridge
-
-            # tick 0 once the estimator, the controller unless chained or the outside one (and the recorder)
-            # subscribe, here, linked or through DDS
-            bridge = MujocoBridge(parameter_overrides=[
-                Parameter("startup_min_subscribers", value=(1 if P.chain and P.wbc else 2) + bool(record)),
-                Parameter("startup_wait_all_topics", value=bool(record))])
-            nodes.append(bridge)
-        if "estimator" in want:
-            from state_estimator.node import EstimatorNode
-
-            nodes.append(EstimatorNode())
-        if "controller" in want:
-            from wbc_controller.node import WbcNode
-
-            nodes.append(WbcNode())
-        if record:
-            from legged_wbc.ros.stack.recorder import BagRecorder
-
-            # split: the control part records its own topics (bag_process.PeerRecorder), not through the link
-            recorder = BagRecorder(own_publications_only=bus.link is not None,
-                                   parameter_overrides=[Parameter("output", value=record),
-                                                        Parameter("stamp_source", value="clock_topic"),
-                                                        Parameter("writer_process", value=True)])
-            recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
-            nodes.append(recorder)
-        if P.foxglove and part == "all":
-            from legged_wbc.ros.stack.foxglove import FoxgloveBridge
-
-            nodes.append(FoxgloveBridge(P.foxglove))
-        elif P.foxglove:
-            log.warning(f"foxglove:={P.foxglove} is served by layout:=container only: not serving")
-    if P.chain and "estimator" in want and "controller" in want:
-        chain_controller(bus, *(next(n for n in nodes if n.get_name() == name) for name in CHAIN), log=log)
-    return nodes, bridge, recorder
-
-
 def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
     """Join the linked part, finalize the bus, subscribe the recorder (split: ask the control part to
     record its own topics), set the per-sample flush. Returns the control part's
@@ -135,9 +88,9 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
             from legged_wbc.ros.recording.bag_process import PeerRecorder
 
             peer = PeerRecorder(bus, node)
-            bus.link.on_record, bus.link.after_frame = peer.start, _drained(bus, peer.flush)
+            bus.link.on_record, bus.link.after_frame = peer.start, drained(bus, peer.flush)
         bus.connect_link(P.link_timeout, stop)
-    external = _finalize(bus, node)
+    external = finalize_bus(bus, node)
     recorded_there = []
     if recorder is not None:
         recorder.subscribe_topics(bus.published_topics())
@@ -184,30 +137,6 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
     return peer
 
 
-def _finalize(bus, node) -> list[str]:
-    """Finalize the bus (with the in-process subscriptions' shadows, for publishers outside the process) and
-    have the process's background thread wake the shadows whose topic has such a publisher (every 50 ms).
-    Returns the topics subscribed through DDS only."""
-    from legged_wbc.ros.nodekit import background
-
-    external = bus.finalize()
-    background.for_node(node, 0.05, bus.check_outside, "publishers outside")
-    return external
-
-
-def _drained(bus, then):
-    """The control part's hook after each frame: the messages from publishers outside the process (in the
-    chain's thread, between frames), then ``then()``."""
-    inbox, drain = bus._inbox, bus.drain_outside
-
-    def _after_frame():
-        if inbox:
-            drain()
-        then()
-
-    return _after_frame
-
-
 def main_sim(argv: list[str] | None = None) -> int:
     """``sim_container``: the bridge and the recorder; the other part of ``layout:=split``."""
     return main(argv, part="sim")
@@ -242,7 +171,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         if part != "all":
             link = HostLink(P.link, part, log=log.info)
         bus = IntraProcessBus(defer_raw=True, link=link)   # the recorder's copies after each sample's chain
-        more, bridge, recorder = _compose(P, part, bus, log)
+        more, bridge, recorder = compose_nodes(P, part, bus, log)
         nodes += more
 
         def _stop(signum, frame):
@@ -253,7 +182,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         signal.signal(signal.SIGINT, _stop)
         signal.signal(signal.SIGTERM, _stop)
         peer = _wire(bus, bridge, recorder, P, log, stop_event.is_set, container, nodes)
-        feed_sim_time(nodes, _sim_now(bridge, nodes))     # use_sim_time: the clocks follow the simulation
+        feed_sim_time(nodes, sim_now(bridge, nodes))     # use_sim_time: the clocks follow the simulation
         log.info(f"composed {', '.join(n.get_name() for n in nodes[1:])}"
                  + (f" ({part} part of host link {P.link!r})" if link is not None else ""))
 
@@ -268,7 +197,7 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
         # the control thread never waits long for it
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         rc = run_control(bus, P, log, stop_event) if bridge is None else run_sim(bridge, link, P, log)
-        rc = _closing_stats(bus, link, log, rc)
+        rc = closing_stats(bus, link, log, rc)
     except (ParameterSchemaError, ConfigError, LinkError) as exc:
         print(f"{CONTAINER_NODES[part]}: {exc}", file=sys.stderr)
         rc = 0 if isinstance(exc, LinkStopped) else 2     # a stop while waiting is a stop (130 / 143: entry)
@@ -280,25 +209,6 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
     return _recording_said(recorder, part, rc)
 
 
-def _sim_now(bridge, nodes):
-    """Sim time [ns] as this part knows it (None before the first sample): the bridge's last sample, or
-    (the control part) the estimator's last complete tick (``input_timing: sample``: its newest /imu stamp)."""
-    from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS
-
-    if bridge is not None:
-        return lambda: bridge._last_step * PHYSICS_DT_NS if bridge._last_step >= 0 else None
-    est = next((n for n in nodes if n.get_name() == "state_estimator"), None)
-
-    def now():
-        if est is None:
-            return None
-        if est.samples is not None:
-            return est._imu[0] if est._imu is not None else None
-        return est.sync.last_tick * CONTROL_PERIOD_NS if est.sync.last_tick >= 0 else None
-
-    return now
-
-
 def _recording_said(recorder, part: str, rc: int) -> int:
     """A failed recording (the recorder's one line) said last, the line a launcher quotes: rc 1 unless
     already a failure."""
@@ -306,19 +216,6 @@ def _recording_said(recorder, part: str, rc: int) -> int:
         return rc
     print(f"{CONTAINER_NODES[part]}: {recorder.failure}", file=sys.stderr, flush=True)
     return rc or 1
-
-
-def _closing_stats(bus, link, log, rc: int) -> int:
-    """Flush the bus, log its counters (and the host link's); a callback error makes the exit code 1."""
-    bus.flush()
-    stats = bus.stats()
-    log.info(f"in-process deliveries {stats['local_deliveries']}, DDS publications {stats['dds_published']}, "
-             f"callback errors {stats['callback_errors']}, from publishers outside {stats['outside_messages']} "
-             f"(dropped {stats['outside_dropped']}; own publications through DDS dropped {stats['own_copies']})"
-             + (f"; {link.stats()}" if link is not None else ""))
-    if stats["callback_errors"]:
-        rc = rc or 1
-    return rc
 
 
 if __name__ == "__main__":
