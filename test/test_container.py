@@ -287,11 +287,25 @@ if __name__ == "__main__":
 
 @pytest.mark.ros
 @pytest.mark.parametrize("layout", ["container", "processes"])
-def test_a_bad_scenario_is_one_line_per_node_and_ends_the_launch(tmp_path, ros_env, layout):
+def test_a_bad_scenario_is_one_line_and_no_node_starts(tmp_path, ros_env, layout):
+    """``legged-wbc launch`` checks ``scenario:=`` before it starts a node: one line, rc 2, nothing started."""
     rc, out = _launch(tmp_path, ros_env, f"bad_{layout}", f"layout:={layout}", "scenario:=nonexistent", timeout=120)
-    assert rc == 1, out
-    assert "Traceback" not in out
-    assert re.search(r"\[launch\] crashed: \S+ \(exit 2\): .*scenario 'nonexistent' not found", out), out
+    assert rc == 2, out
+    assert "Traceback" not in out and "started " not in out, out
+    assert re.search(r"^legged-wbc launch: scenario 'nonexistent' not found", out, re.M), out
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("node", ["walking_container", "wbc_controller"])
+def test_a_node_given_a_bad_scenario_says_it_in_one_line(ros_env, node):
+    """Under a launcher that does not check first (``ros2 launch``) each node refuses it: one line, rc 2."""
+    import subprocess
+
+    p = subprocess.run([str(BIN / node), "--ros-args", "-p", "scenario:=nonexistent"], env=ros_env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    assert re.search(rf"^{node}: scenario 'nonexistent' not found", p.stderr, re.M), p.stderr
 
 
 @pytest.mark.ros
