@@ -425,3 +425,24 @@ def test_linked_bus_sends_tick_samples_only_to_subscriptions_that_ignore_the_res
             bus.link.close()
         sim_node.destroy_node()
         ctl_node.destroy_node()
+
+
+def test_the_tick0_wait_does_not_wait_for_the_stacks_own_shadow_subscriptions():
+    """A composed publisher does not count the stack's shadow subscriptions (the graph shows them):
+    the start-up wait for matched subscribers must not wait for them either (it waited out its whole
+    timeout, 5 s per node, before the first command of a split launch)."""
+    import time
+    from types import SimpleNamespace
+
+    from legged_wbc.ros.transport.endpoints import wait_for_matched_subscribers
+
+    bus = SimpleNamespace(stack_shadows=lambda topic: 2)          # the bridge's and the recorder's shadows
+    pub = SimpleNamespace(topic_name="/joint_torque_cmd", bus=bus, get_subscription_count=lambda: 1)
+    node = SimpleNamespace(count_subscribers=lambda topic: 3)   # 2 shadows + 1 outside subscriber, matched
+    t0 = time.monotonic()
+    assert wait_for_matched_subscribers(node, [pub], timeout=2.0)
+    assert time.monotonic() - t0 < 0.5
+    unmatched = SimpleNamespace(topic_name="/joint_torque_cmd", bus=bus, get_subscription_count=lambda: 0)
+    assert not wait_for_matched_subscribers(node, [unmatched], timeout=0.05)    # the outside one still counts
+    plain = SimpleNamespace(topic_name="/x", get_subscription_count=lambda: 2)  # an rclpy publisher: no bus
+    assert not wait_for_matched_subscribers(node, [plain], timeout=0.05)

@@ -84,13 +84,19 @@ WithSource.__signature__ = _with_source_signature()
 def wait_for_matched_subscribers(node, publishers, timeout: float = 2.0, min_count: int = 0) -> bool:
     """Wait until each publisher is matched with every subscription the ROS graph shows for its topic
     (and at least ``min_count``). True if so within ``timeout`` wall seconds, else False (e.g. a
-    QoS-incompatible subscriber that will never match)."""
+    QoS-incompatible subscriber that will never match). The stack's own shadow subscriptions
+    (:meth:`~legged_wbc.ros.transport.intra_process.IntraProcessBus.stack_shadows`), which an in-process
+    publisher does not count, are not waited for either."""
     import time
+
+    def graph_count(p) -> int:
+        bus = getattr(p, "bus", None)
+        shadows = bus.stack_shadows(p.topic_name) if bus is not None else 0
+        return node.count_subscribers(p.topic_name) - shadows
 
     t_end = time.monotonic() + timeout
     while True:
-        ok = all(p.get_subscription_count() >= max(min_count, node.count_subscribers(p.topic_name))
-                 for p in publishers)
+        ok = all(p.get_subscription_count() >= max(min_count, graph_count(p)) for p in publishers)
         if ok or time.monotonic() >= t_end:
             return ok
         time.sleep(0.01)
