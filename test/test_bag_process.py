@@ -744,10 +744,14 @@ def test_a_clean_recording_reports_no_failure_and_keeps_its_records_until_they_a
 
 
 def _descendants(pid: int) -> list[int]:
-    try:
-        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """Every descendant of ``pid`` (the children of each of its threads: a child started from another
+    thread than the main one is listed under that thread's task)."""
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            pass
     return kids + [d for k in kids for d in _descendants(k)]
 
 
@@ -762,15 +766,19 @@ def test_a_container_whose_recorder_is_killed_ends_the_launch_non_zero_with_ever
 
     bag = tmp_path / "bag"
     p = subprocess.Popen([str(ROOT / ".venv/bin/legged-wbc"), "launch", "walking_sim", "controller:=cbf",
-                          "scenario:=nominal", "duration:=3", f"record:={bag}"],
+                          "scenario:=nominal", "duration:=60", f"record:={bag}"],   # killed long before its end
                          env=ros_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in p.stdout:
         lines.append(line)
         if "composed" in line:
             break
-    time.sleep(1.0)
-    writers = [d for d in _descendants(p.pid) if b"spawn_main" in Path(f"/proc/{d}/cmdline").read_bytes()]
+    t_end = time.monotonic() + 60.0      # the recorder's process starts with the bag, once the nodes are up
+    while True:
+        time.sleep(1.0)
+        writers = [d for d in _descendants(p.pid) if b"spawn_main" in Path(f"/proc/{d}/cmdline").read_bytes()]
+        if writers or time.monotonic() > t_end:
+            break
     assert len(writers) == 1, lines
     os.kill(writers[0], signal.SIGKILL)
     out = "".join(lines) + p.stdout.read()

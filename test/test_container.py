@@ -323,7 +323,7 @@ def test_the_death_of_a_required_node_ends_the_launch(tmp_path, ros_env, procs):
     out = lp.text()
     assert rc == 1, out[-3000:]
     assert "process wbc_controller died with exit code -9" in out
-    assert "shutting down: wbc_controller exited and is marked on_exit=shutdown" in out
+    assert re.search(r"shutting down: wbc_controller (killed|died|exited)", out), out[-2000:]
     assert re.search(r"crashed: wbc_controller \(exit -9\)", out), out[-2000:]
 
 

@@ -29,12 +29,14 @@ RUNTIME_KEYS = {
     "matplotlib": "python3-matplotlib", "PIL": "python3-pil", "imageio": "python3-imageio",
     "mujoco": "python3-mujoco-pip", "glfw": "python3-mujoco-pip",      # glfw: a dependency of the mujoco wheel
     "qpsolvers": "python3-qpsolvers-pip", "rosbags": "python3-rosbags-pip",
-    "daqp": None, "osqp": None, "distributed": None,
+    "daqp": None, "osqp": None, "distributed": None, "mcap": None, "foxglove": None,
+    "ruamel": "python3-ruamel.yaml",                                    # bag repair: metadata.yaml as rosbag2 writes it
 }
 OPTIONAL = {"threadpoolctl"}                      # imported under try/except ImportError
 EXTRA_RUNTIME = {"launch", "launch_ros"}          # the launch file's, not imported
-PIP_ONLY = {"daqp": "daqp", "osqp": "osqp", "distributed": "distributed", "imageio": "imageio-ffmpeg"}
-TEST_KEYS = {"pytest": "python3-pytest", "mcap_ros2": "mcap-ros2-support", "mcap": "mcap-ros2-support"}
+PIP_ONLY = {"daqp": "daqp", "osqp": "osqp", "distributed": "distributed", "imageio": "imageio-ffmpeg", "mcap": "mcap",
+            "foxglove": "foxglove-sdk"}
+TEST_KEYS = {"pytest": "python3-pytest", "mcap_ros2": "mcap-ros2-support", "launch_xml": "launch_xml"}
 
 
 def imports_of(paths) -> set[str]:
@@ -85,7 +87,7 @@ def test_pip_only_modules_are_named_in_package_xml_and_pinned():
 def test_test_dependencies_are_separate():
     runtime = imports_of(ROOT / p for p in OWN)
     own = {f.stem for f in (ROOT / "test").glob("*.py")}                              # the suite's own modules
-    tested = imports_of([ROOT / "test"]) - runtime - own
+    tested = imports_of([ROOT / "test"]) - runtime - own - EXTRA_RUNTIME     # launch, launch_ros: runtime keys already
     assert tested <= set(TEST_KEYS), sorted(tested - set(TEST_KEYS))
     test_deps = _deps("test_depend")
     assert set(test_deps) == {TEST_KEYS[m] for m in tested}, test_deps
