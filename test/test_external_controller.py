@@ -61,7 +61,9 @@ def test_external_controller_answers_every_lockstep_tick(tmp_path, ros_env, layo
     assert "wbc_controller" not in run.stdout.split("composed", 1)[-1].split("\n", 1)[0]
     b = _read_bag(bag)
     assert b["bridge"]["commands_applied"] == b["bridge"]["tick"] == TICKS and b["bridge"]["watchdog_events"] == 0
-    assert b["cmd_ticks"] == list(range(TICKS + 1))             # every tick's answer recorded, from tick 0
+    # every applied tick's answer recorded, from tick 0; the answer to the last sample (tick TICKS, after the
+    # duration: never applied) comes from outside the process and may arrive after the bag closed
+    assert b["cmd_ticks"][:TICKS] == list(range(TICKS)) and len(b["cmd_ticks"]) in (TICKS, TICKS + 1)
     assert b["z"][0] < 0.32 and b["z"][-1] > 0.36                # from the crouch it starts in to standing
     end = max(b["clock"])
     assert end == int(DURATION * 1e9)
