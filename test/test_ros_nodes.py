@@ -3,6 +3,7 @@ and the lockstep ROS stack reproduces the headless loop."""
 
 from domains import domain_id
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -227,6 +228,9 @@ def test_a_second_publisher_s_commands_are_not_applied_in_layout_processes(tmp_p
     assert int(applied) >= 0.99 * round(duration / 0.002), line         # the controller's, one per tick
     assert float(zmin) > 0.35, line                                     # standing (0.42 m), not thrown
     logs = run.stdout + run.stderr
-    said = [ln for ln in logs.splitlines() if "torque commands from /intruder dropped" in ln]
-    assert len(said) == 1, logs[-3000:]
+    # said once per publisher; a first command that arrives before graph discovery shows its node is said
+    # as "(unknown node)" (ROS 2 names a publisher only through the graph)
+    said = [ln for ln in logs.splitlines()
+            if re.search(r"torque commands from (/intruder|\(unknown node\)) dropped", ln)]
+    assert 1 <= len(said) <= 2, logs[-3000:]
     assert "following /wbc_controller" in logs
