@@ -7,7 +7,8 @@ The port (``_Real*`` below) follows ROS 2 ``launch`` 3.7.1 and ``launch_ros`` 0.
 template with no fragment, ``''``, becomes an empty list), ``launch/substitutions/equals_substitution.py``
 (``EqualsSubstitution.__init__``: an argument that is not a substitution is ``str()``-ed, and
 ``launch/utilities/type_utils.py``'s ``is_substitution([])`` is False, so ``''`` is the text ``'[]'``;
-``perform``: booleans, then floats by ``math.isclose``, then text), ``not_equals_substitution.py``,
+``perform``: booleans, then floats by ``math.isclose``, then text: the launcher's :func:`launch_equals`,
+checked against that rule by hand and against the real one where installed), ``not_equals_substitution.py``,
 ``launch/conditions/evaluate_condition_expression_impl.py`` (``strip().lower()`` in true/1/false/0).
 Checked against the real packages from those sources (``launch`` 3.7.1, ``launch_xml``, ``launch_ros``
 0.28.0 on ``PYTHONPATH``, lark, osrf_pycommon, an ament index holding ``launch`` and ``legged_wbc``):
@@ -19,7 +20,6 @@ real launch started ``bag_recorder`` without ``record:=`` from the former file);
 from __future__ import annotations
 
 import itertools
-import math
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -94,25 +94,6 @@ def _real_perform(frags, configs) -> str:
     return "".join(_real_perform_one(f, configs) for f in frags)
 
 
-def _real_equals(left: str, right: str) -> bool:
-    """EqualsSubstitution.perform (equals_substitution.py, launch 3.7.1)."""
-    def is_bool(t):
-        return t.lower() in ("true", "false", "1", "0")
-
-    def is_float(t):
-        try:
-            float(t)
-            return True
-        except ValueError:
-            return False
-
-    if is_bool(left) and is_bool(right):
-        return (left.lower() in ("true", "1")) == (right.lower() in ("true", "1"))
-    if is_float(left) and is_float(right):
-        return math.isclose(float(left), float(right))
-    return left == right
-
-
 def _real_perform_one(f, configs) -> str:
     if isinstance(f, str):
         return str(f)
@@ -122,7 +103,7 @@ def _real_perform_one(f, configs) -> str:
     if name in ("equals", "not-equals"):
         # EqualsSubstitution.__init__: a non-substitution argument is str()-ed: [] -> '[]'
         left, right = (_real_perform(a, configs) if _real_is_substitution(a) else str(a) for a in args)
-        same = _real_equals(left, right)
+        same = L.launch_equals(left, right)       # EqualsSubstitution.perform: the one copy, in the launcher
         return str(same if name == "equals" else not same).lower()
     if name == "find-pkg-share":
         return "/share/" + _real_perform(args[0], configs)
@@ -221,10 +202,24 @@ def test_the_old_condition_meant_always_under_ros2_launch(tmp_path):
         L.load_launch(f, {})
 
 
-@pytest.mark.parametrize("a,b", [("1", "true"), ("0", "False"), ("2", "true"), ("1", "1.0"), (" 1", "1"),
-                                 (" true", "true"), ("", ""), ("nan", "nan"), ("_", "_x"), ("1e3", "1000")])
-def test_equals_is_ros2_launchs(a, b):
-    assert L.launch_equals(a, b) == _real_equals(a, b)
+# EqualsSubstitution.perform (launch 3.7.1) by hand: booleans (any case) by value, then floats by
+# math.isclose (nan is not close to nan), then the text; nothing stripped
+EQUALS = [("1", "true", True), ("0", "False", True), ("2", "true", False), ("1", "1.0", True), (" 1", "1", True),
+          (" true", "true", False), ("", "", True), ("nan", "nan", False), ("_", "_x", False), ("1e3", "1000", True)]
+
+
+@pytest.mark.parametrize("a,b,same", EQUALS)
+def test_equals_is_ros2_launchs(a, b, same):
+    assert L.launch_equals(a, b) is same
+
+
+def test_equals_matches_the_real_launch():
+    """With ROS 2 launch importable: its own ``EqualsSubstitution`` gives the same for every pair."""
+    subs = pytest.importorskip("launch.substitutions")
+    from launch import LaunchContext
+
+    for a, b, _ in EQUALS:
+        assert (subs.EqualsSubstitution(a, b).perform(LaunchContext()) == "true") == L.launch_equals(a, b), (a, b)
 
 
 def real_launch_started(args: dict[str, str], path=None) -> list[str]:
