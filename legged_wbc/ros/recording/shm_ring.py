@@ -231,10 +231,6 @@ class RecordRing:
         description did not fit, the other messages of a batch record that did not fit)."""
         self._hdr[_DROPPED] += n
 
-    def pending_bytes(self) -> int:
-        with self.lock:
-            return int(self._hdr[_W]) - int(self._hdr[_R])
-
     # ------------------------------------------------------------------ producer
     def put(self, kind: int, topic_id: int, t_ns: int, payload) -> bool:
         """Append one record (the consumer sees it after :meth:`commit`); False (and counted in
