@@ -25,6 +25,7 @@ yawed with the base, level): ``vx`` forward, ``vy`` left [m/s], ``wz`` yaw rate 
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import NamedTuple
 
@@ -37,6 +38,8 @@ AXES = ("vx", "vy", "wz")
 CMD_FIELDS = ("px", "py", "vx_w", "vy_w", "ax_w", "ay_w", "yaw", "wz", "dwz", "tau", "paused", "spare")
 CMD_PX, CMD_PY, CMD_VX, CMD_VY, CMD_AX, CMD_AY, CMD_YAW, CMD_WZ, CMD_DWZ, CMD_TAU, CMD_PAUSED = range(11)
 CMD_SIZE = len(CMD_FIELDS)
+_ZERO3 = np.zeros(3)
+_ZERO3.flags.writeable = False     # the target without a command (read-only: shared)
 
 
 class CommandLimits(NamedTuple):
@@ -102,7 +105,7 @@ class VelocityCommand:
     def effective_target(self, t: float) -> np.ndarray:
         """The target at ``t``: zero when none was set or it is older than ``timeout``."""
         if self.stamp is None or t - self.stamp > self.limits.timeout:
-            return np.zeros(3)
+            return _ZERO3
         return self.target
 
     def step(self, t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -111,17 +114,17 @@ class VelocityCommand:
         ``t`` do not move it)."""
         dt = 0.0 if self._t is None else t - self._t
         self._t = t if self._t is None else max(self._t, t)
-        target = self.effective_target(t)
+        if dt <= 0.0:
+            self.a[:] = 0.0
+            return self.v, self.a
+        target, v, a, a_max = self.effective_target(t), self.v, self.a, self.limits.a_max
         for k in range(3):
-            if dt <= 0.0:
-                self.a[k] = 0.0
-                continue
-            lim = self.limits.a_max[k] * dt
-            dv = min(max(target[k] - self.v[k], -lim), lim)
-            new = target[k] if abs(target[k] - self.v[k]) <= lim else self.v[k] + dv
-            self.a[k] = (new - self.v[k]) / dt
-            self.v[k] = new
-        return self.v, self.a
+            lim, vk = a_max[k] * dt, v[k]
+            err = target[k] - vk
+            new = target[k] if abs(err) <= lim else vk + min(max(err, -lim), lim)
+            a[k] = (new - vk) / dt
+            v[k] = new
+        return v, a
 
 
 def gait_phases(gait: GaitScheduler, tau: float, paused: bool, phases, progress, cycles) -> None:
@@ -180,10 +183,11 @@ class CommandSchedule:
     def __init__(self, entries):
         self.t = np.array([e[0] for e in entries], dtype=float)
         self.v = np.array([e[1:4] for e in entries], dtype=float).reshape(-1, 3)
+        self._t = self.t.tolist()                                        # what at() searches, once a tick
+        self._rows = [(0.0, 0.0, 0.0)] + [tuple(row) for row in self.v.tolist()]
 
     def at(self, t: float) -> tuple[float, float, float]:
-        k = int(np.searchsorted(self.t, t, side="right")) - 1
-        return (0.0, 0.0, 0.0) if k < 0 else tuple(float(x) for x in self.v[k])
+        return self._rows[bisect.bisect_right(self._t, t)]
 
 
 class Commander:
