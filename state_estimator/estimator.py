@@ -398,31 +398,25 @@ class StateEstimator(EstimatorCore):
             vel_cycles_in_support=cycles, vel_cov=cov, height_raw=h_raw, foot_pos_base=foot_pos, dt=dt,
             support_normal=plane[:3], support_offset=float(plane[3]), late=td.late > 0, late_event=td.event.copy())
 
-    def _gait_phases(self, t: float):
-        """Nominal phase and gait-cycle index per leg at ``t`` (``GaitScheduler.state``, compiled)."""
+    def _gait_phases(self, t: float, paused: bool = False):
+        """Nominal phase and gait-cycle index per leg at the gait's time ``t`` (``GaitScheduler.state``,
+        compiled; ``paused``: every leg in support)."""
         gait = self.gait
         if type(gait) is GaitScheduler:
             g = gait.cfg
             phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
-            gait_state(t, g.start_time, g.stop_time, g.period, gait.swing_duration, gait.offset, gait.group, phase,
-                       self._progress, cycle)
+            gait_state(t, g.start_time, -math.inf if paused else g.stop_time, g.period, gait.swing_duration,
+                       gait.offset, gait.group, phase, self._progress, cycle)
             return phase, cycle
-        return gait.phases(t), gait.cycle_index(t)
+        phase, _, cycle = gait.state(t, paused=paused)
+        return phase, cycle
 
     def _clock_phases(self, gait_clock):
-        """:meth:`_gait_phases` at a gait clock ``(tau, paused)`` (paused: every leg in support)."""
+        """:meth:`_gait_phases` at a gait clock ``(tau, paused)``, checked (``ValueError``: tau not finite)."""
         tau, paused = float(gait_clock[0]), bool(gait_clock[1])
         if not math.isfinite(tau):
             raise ValueError(f"gait_clock: tau not finite ({tau})")
-        gait = self.gait
-        if type(gait) is GaitScheduler:
-            g = gait.cfg
-            phase, cycle = np.empty(self.L, np.int64), np.empty(self.L, np.int64)
-            gait_state(tau, g.start_time, -math.inf if paused else g.stop_time, g.period, gait.swing_duration,
-                       gait.offset, gait.group, phase, self._progress, cycle)
-            return phase, cycle
-        phase, _, cycle = gait.state(tau, paused=paused)
-        return phase, cycle
+        return self._gait_phases(tau, paused)
 
     def _load_sample(self, joint_pos, joint_vel, joint_effort, imu_quat_xyzw, imu_gyro, imu_accel) -> None:
         """Pack the inputs into the sample buffer and check them (compiled for arrays); raises
