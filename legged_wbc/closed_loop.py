@@ -307,24 +307,24 @@ def _control_step(loop, S: dict):
     computed once, to both), logged in row ``k``."""
     est_update, ctl_update, n, leg_joint_flat = loop.est.update, loop.ctl.update, loop.rm.n, loop._leg_joint_flat
     cm = loop.commander
+    if cm is not None:
+        target, filtered, tau, paused, ref = (S[key] for key in ("cmd_target", "cmd_filtered", "gait_tau",
+                                                                 "gait_paused", "cmd_ref"))
+        ref_fields = np.array([CMD_PX, CMD_PY, CMD_YAW])
 
     def control(k, t, f):
-        tau_ext = np.empty(n)
-        if cm is None:
-            est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel)
-            tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
-            return est, ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext,
-                                                   normal=est.support_normal))
-        cmd = cm.tick(t)
+        cmd = None if cm is None else cm.tick(t)
         est = est_update(t, f.joint_pos, f.joint_vel, f.joint_effort, f.imu_quat_xyzw, f.imu_gyro, f.imu_accel,
-                         gait_clock=(cmd.tau, cmd.paused))
+                         gait_clock=None if cmd is None else (cmd.tau, cmd.paused))
+        tau_ext = np.empty(n)
         tau_ext[leg_joint_flat] = est.tau_ext.reshape(-1)
         out = ctl_update(ControllerInput(t=t, q=est.q, v=est.v, support=est.support, tau_ext=tau_ext,
                                          normal=est.support_normal, command=cmd))
-        S["cmd_target"][k] = cm.filter.effective_target(t)
-        S["cmd_filtered"][k] = (cmd.vx, cmd.vy, cmd.wz)
-        S["gait_tau"][k], S["gait_paused"][k] = cmd.tau, cmd.paused
-        S["cmd_ref"][k] = loop.ctl.cmd_array[[CMD_PX, CMD_PY, CMD_YAW]]
+        if cmd is not None:
+            target[k] = cm.filter.effective_target(t)
+            filtered[k] = (cmd.vx, cmd.vy, cmd.wz)
+            tau[k], paused[k] = cmd.tau, cmd.paused
+            ref[k] = loop.ctl.cmd_array[ref_fields]
         return est, out
 
     return control
