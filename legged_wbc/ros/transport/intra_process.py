@@ -675,10 +675,8 @@ class IntraProcessBus:
     def _own_publisher_gids(self) -> set[bytes]:
         """The GIDs of this process's publishers (:func:`.endpoint_ids.publisher_gid`; where the rmw cannot
         tell: those the ROS graph gives the publishing node on the topic)."""
-        with self._lock:
-            own = [p for ps in self._pubs.values() for p in ps if not isinstance(p, LinkPublisher)]
         gids = set()
-        for p in own:
+        for p in self._own_publishers():
             gid = publisher_gid(p.pub)
             if gid is not None:
                 gids.add(gid)
@@ -692,9 +690,7 @@ class IntraProcessBus:
         """Shadows were made: the publishers recount their subscribers outside; the linked process is told
         this process's shadows and publisher GIDs (it then takes outside messages: :meth:`_on_peer_stack`)."""
         self._own_gids = self._own_publisher_gids()
-        self.stack_gids = self._own_gids | self._peer_gids
-        self._recount()
-        self._reconsider()
+        self._restack()
         self._outside_ready = self.link is None or self._peer_known
         if self.link is not None and self.link.sock is not None:
             self.link.announce_subs(self.link_wants(), self.link_tick_only(),
@@ -705,22 +701,24 @@ class IntraProcessBus:
         """The linked process's publisher GIDs and shadows (host link SUBS): its publications that reach a
         shadow here are the stack's own; its shadows are not subscribers outside."""
         self._peer_gids, self._peer_shadow_n = set(pub_gids), dict(shadows)
-        self.stack_gids = self._own_gids | self._peer_gids
-        self._recount()
-        self._reconsider()
+        self._restack()
         self._peer_known = True
         self._outside_ready = self._finalized
 
-    def _reconsider(self) -> None:
-        """The stack's GIDs changed: :meth:`check_outside` asks the graph again for every topic."""
+    def _restack(self) -> None:
+        """The stack's publisher GIDs or shadows changed: this process's publishers recount their
+        subscribers outside (:meth:`IntraPublisher._on_matched`) and :meth:`check_outside` asks the graph
+        again for every topic."""
+        self.stack_gids = self._own_gids | self._peer_gids
+        for p in self._own_publishers():
+            p._on_matched(p._matched)
         for group in list(self._shadow_groups.values()):
             group.matched = -1
 
-    def _recount(self) -> None:
+    def _own_publishers(self) -> list:
+        """This process's publishers (not the linked process's stand-ins)."""
         with self._lock:
-            own = [p for ps in self._pubs.values() for p in ps if not isinstance(p, LinkPublisher)]
-        for p in own:
-            p._dds_n = max(0, p._matched - self.stack_shadows(p.topic_name))
+            return [p for ps in self._pubs.values() for p in ps if not isinstance(p, LinkPublisher)]
 
     def _from_dds(self, subs: list, raw: bytes, info: dict) -> None:
         """A shadow received ``raw`` (executor thread): the stack's own publication is dropped, anything
