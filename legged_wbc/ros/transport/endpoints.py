@@ -38,7 +38,7 @@ def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = F
     ``any_thread`` (composed nodes): ``callback`` may be called in any thread, so a message from a publisher
     outside the process reaches it in the executor thread at once instead of in the control thread after
     the sample (:meth:`~legged_wbc.ros.transport.intra_process.IntraProcessBus.drain_outside`)."""
-    from legged_wbc.ros.transport.intra_process import active_bus
+    from legged_wbc.ros.transport.intra_process import WithSource, active_bus
 
     bus = getattr(node, "_intra_bus", None) or active_bus()
     if with_source:
@@ -52,32 +52,6 @@ def create_subscription(node, msg_type, topic: str, callback, qos, raw: bool = F
                                    value_callback=callback if adapter is not None else None,
                                    tick_samples_only=tick_samples_only, with_source=with_source,
                                    any_thread=any_thread, **kw)
-
-
-class WithSource:
-    """A subscription callback ``fn(msg, source)`` that rclpy calls with the message and its
-    ``MessageInfo``. Its signature asks for both (rclpy then takes the info with the message); it also
-    takes the pair as one argument, as rclpy 9.1.2's EventsExecutor passes it (``callback(msg_info)``
-    with the ``(msg, info)`` tuple, where the wait-set executors call ``callback(msg, info)``)."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, *args):
-        msg, source = args if len(args) == 2 else args[0]
-        return self.fn(msg, source)
-
-
-def _with_source_signature():
-    import inspect
-
-    p = inspect.Parameter
-    return inspect.Signature([p("msg", p.POSITIONAL_ONLY), p("source", p.POSITIONAL_ONLY)])
-
-
-WithSource.__signature__ = _with_source_signature()
 
 
 # ----------------------------------------------------------------------------- start-up helper

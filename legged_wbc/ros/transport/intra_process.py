@@ -67,6 +67,7 @@ take time anyway), so:
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import threading
 import time
@@ -306,23 +307,24 @@ def _shadow_group():
     return ShadowGroup()
 
 
-class _ShadowCallback:
-    """A shadow subscription's callback: rclpy calls it with the CDR bytes and the ``MessageInfo`` (the
-    wait-set executors as two arguments, the EventsExecutor as one pair); ``subs``: the node's in-process
-    subscriptions to the topic, which take what comes from outside."""
+class WithSource:
+    """A subscription callback ``fn(msg, source)`` that rclpy calls with the message and its
+    ``MessageInfo``. Its signature asks for both (rclpy then takes the info with the message); it also
+    takes the pair as one argument, as rclpy 9.1.2's EventsExecutor passes it (``callback(msg_info)``
+    with the ``(msg, info)`` tuple, where the wait-set executors call ``callback(msg, info)``)."""
 
-    __slots__ = ("bus", "subs", "shadow")
+    __slots__ = ("fn",)
 
-    def __init__(self, bus: "IntraProcessBus", subs: list):
-        self.bus, self.subs, self.shadow = bus, subs, None
+    def __init__(self, fn):
+        self.fn = fn
 
     def __call__(self, *args):
-        raw, info = args if len(args) == 2 else args[0]
-        self.bus._from_dds(self.subs, raw, info)
+        msg, source = args if len(args) == 2 else args[0]
+        return self.fn(msg, source)
 
 
-_ShadowCallback.__signature__ = inspect.Signature(
-    [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in ("raw", "info")])
+WithSource.__signature__ = inspect.Signature(
+    [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in ("msg", "source")])
 
 
 def _on_tick(value) -> bool:
@@ -368,7 +370,7 @@ class IntraProcessBus:
         self.own_copies = 0                        # the stack's own publications that reached a shadow (dropped)
         self.outside_unready = 0                   # ... arrived before the stack was known (dropped)
         self.outside_overflow = 0                  # dropped: the queue held INBOX_MAX already
-        self._shadow_cbs: dict[tuple, _ShadowCallback] = {}   # (id(node), topic) -> its shadow's callback
+        self._shadow_subs: dict[tuple, tuple] = {}  # (id(node), topic) -> (its in-process subscriptions, shadow)
         self._shadows: dict[str, list] = {}        # topic -> its shadow subscriptions (rclpy)
         self._shadow_nodes: dict[str, list] = {}   # topic -> their nodes
         self._shadow_groups: dict[str, object] = {}   # topic -> its shadows' callback group (check_outside)
@@ -618,19 +620,20 @@ class IntraProcessBus:
         """A shadow (see the module docstring) for each node's in-process subscriptions to a topic."""
         for sub in subs:
             key = (id(sub.node), sub.topic)
-            cb = self._shadow_cbs.get(key)
-            if cb is None:
-                cb = self._shadow_cbs[key] = _ShadowCallback(self, [])
+            if key not in self._shadow_subs:
                 group = self._shadow_groups.get(sub.topic)
                 if group is None:
                     group = self._shadow_groups[sub.topic] = _shadow_group()
-                cb.shadow = sub.node.create_subscription(sub.msg_type, sub.topic, cb, sub.qos, raw=True,
-                                                         callback_group=group)
-                self._shadows.setdefault(sub.topic, []).append(cb.shadow)
+                subs = []                          # the node's subscriptions take what comes from outside
+                shadow = sub.node.create_subscription(sub.msg_type, sub.topic,
+                                                      WithSource(functools.partial(self._from_dds, subs)), sub.qos,
+                                                      raw=True, callback_group=group)
+                self._shadow_subs[key] = (subs, shadow)
+                self._shadows.setdefault(sub.topic, []).append(shadow)
                 self._shadow_nodes.setdefault(sub.topic, []).append(sub.node)
                 self._shadow_n[sub.topic] = self._shadow_n.get(sub.topic, 0) + 1
-            cb.subs.append(sub)
-            sub.shadow = cb.shadow
+            subs, sub.shadow = self._shadow_subs[key]
+            subs.append(sub)
 
     GRAPH_RECHECK_S = 1.0       # while a topic's shadows are idle, the graph is asked again this often [s]
 
