@@ -48,7 +48,7 @@ from mujoco_bridge.sim import SensorNoise
 from mujoco_bridge.timing import CommandDelayLine
 from state_estimator.config import load_estimator_config
 from state_estimator.estimator import StateEstimator
-from wbc_controller.blocks.command import CMD_PX, CMD_PY, CMD_YAW, Commander, CommandLimits, CommandSchedule
+from wbc_controller.blocks.command import AXES, CMD_PX, CMD_PY, CMD_YAW, Commander, CommandLimits, CommandSchedule
 from wbc_controller.config import load_wbc_config
 from wbc_controller.controller import ControllerInput, WholeBodyController
 
@@ -285,10 +285,10 @@ def make_commander(sc: Scenario, wcfg, gait_cfg: GaitConfig, rm: RobotModel) -> 
         return None
     limits = CommandLimits.from_config(wcfg)
     for e in entries:
-        for name, x, m in zip(("vx", "vy", "wz"), (e["vx"], e["vy"], e["wz"]), limits.v_max):
-            if abs(float(x)) > m:
+        for name, m in zip(AXES, limits.v_max):
+            if abs(float(x := e[name])) > m:
                 raise ConfigError(f"scenario.commands: {name} {x} at t={e['t']} over the controller's limit "
-                                  f"cmd_max_{name if name == 'wz' else name} {m}")
+                                  f"cmd_max_{name} {m}")
     schedule = CommandSchedule([(float(e["t"]), float(e["vx"]), float(e["vy"]), float(e["wz"])) for e in entries])
     return Commander(limits, GaitScheduler(gait_cfg, rm.cfg.leg_names), schedule)
 
