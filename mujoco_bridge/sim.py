@@ -217,9 +217,9 @@ class MujocoSim:
         actuator force to the same value: the physics is the same to the bit); while the torque is held
         the joint counts as saturated (:meth:`take_saturation`). Returns True if a joint was clamped
         (:attr:`commands_clamped` counts those calls)."""
-        if tau.shape != (self.robot.n,) or not np.isfinite(tau).all():
-            raise ValueError(f"torque command must be {self.robot.n} finite values")
         held, over = self.tau, self._over
+        if tau.shape != (self.robot.n,) or not np.isfinite(tau, out=over).all():
+            raise ValueError(f"torque command must be {self.robot.n} finite values")
         np.minimum(np.maximum(tau, self._tau_lo, out=held), self.effort_limit, out=held)
         np.not_equal(held, tau, out=over)
         if not over.any():
