@@ -331,7 +331,7 @@ def parse_record(body) -> dict:
     if d["stamp_topic"] is not None:
         wire.topic(d["stamp_topic"], "RECORD.stamp_topic")
     out = {"ring": d["ring"], "topics": topics}
-    out.update({k: d[k] for k in ("stamp_topic", "clock_topic", "sim_time") if k in d and d[k] is not None})
+    out.update({k: d[k] for k in ("stamp_topic", "clock_topic", "sim_time") if d[k] is not None})
     return out
 
 
