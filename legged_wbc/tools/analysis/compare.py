@@ -53,8 +53,7 @@ from legged_wbc.metrics import CONTROL_DT
 from legged_wbc.tools.analysis.bag_metrics import RunData, RunInputError, eval_window, load_run, run_metrics
 from legged_wbc.tools.analysis.compare_actuators import FIGURES as ACTUATOR_FIGURES
 from legged_wbc.tools.analysis.compare_commands import FIGURES as COMMAND_FIGURES
-
-CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}
+from legged_wbc.tools.analysis.run_data import CONTROLLER_NAMES, controller_title  # noqa: F401  (compare's names)
 
 # The paper's Table 3 (docs/design.md, *Metrics*): (WBC-D, WBC-CBF); their robot, one run each.
 PAPER = {
@@ -99,10 +98,6 @@ WORSE_HIGH = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_
               "qp_over_2ms_pct", "qp_failures", "deadline_misses", "deadline_miss_pct", "command_latency_p99_us",
               "leg_contacts")
 WORSE_LOW = ("distance_m", "min_leg_distance_m")
-
-
-def controller_title(c: str | None) -> str:
-    return CONTROLLER_NAMES.get(c or "", c or "?")
 
 
 def _fmt(v, fmt: str | None) -> str:

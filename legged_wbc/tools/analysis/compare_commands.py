@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from legged_wbc.metrics import heading_velocity, yaw_rate
+from legged_wbc.tools.analysis.run_data import controller_title
 
 
 def _commanded(runs, names, need) -> list:
@@ -24,11 +25,8 @@ def _commanded(runs, names, need) -> list:
             if "cmd_target" in r.series and all(k in r.series for k in need)]
 
 
-_TITLES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}   # as compare's CONTROLLER_NAMES
-
-
 def _title(run, name: str) -> str:
-    return f"{_TITLES.get(run.controller or '', run.controller or '?')} ({name})"
+    return f"{controller_title(run.controller)} ({name})"
 
 
 def fig_command_path(runs, names, plt):

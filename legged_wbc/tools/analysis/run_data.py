@@ -54,6 +54,14 @@ SERIES_FOR_METRIC = {
 }
 
 
+CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}   # controller mode -> the paper's name
+
+
+def controller_title(c: str | None) -> str:
+    """A run's controller as the report and figures name it (an unnamed mode as it is, ``?`` if unknown)."""
+    return CONTROLLER_NAMES.get(c or "", c or "?")
+
+
 class RunInputError(ValueError):
     """An input that is neither a rosbag2 directory nor a headless run directory, or unreadable."""
 

@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-CONTROLLER_NAMES = {"none": "WBC-0", "damping": "WBC-D", "cbf": "WBC-CBF"}
+from legged_wbc.tools.analysis.run_data import CONTROLLER_NAMES
 
 TOPIC_ODOM = "/ground_truth/odom"
 TOPIC_JOINTS = "/joint_states"
