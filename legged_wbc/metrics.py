@@ -166,11 +166,16 @@ def roll_pitch_from_quat_xyzw(quat: np.ndarray) -> np.ndarray:
 SETTLE_S = 1.0      # a command segment is steady this long after the command changed [s]
 
 
+def _yaw(base_quat: np.ndarray) -> np.ndarray:
+    """Yaw [rad] (ZYX) of base -> world quaternions ``xyzw`` (T, 4)."""
+    x, y, z, w = np.asarray(base_quat, dtype=float).T
+    return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
 def heading_velocity(base_vel_world: np.ndarray, base_quat: np.ndarray) -> np.ndarray:
     """The base's horizontal velocity in its heading frame (world velocity turned by ``-yaw``) [m/s],
     (T, 2), from world velocities (T, 3) and base -> world quaternions ``xyzw`` (T, 4)."""
-    x, y, z, w = np.asarray(base_quat, dtype=float).T
-    yaw = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    yaw = _yaw(base_quat)
     v = np.asarray(base_vel_world, dtype=float)
     c, s = np.cos(yaw), np.sin(yaw)
     return np.stack([c * v[:, 0] + s * v[:, 1], -s * v[:, 0] + c * v[:, 1]], axis=-1)
@@ -178,41 +183,25 @@ def heading_velocity(base_vel_world: np.ndarray, base_quat: np.ndarray) -> np.nd
 
 def yaw_rate(t: np.ndarray, base_quat: np.ndarray) -> np.ndarray:
     """The base's yaw rate [rad/s] (T,): the time derivative of its unwrapped yaw (central differences)."""
-    x, y, z, w = np.asarray(base_quat, dtype=float).T
-    yaw = np.unwrap(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+    yaw = np.unwrap(_yaw(base_quat))
     return np.gradient(yaw, np.asarray(t, dtype=float)) if len(yaw) > 1 else np.zeros(len(yaw))
 
 
-def command_segments(series: dict) -> list[dict]:
-    """The command's segments (``cmd_target`` held constant): ``t0``, ``t1`` [s], the command
-    ``(vx, vy, wz)`` and, over the steady part (from :data:`SETTLE_S` after ``t0`` until ``t1``), the
-    RMSE of the base's heading-frame velocity [m/s] and yaw rate [rad/s] against it (ground truth;
-    None where the steady part is empty)."""
-    t, target = np.asarray(series["t"], dtype=float), np.asarray(series["cmd_target"], dtype=float)
-    if not len(t):
-        return []
-    v = heading_velocity(series["base_vel_world"], series["base_quat"])
-    wz = yaw_rate(t, series["base_quat"])
+def steady_ticks(t: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The ticks (bool, (T,)) of the command's steady parts: each segment of ``target`` (T, 3) held
+    constant, from :data:`SETTLE_S` [s] after it began."""
+    steady = np.zeros(len(t), bool)
     starts = np.flatnonzero(np.r_[True, np.any(target[1:] != target[:-1], axis=1)])
-    ends = np.r_[starts[1:], len(t)]
-    out = []
-    for a, b in zip(starts, ends):
-        t1 = float(t[b]) if b < len(t) else float(t[-1]) + CONTROL_DT
-        m = np.zeros(len(t), bool)
-        m[a:b] = t[a:b] >= t[a] + SETTLE_S
-        e_v = v[m] - target[m, :2]
-        e_w = wz[m] - target[m, 2]
-        out.append({"t0": float(t[a]), "t1": t1, "command": [float(x) for x in target[a]], "steady": m,
-                    "velocity_rmse_mps": float(np.sqrt(np.mean(np.sum(e_v**2, axis=1)))) if m.any() else None,
-                    "yaw_rate_rmse_radps": float(np.sqrt(np.mean(e_w**2))) if m.any() else None})
-    return out
+    for a, b in zip(starts, np.r_[starts[1:], len(t)]):
+        steady[a:b] = t[a:b] >= t[a] + SETTLE_S
+    return steady
 
 
 def command_metrics(series: dict) -> dict:
     """Velocity tracking under a command schedule (series ``cmd_target`` (T, 3), ``gait_paused`` (T,),
     ``base_vel_world``, ``base_quat``, ``base_pos``, ``est_vel_world``; all None without them):
     ``velocity_tracking_rmse_mps`` and ``yaw_rate_tracking_rmse_radps`` over the steady parts of all
-    segments (:func:`command_segments`), ``estimated_velocity_rmse_mps`` (the estimated horizontal
+    segments (:func:`steady_ticks`), ``estimated_velocity_rmse_mps`` (the estimated horizontal
     world velocity against the ground truth, every tick), ``standing_drift_m`` (the largest horizontal
     base displacement within a stretch of zero command and a paused gait; None if there was none)."""
     keys = ("velocity_tracking_rmse_mps", "yaw_rate_tracking_rmse_radps", "estimated_velocity_rmse_mps",
@@ -220,10 +209,9 @@ def command_metrics(series: dict) -> dict:
     need = ("t", "cmd_target", "gait_paused", "base_vel_world", "base_quat", "base_pos", "est_vel_world")
     if any(series.get(k) is None or not len(series[k]) for k in need):
         return dict.fromkeys(keys)
-    segs = command_segments(series)
-    steady = np.any([s["steady"] for s in segs], axis=0)
-    v = heading_velocity(series["base_vel_world"], series["base_quat"])
     target = np.asarray(series["cmd_target"], dtype=float)
+    steady = steady_ticks(np.asarray(series["t"], dtype=float), target)
+    v = heading_velocity(series["base_vel_world"], series["base_quat"])
     wz = yaw_rate(series["t"], series["base_quat"])
     out = dict.fromkeys(keys)
     if steady.any():
