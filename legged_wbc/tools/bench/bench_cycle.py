@@ -138,15 +138,16 @@ class _ShadowedEstimator:
     def __init__(self, main, shadow, rec: _TickRecorder):
         self._main, self._shadow, self._rec = main, shadow, rec
 
-    def update(self, t, *sample):
+    def update(self, t, *sample, **kw):
+        """The estimator's ``update`` (``kw``: its keywords, e.g. ``gait_clock``, given to both)."""
         clock, cpu = time.perf_counter, time.thread_time
         copies = [np.array(x, copy=True) for x in sample]
         c0 = cpu()
         t0 = clock()
-        out = self._main.update(t, *sample)
+        out = self._main.update(t, *sample, **kw)
         t1 = clock()
         c1 = cpu()
-        ref = self._shadow.update(t, *copies)
+        ref = self._shadow.update(t, *copies, **kw)
         t2 = clock()
         rec = self._rec
         rec.recording = t >= rec.start
