@@ -204,7 +204,8 @@ class MujocoBridge(Node):
     def run(self) -> int:
         if self.sched.run():
             self.publish_diagnostics(last=True)
-            endpoints.wait_for_acks(self, self._pubs)   # the subscribers have the last samples before we exit
+            self.report_diagnostics()                   # the run's final /diagnostics status
+            endpoints.wait_for_acks(self, [*self._pubs, self.diagnostics_publisher])   # the subscribers have the last samples before we exit
             self.get_logger().info(self.sched.summary())
         return 0
 

@@ -115,5 +115,9 @@ def test_unknown_parameter_is_one_line(ros_env):
                             text=True, timeout=60)
         assert ok.returncode == 0 and "10.0" in ok.stdout, ok.stdout + ok.stderr
     finally:
-        node.terminate()
-        node.wait(10)
+        node.terminate()      # the probe is the test's own: a slow DDS teardown under load is no finding
+        try:
+            node.wait(30)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait(10)

@@ -23,7 +23,9 @@ Levels (``DiagnosticStatus.level``), names ``<node>: <what>``, ``hardware_id`` =
   its source (``scenario`` until a ``/cmd_vel`` message, then ``/cmd_vel``), the filtered command and the
   counts of clamped commands and rejected ``/cmd_vel`` messages.
 
-Before a node's first tick its status is OK with the message ``waiting for the first tick``.
+Before a node's first tick its status is OK with the message ``waiting for the first tick``. The bridge
+also reports once when its run ends (``report_diagnostics``), so a recording of even a short run holds its
+final status.
 """
 
 from __future__ import annotations
@@ -248,7 +250,14 @@ def attach(node):
         last["level"] = s.level
         background.publish(pub, to_msg([s], node.get_clock().now().nanoseconds))
 
+    def report_now(timeout_s: float = 2.0) -> bool:
+        """One report now, in the background thread (the run's final status: a short run may end before a
+        subscriber that joined late saw a periodic one); False if it did not run within ``timeout_s``."""
+        background.soon(report, f"{node.get_name()} /diagnostics (final)")
+        return background.drain(timeout_s)
+
     node.diagnostics_publisher = pub
+    node.report_diagnostics = report_now
     return background.for_node(node, PERIOD_S, report, name=f"{node.get_name()} /diagnostics")
 
 
