@@ -733,7 +733,7 @@ def test_a_clean_recording_reports_no_failure_and_keeps_its_records_until_they_a
 
     bag = tmp_path / "bag"
     sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
-    put = _produce(sink, 2000)
+    put = _produce(sink, 600)    # ~0.5 MB: less than a chunk (1 MiB), however the recorder's reads fall
     time.sleep(0.5)
     with sink.ring.lock:
         kept = int(sink.ring._hdr[0]) - int(sink.ring._hdr[1])
