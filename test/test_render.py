@@ -77,6 +77,17 @@ def test_render_cli_video_and_strip(run_dir, tmp_path, scene, capsys):
     assert summary["controller"] == "cbf" and summary["scenario"] == "nominal"
 
 
+def test_a_new_renderer_s_first_frame_equals_the_same_state_drawn_again():
+    """Software GL shaded the floor of a context's first frame differently: a video's first frame, or a
+    bag's picture compared with a log's, differed from the same state drawn later."""
+    from legged_wbc.tools.pictures.scene_render import SceneRenderer
+
+    with SceneRenderer("hexapod", W, H) as sr:
+        q = np.r_[0.0, 0.0, 0.3, 0.0, 0.0, 0.0, 1.0, np.zeros(len(sr.rm.joint_names))]
+        first = sr.render(q)
+        assert np.array_equal(first, sr.render(q))
+
+
 def test_frame_overlay_draws_support_dots(scene):
     from legged_wbc.tools.pictures.overlays import SUPPORT_RGB, SWING_RGB, draw_overlay, leg_layout
 

@@ -165,6 +165,15 @@ class SceneRenderer:
         self._opt_empty = mujoco.MjvOption()
         self._opt_empty.geomgroup[0] = 0
         self._opt_empty.geomgroup[1] = 0
+        self._first_frame()
+
+    def _first_frame(self) -> None:
+        """One frame drawn and dropped: Mesa's software GL shades the textured floor of the first frame of a
+        context differently (up to 9 of 255 levels on ~60 % of its pixels) from every later one, so the
+        first frame of a video would not equal the same state drawn again."""
+        self._mj.mj_forward(self.m, self.d)
+        self.renderer.update_scene(self.d, camera=self.camera, scene_option=self._opt_robot)
+        self.renderer.render()
 
     def _camera(self, camera: str):
         mj = self._mj
