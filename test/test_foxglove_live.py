@@ -42,13 +42,15 @@ def _env():
     return dict(os.environ, ROS_DOMAIN_ID=str(domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
 
 
-def _walk_with_client(tmp_path, node, port: int, seconds: float):
-    """A realtime walk recording a bag, served on ``port``; the client runs ``seconds`` once the server is up.
-    Returns (the launch's output, the client's JSON summary, the bag directory)."""
+def _walk_with_client(tmp_path, node, port: int, seconds: float, control: bool = True, duration: float = 14.0,
+                      client_env=None):
+    """A realtime walk of ``duration`` s recording a bag, served on ``port`` (``foxglove_control:=control``); the
+    client runs ``seconds`` once the server is up. Returns (the launch's output, the client's JSON summary, the
+    bag directory)."""
     bag = tmp_path / "bag"
-    p = subprocess.Popen([LAUNCHER, "launch", "walking_sim", "mode:=realtime", "duration:=14", f"foxglove:={port}",
-                          f"record:={bag}"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+    p = subprocess.Popen([LAUNCHER, "launch", "walking_sim", "mode:=realtime", f"duration:={duration}",
+                          f"foxglove:={port}", f"foxglove_control:={str(control).lower()}", f"record:={bag}"],
+                         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, client = [], None
     try:
         for line in p.stdout:
@@ -56,7 +58,7 @@ def _walk_with_client(tmp_path, node, port: int, seconds: float):
             if client is None and "Foxglove: ws://127.0.0.1:" in line:
                 client = subprocess.Popen([node, "live_client.mjs", f"ws://127.0.0.1:{port}", str(seconds),
                                            "/wbc_controller.kp_b", "2900", "-5"], cwd=TOOL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True)
+                                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(client_env or {})))
         p.wait(timeout=300)
         assert client is not None, "".join(lines)[-4000:]
         out, err = client.communicate(timeout=120)
@@ -125,6 +127,34 @@ def test_foxglove_client_gets_every_topic_decodes_them_tunes_a_gain_and_publishe
     assert int(last_values["messages sent"]) > 0
 
 
+@pytest.mark.ros
+def test_the_view_is_read_only_unless_the_launch_grants_control(tmp_path, node_tool):
+    """``foxglove:=PORT`` alone: a client sees the topics and reads the parameters, but its parameter set is
+    refused (the gain unchanged in the node) and its ``/cmd_vel`` channel, advertised although the server
+    offers no ``clientPublish``, is refused: nothing it sends reaches the ROS graph or the bag."""
+    from rosbags.highlevel import AnyReader
+
+    log, out, bag = _walk_with_client(tmp_path, node_tool, free_port(), 4, control=False, duration=8.0,
+                                      client_env={"PUBLISH_ANYWAY": "1"})
+    assert "read-only: foxglove_control:=true lets clients set them" in log
+    caps = set(out["serverInfo"]["capabilities"])
+    assert "clientPublish" not in caps and {"parameters", "time"} <= caps
+    assert out["channels"]["/joint_states"]["decoded"] > 100
+    params = out["params"]
+    assert "/wbc_controller.kp_b" in params["names"]
+    default = params["after_set"]
+    assert default != 2900 and params["got_back"] == default       # the set refused, the gain as it was
+    assert "parameter kp_b := 2900.0" not in log
+    assert any("/wbc_controller.kp_b" in s and "read-only" in s for s in out["statuses"])
+    assert out["cmd_vel"]["sent"] > 5                              # the client did send
+    # the SDK itself drops the channel of a server without clientPublish (its sends: "Unknown channel ID");
+    # the node's own refusal (advertise) is the second line of defence
+    assert any("Unknown channel ID" in s or "client channel /cmd_vel refused" in s for s in out["statuses"])
+    with AnyReader([bag]) as reader:
+        cmd = [c for c in reader.connections if c.topic == "/cmd_vel"]
+        assert not cmd or not list(reader.messages(cmd))
+
+
 @pytest.mark.slow
 @pytest.mark.ros
 def test_a_port_in_use_is_one_line_and_the_launch_does_not_run(tmp_path):
@@ -168,3 +198,31 @@ def test_the_taps_cdr_is_rclpys_serialization_and_a_full_queue_drops_and_counts(
     tap.queue.clear()
     tap.on_batch([("/joint_states", v) for v in values])
     assert len(tap.queue) == 0 and tap.dropped == 1
+
+
+def test_a_read_only_bridge_refuses_a_client_channel_and_every_parameter_set(ros_context):
+    """The node's own refusals (behind the SDK's, which drops the channels of a server without
+    ``clientPublish``): without ``control`` a client's channel is refused and counted, a parameter set leaves
+    the node's value as it was; with it, both go through."""
+    from types import SimpleNamespace
+
+    import foxglove
+    from rclpy.node import Node
+
+    from legged_wbc.ros.stack.foxglove import FoxgloveBridge, LiveParameters
+
+    target = Node("fox_target", context=ros_context)
+    target.declare_parameter("kp_b", 3000.0)
+    channel = SimpleNamespace(topic="/cmd_vel", encoding="cdr", schema_name="geometry_msgs/msg/Twist", id=1)
+    client = SimpleNamespace(id=7)
+    for control in (False, True):
+        bridge = FoxgloveBridge(0, control=control, context=ros_context)
+        bridge.advertise(client, channel)
+        assert (bridge.client_refused, len(bridge._advertised)) == ((1, 0) if not control else (0, 1))
+        params = LiveParameters([target], read_only=not control)
+        got = params.set([foxglove.Parameter("/fox_target.kp_b", value=2900.0,
+                                             type=foxglove.ParameterType.Float64)])
+        assert got[0].get_value() == (3000.0 if not control else 2900.0)
+        assert (params.refused, params.accepted) == ((1, 0) if not control else (0, 1))
+        bridge.destroy_node()
+    target.destroy_node()

@@ -6,7 +6,7 @@
 // and reads it back, tries a refused set, publishes /cmd_vel (and one malformed message), and after SECONDS
 // prints one JSON summary on stdout.
 //
-//   node live_client.mjs ws://127.0.0.1:PORT SECONDS [PARAM VALUE BAD_VALUE]
+//   [PUBLISH_ANYWAY=1] node live_client.mjs ws://127.0.0.1:PORT SECONDS [PARAM VALUE BAD_VALUE]
 //   exit status 1 if the connection failed or a message could not be decoded
 import WebSocket from "ws";
 import wsProtocol from "@foxglove/ws-protocol";
@@ -99,7 +99,9 @@ function setParameter() {
 }
 
 function publishCmdVel() {
-  if (!out.serverInfo?.capabilities?.includes("clientPublish")) return;
+  // PUBLISH_ANYWAY=1: advertise and send even to a server that does not offer clientPublish (what a hostile
+  // client would do: the server must refuse it)
+  if (!out.serverInfo?.capabilities?.includes("clientPublish") && process.env.PUBLISH_ANYWAY !== "1") return;
   const schema = "geometry_msgs/Vector3 linear\ngeometry_msgs/Vector3 angular\n" +
     "================================================================================\n" +
     "MSG: geometry_msgs/Vector3\nfloat64 x\nfloat64 y\nfloat64 z\n";

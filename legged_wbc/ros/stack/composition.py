@@ -140,7 +140,7 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
         if P.foxglove and part == "all":
             from legged_wbc.ros.stack.foxglove import FoxgloveBridge
 
-            nodes.append(FoxgloveBridge(P.foxglove))
+            nodes.append(FoxgloveBridge(P.foxglove, control=P.foxglove_control))
         elif P.foxglove:
             log.warning(f"foxglove:={P.foxglove} is served by layout:=container only: not serving")
     if P.chain and "estimator" in want and "controller" in want:

@@ -3,7 +3,10 @@
 What ``foxglove_bridge`` does for a ROS install, inside the container (``layout:=container``): a node
 ``foxglove_bridge`` composed with the others serves, on ``127.0.0.1:PORT`` only (WebSocket subprotocol
 ``foxglove.sdk.v1``; reach it from another machine deliberately, through an SSH tunnel: ``ssh -L
-8765:localhost:8765 robot``; the protocol has no authentication, and a client can set gains and drive the robot):
+8765:localhost:8765 robot``). The protocol authenticates nobody and foxglove-sdk checks no ``Origin``: any
+local user, or a web page open in a local browser, can connect. So the view is **read-only** unless the launch
+says ``foxglove_control:=true``: parameters are listed and read, a set is refused (one status line, counted),
+and the server advertises no ``clientPublish`` (a client's channel is refused all the same):
 
 * **every topic** of the stack as a channel with its ROS 2 schema (``ros2msg``: the message definition
   the recorder writes into bags, :func:`message_definition`) and ``cdr`` messages: the in-process topics
@@ -11,12 +14,12 @@ What ``foxglove_bridge`` does for a ROS install, inside the container (``layout:
   node's) through DDS subscriptions found by polling the graph (1 s). A latched topic's last message is
   sent again to a client that subscribes later (the 3D panel needs ``/robot_description``). Message log
   times are sim time (the newest ``/clock``, as in the bags); the server announces it (``time``).
-* **the nodes' live parameters** as ``/<node>.<parameter>``: get, set (through ``node.set_parameters``,
+* **the nodes' live parameters** as ``/<node>.<parameter>``: get, and with ``foxglove_control:=true`` set (through ``node.set_parameters``,
   the path of the ``SetParameters`` service: the declared type, range and read-only flag, then the node's
   own validation, :class:`~legged_wbc.ros.nodekit.params.NodeParameters`; a refusal is one status line to the
   client naming the parameter and why), updates pushed to subscribed clients (from any source: ``legged-wbc
   param set`` too).
-* **client publishing** of the command topics a user may send (:data:`CLIENT_TOPICS`: ``/cmd_vel``,
+* **client publishing** (``foxglove_control:=true``) of the command topics a user may send (:data:`CLIENT_TOPICS`: ``/cmd_vel``,
   ``geometry_msgs/msg/Twist``, ``cdr``): each message is checked (it deserializes as that type) and
   published on DDS by this node, as any outside publisher's; anything else is refused and counted.
 
@@ -223,8 +226,9 @@ class LiveParameters:
     qualified name, then its parameter's, dots and all). Sets go through ``node.set_parameters``: what
     the ``SetParameters`` service does (declared type, range, read-only, then the node's own callbacks)."""
 
-    def __init__(self, nodes, log=None):
+    def __init__(self, nodes, log=None, read_only: bool = False):
         self.nodes = {n.get_fully_qualified_name(): n for n in nodes}
+        self.read_only = read_only
         self.server = None
         self.log = log
         self.subscribed: set[str] = set()
@@ -271,6 +275,8 @@ class LiveParameters:
         return self.get([fp.name for fp in params])
 
     def _set_one(self, name: str, value) -> str | None:
+        if self.read_only:
+            return "the live view is read-only (launch with foxglove_control:=true to set parameters)"
         node, pname = self.split(name)
         if node is None:
             return f"no node of this stack (nodes: {', '.join(sorted(self.nodes))})"
@@ -298,9 +304,10 @@ class FoxgloveBridge(Node):
     """The ``foxglove_bridge`` node of a container (see the module docstring). Construct it while the bus
     is active (its ``/diagnostics`` goes in-process), then :meth:`serve` once the bus is finalized."""
 
-    def __init__(self, port: int, **kwargs):
+    def __init__(self, port: int, control: bool = False, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         self.port = int(port)
+        self.control = bool(control)                 # clients may set parameters and publish CLIENT_TOPICS
         self.wanted: dict[str, int] = {}             # topic -> subscriptions of clients
         self.client_subs: dict[int, int] = {}            # client id -> its subscriptions
         self.tap = ViewerTap(self.wanted)
@@ -335,11 +342,13 @@ class FoxgloveBridge(Node):
                 continue
             endpoints.create_subscription(self, cls, topic, lambda data, t=topic: self.tap.on_bytes(t, data),
                                           QoSProfile(depth=10), raw=True, tap=_TopicTap(self.tap, topic))
-        self.params = LiveParameters([n for n in nodes if n is not self], log=self.get_logger().warning)
+        self.params = LiveParameters([n for n in nodes if n is not self], log=self.get_logger().warning,
+                                     read_only=not self.control)
+        caps = [Capability.Parameters, Capability.Time] + ([Capability.ClientPublish] if self.control else [])
         try:
             self.server = foxglove.start_server(
                 name="legged_wbc", host=HOST, port=self.port, context=self._ctx, server_listener=_Listener(self),
-                capabilities=[Capability.ClientPublish, Capability.Parameters, Capability.Time],
+                capabilities=caps,
                 supported_encodings=["cdr"], message_backlog_size=BACKLOG)
         except Exception as exc:
             raise ConfigError(f"foxglove: cannot serve on {HOST}:{self.port}: {exc}") from None
@@ -348,9 +357,10 @@ class FoxgloveBridge(Node):
         background.for_node(self, SEND_PERIOD_S, self._send, "foxglove_bridge send")
         background.for_node(self, DISCOVERY_PERIOD_S, self._discover, "foxglove_bridge discovery")
         background.for_node(self, diagnostics.PERIOD_S, self._report, "foxglove_bridge /diagnostics")
+        access = (f"clients may set them and publish {', '.join(CLIENT_TOPICS)}" if self.control else
+                  "read-only: foxglove_control:=true lets clients set them and publish " + ", ".join(CLIENT_TOPICS))
         self.get_logger().info(f"Foxglove: ws://{HOST}:{self.server.port} ({len(self.channels)} topics, "
-                               f"parameters of {len(self.params.nodes)} nodes, clients may publish "
-                               f"{', '.join(CLIENT_TOPICS)})")
+                               f"parameters of {len(self.params.nodes)} nodes; {access})")
 
     def _channel(self, topic: str, msgtype: str) -> bool:
         """A channel for ``topic`` (False, said once, if its type has no definition)."""
@@ -452,6 +462,10 @@ class FoxgloveBridge(Node):
 
     # ---------------------------------------------------------------- client publishing
     def advertise(self, client, channel) -> None:
+        if not self.control:
+            self._refuse(f"client channel {channel.topic} refused: the live view is read-only (launch with "
+                         "foxglove_control:=true to publish " + ", ".join(CLIENT_TOPICS) + ")")
+            return
         want = CLIENT_TOPICS.get(channel.topic)
         ok = (want is not None and channel.encoding == "cdr"
               and channel.schema_name in (want, want.replace("/msg/", "/")))
