@@ -61,6 +61,11 @@ def test_recorder_startup_gate_holds_the_bridge_topics_until_the_others_are_matc
     assert late.poll(lambda t: 0, lambda t: 0) == ["/estimator/odom", "/wbc/diagnostics"] and late.open
     assert StartupGate(typed, [], timeout=10.0).open                     # nothing held: open from the start
     assert StartupGate(typed, ["/clock"], 1.0).poll(lambda t: 0, lambda t: 0, force=True) == []
+    # until: an outside controller publishes no /wbc/* topic; the gate opens on the estimator's alone
+    ext = StartupGate(typed, ["/clock"], timeout=10.0, clock=lambda: now[0], until=["/estimator/odom"])
+    assert ext.first == ["/estimator/odom", "/wbc/diagnostics"] and ext.awaited == ["/estimator/odom"]
+    assert ext.poll({"/estimator/odom": 0}.get, {"/estimator/odom": 1}.get) is None
+    assert ext.poll(lambda t: 1 if t == "/estimator/odom" else 0, lambda t: 0) == [] and ext.open
 
 
 @pytest.mark.ros

@@ -42,7 +42,7 @@ def _read_bag(bag: Path) -> dict:
     return out
 
 
-@pytest.mark.parametrize("layout", ["container", "split"])
+@pytest.mark.parametrize("layout", ["container", "split", "processes"])
 def test_external_controller_answers_every_lockstep_tick(tmp_path, ros_env, layout):
     """The example answers every tick (commands_applied == ticks, no watchdog), the robot stands up, the
     bag holds every command, and every stamp (/diagnostics included) is sim time: one time base."""

@@ -68,6 +68,10 @@ class RecorderConfig:
                                "recorder takes the estimator's and controller's outputs)", type="str_array", live=False)
     hold_timeout: float = param(45.0, 0.0, 3600.0, "start-up: subscribe the hold_topics anyway after this long "
                                 "(logged); 0 = wait forever", unit="s wall", live=False)
+    hold_until: tuple = param((), desc="start-up: the typed topics whose publishers the hold waits for (default, "
+                              "empty: every typed topic not held); the per-process launch names the estimator's "
+                              "and the controller's outputs (controller:=external: no /wbc/* topic is published)",
+                              type="str_array", live=False)
 
     def __post_init__(self):
         validate(self)
@@ -85,20 +89,24 @@ class StartupGate:
     graph shows; then the recorder subscribes the held topics. The bridge (``startup_wait_all_topics``)
     waits for a matched subscriber on each of its topics, and on some of them the recorder is the only
     one, so tick 0 starts only after the recorder is matched with the estimator's and controller's
-    outputs. ``expired()``: ``hold_timeout`` passed (subscribe anyway)."""
+    outputs. ``expired()``: ``hold_timeout`` passed (subscribe anyway). ``until``: the ``first`` topics to
+    wait for (empty: all of them), so a typed topic nobody publishes in this launch (``/wbc/*`` with an
+    outside controller) does not hold the start for ``hold_timeout``."""
 
-    def __init__(self, typed: dict, hold, timeout: float, clock: Callable[[], float] = time.monotonic):
-        hold = set(hold)
+    def __init__(self, typed: dict, hold, timeout: float, clock: Callable[[], float] = time.monotonic,
+                 until=()):
+        hold, until = set(hold), set(until)
         self.first = [t for t, typ in typed.items() if typ and t not in hold]
+        self.awaited = [t for t in self.first if not until or t in until]
         self.held = [t for t, typ in typed.items() if typ and t in hold]
         self.open = not self.held
         self.clock = clock
         self.t_end = clock() + timeout if timeout else float("inf")
 
     def missing(self, matched: Callable[[str], int], in_graph: Callable[[str], int]) -> list[str]:
-        """The ``first`` topics not matched yet (``matched(topic)``: the subscription's matched publishers,
-        ``in_graph(topic)``: the publishers the graph shows)."""
-        return [t for t in self.first if matched(t) < max(1, in_graph(t))]
+        """The awaited ``first`` topics not matched yet (``matched(topic)``: the subscription's matched
+        publishers, ``in_graph(topic)``: the publishers the graph shows)."""
+        return [t for t in self.awaited if matched(t) < max(1, in_graph(t))]
 
     def expired(self) -> bool:
         return self.clock() >= self.t_end

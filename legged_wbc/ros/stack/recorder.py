@@ -83,7 +83,7 @@ class BagRecorder(Node):
         self._qos_depth = int(P["qos_depth"])
         self._clock_topic_stamps = P["stamp_source"] == "clock_topic"
         self.stamps = BagStamps(bool(self.get_parameter("use_sim_time").value) or self._clock_topic_stamps)
-        self.gate = StartupGate(self.wanted, P["hold_topics"], P["hold_timeout"])
+        self.gate = StartupGate(self.wanted, P["hold_topics"], P["hold_timeout"], until=P["hold_until"])
         for name in self.gate.first:
             self._subscribe(name, self.wanted[name], [])
         self.get_logger().info(f"recording to {out} ({P['storage']}), "
