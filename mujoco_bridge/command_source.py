@@ -12,7 +12,9 @@ that claimed the joints:
   the link itself checks).
 
 A command from any other publisher is never applied: it is counted (``commands_foreign``,
-``/bridge/diagnostics``) and each such publisher is logged once, with its node's name. The rule is the
+``/bridge/diagnostics``) and each such publisher is logged once, with its node's name (a DDS publisher that
+the ROS graph does not name yet is logged once it does, or as ``(unknown node)`` after
+:data:`UNNAMED_PATIENCE` of its commands; so is the line naming the publisher followed). The rule is the
 bridge's, whatever the transport: through DDS a publisher is its GID (rclpy's ``MessageInfo``), its node
 taken from the ROS graph; in a container it is the in-process publisher
 (:class:`~legged_wbc.ros.transport.intra_process.IntraPublisher`) and its node, and a publisher outside
@@ -32,6 +34,7 @@ FIRST = "first"
 LINK = "link"
 DIRECT = "(direct call)"          # a command handed to the bridge by a call (tests), no publisher
 UNKNOWN = "(unknown node)"        # a DDS publisher the ROS graph does not name (yet)
+UNNAMED_PATIENCE = 1000          # commands (2 s at 500 Hz) an unnamed publisher's line waits for the graph
 _NAME = re.compile(r"^/?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 _UNSET = object()
 
@@ -72,6 +75,8 @@ class CommandSources:
         self.followed = _UNSET          # the followed publisher's key
         self.followed_name = None
         self._logged: set = set()       # foreign publishers already logged (keys)
+        self._unnamed: dict = {}        # foreign publishers not named yet -> their commands so far
+        self._follow_unsaid = 0         # commands of the followed publisher while the graph does not name it
 
     def check(self, source) -> bool | None:
         """True: ``source`` is the followed publisher; False: another one (counted, logged once per
@@ -79,6 +84,8 @@ class CommandSources:
         :meth:`follow` the source if it is well-formed. Costs a key comparison once a publisher is followed."""
         key = source_key(source)
         if key == self.followed:
+            if self._follow_unsaid:
+                self._say_following(source)
             return True
         if self.followed is not _UNSET:
             return self._foreign(key, source)
@@ -93,7 +100,20 @@ class CommandSources:
     def follow(self, source, name: str | None = None) -> None:
         """From now on the bridge applies ``source``'s commands only."""
         self.followed = source_key(source)
-        self.followed_name = name or self._name(source) or UNKNOWN
+        self.followed_name = name
+        self._follow_unsaid = 1
+        self._say_following(source)
+
+    def _say_following(self, source) -> None:
+        """The line naming the followed publisher, once the graph names it (or after
+        :data:`UNNAMED_PATIENCE` of its commands, as ``(unknown node)``)."""
+        self.followed_name = self.followed_name or self._name(source)
+        if self.followed_name is None:
+            self._follow_unsaid += 1
+            if self._follow_unsaid < UNNAMED_PATIENCE:
+                return
+            self.followed_name = UNKNOWN
+        self._follow_unsaid = 0
         how = "the first publisher of the run" if self.policy == FIRST else f"command_source: {self.policy}"
         self.log.info(f"torque commands: following {self.followed_name} ({how}); commands from any other "
                       "publisher are dropped and counted (commands_foreign)")
@@ -109,8 +129,14 @@ class CommandSources:
     def _foreign(self, key, source, name: str | None = None) -> bool:
         self.counters["commands_foreign"] += 1
         if key not in self._logged and len(self._logged) < 100:
+            name = name or self._name(source)
+            if name is None:            # DDS discovery behind: say it once the graph names it
+                seen = self._unnamed[key] = self._unnamed.get(key, 0) + 1
+                if seen < UNNAMED_PATIENCE:
+                    return False
+                name = UNKNOWN
             self._logged.add(key)
-            name = name or self._name(source) or UNKNOWN
+            self._unnamed.pop(key, None)
             follows = self.followed_name or f"command_source: {self.policy}"
             self.log.warning(f"torque commands from {name} dropped: the bridge follows {follows}; they are "
                              "counted in commands_foreign (/bridge/diagnostics), this line is not repeated "

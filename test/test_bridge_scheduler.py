@@ -783,22 +783,37 @@ def _info(gid: int) -> dict:
 def test_command_sources_follow_one_publisher():
     """command_source: the bridge follows one publisher (by name, the first of the run, or the host link);
     every other one's commands are dropped, counted, and each such publisher logged once."""
-    from mujoco_bridge.command_source import CommandSources, check_command_source
+    from mujoco_bridge.command_source import UNNAMED_PATIENCE, CommandSources, check_command_source
 
     names = {bytes([1] * 16): "/wbc_controller", bytes([2] * 16): "/intruder"}
     node_name = lambda info: names.get(info["publisher_gid"]["data"])      # noqa: E731
     log, counters = Log(), {}
     s = CommandSources("wbc_controller", node_name, counters, log)
     assert s.check(_info(2)) is False and s.check(_info(2)) is False and s.check(_info(3)) is False
+    assert len(log.having("torque commands from")) == 1       # gid 3: the graph does not name it yet
     assert s.check(_info(1)) is True and s.check(_info(1)) is True
     assert s.check(_Pub("/wbc_controller")) is False          # the same name, another publisher: not followed
+    names[bytes([3] * 16)] = "/late_intruder"                 # discovery caught up: named in its line
+    assert s.check(_info(3)) is False and s.check(_info(3)) is False
+    for _ in range(UNNAMED_PATIENCE):                         # never named: said as unknown, once
+        assert s.check(_info(4)) is False
     said = log.having("torque commands from")
-    assert counters["commands_foreign"] == 4 and len(said) == 3
-    assert "/intruder" in said[0][2] and "(unknown node)" in said[1][2] and "/wbc_controller" in said[2][2]
+    assert counters["commands_foreign"] == 6 + UNNAMED_PATIENCE and len(said) == 4
+    assert ["/intruder" in said[0][2], "/wbc_controller" in said[1][2], "/late_intruder" in said[2][2],
+            "(unknown node)" in said[3][2]] == [True] * 4
     first = CommandSources("first", node_name, {}, Log())
     assert first.check(_info(2)) is None                       # undecided until a well-formed command
     first.follow(_info(2))
     assert first.check(_info(2)) is True and first.check(_info(1)) is False and first.followed_name == "/intruder"
+    # followed before the graph names it: the line waits for the name (the commands are applied meanwhile)
+    late_log = Log()
+    late = CommandSources("first", node_name, {}, late_log)
+    late.follow(_info(5))
+    assert late.check(_info(5)) is True and not late_log.having("following")
+    names[bytes([5] * 16)] = "/outside_controller"
+    assert late.check(_info(5)) is True and late.check(_info(5)) is True
+    said = late_log.having("following")
+    assert len(said) == 1 and "following /outside_controller (the first publisher" in said[0][2]
     own, intruder = _Pub("/wbc_controller"), _Pub("/intruder")
     inproc = CommandSources("/wbc_controller", node_name, {}, Log())
     assert inproc.check(intruder) is False and inproc.check(own) is True and inproc.check(_info(1)) is False
