@@ -43,12 +43,12 @@ def _env():
 
 
 def _walk_with_client(tmp_path, node, port: int, seconds: float, control: bool = True, duration: float = 14.0,
-                      client_env=None):
+                      client_env=None, layout: str = "container"):
     """A realtime walk of ``duration`` s recording a bag, served on ``port`` (``foxglove_control:=control``); the
     client runs ``seconds`` once the server is up. Returns (the launch's output, the client's JSON summary, the
     bag directory)."""
     bag = tmp_path / "bag"
-    p = subprocess.Popen([LAUNCHER, "launch", "walking_sim", "mode:=realtime", f"duration:={duration}",
+    p = subprocess.Popen([LAUNCHER, "launch", "walking_sim", "mode:=realtime", f"duration:={duration}", f"layout:={layout}",
                           f"foxglove:={port}", f"foxglove_control:={str(control).lower()}", f"record:={bag}"],
                          cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, client = [], None
@@ -125,6 +125,35 @@ def test_foxglove_client_gets_every_topic_decodes_them_tunes_a_gain_and_publishe
     last_values = {kv.key: kv.value for kv in mine[-1].values}
     assert int(last_values["client messages refused"]) >= 1 and int(last_values["parameter sets refused"]) >= 1
     assert int(last_values["messages sent"]) > 0
+
+
+@pytest.mark.ros
+def test_split_serves_both_parts_topics_and_the_control_part_s_parameters(tmp_path, node_tool):
+    """``layout:=split`` (the README's main layout): the sim part serves its own topics from its bus and the
+    control part's through DDS while the client subscribes to them; the controller's gain (in the other
+    process) is read and set through its parameter services, an out-of-range value refused by the node. Once
+    the client is gone, no DDS subscription is left but the latched topics': the control part serializes
+    nothing for the view while nobody watches."""
+    from rosbags.highlevel import AnyReader
+
+    log, out, bag = _walk_with_client(tmp_path, node_tool, free_port(), 4, duration=10.0, layout="split")
+    ch = out["channels"]
+    for topic in ("/joint_states", "/imu", "/clock", "/estimator/odom", "/wbc/diagnostics", "/wbc/relative_pitch",
+                  "/joint_torque_cmd", "/robot_description"):
+        assert ch[topic]["decoded"] > 0, (topic, ch.get(topic))
+    assert ch["/estimator/odom"]["count"] > 200 and out["failures"] == []       # ~500/s for the 4 s
+    params = out["params"]
+    assert "/wbc_controller.kp_b" in params["names"] and "/state_estimator.kp_b" not in params["names"]
+    assert any(n.startswith("/state_estimator.") for n in params["names"])
+    assert params["after_set"] == params["got_back"] == 2900 and params["after_bad"] == 2900
+    assert "[control_container]" in log and "parameter kp_b := 2900.0" in log   # set in the control part
+    assert any("/wbc_controller.kp_b" in s and "out of range" in s for s in out["statuses"])
+    with AnyReader([bag]) as reader:
+        conns = [c for c in reader.connections if c.topic == "/diagnostics"]
+        mine = [(t, {kv.key: kv.value for kv in s.values}) for _, t, raw in reader.messages(conns)
+                for s in reader.deserialize(raw, conns[0].msgtype).status if s.name == "foxglove_bridge: live view"]
+    assert max(int(v["dds subscriptions"]) for _, v in mine) > int(mine[-1][1]["latched topics"])
+    assert mine[-1][1]["dds subscriptions"] == mine[-1][1]["latched topics"], mine[-1]
 
 
 @pytest.mark.ros

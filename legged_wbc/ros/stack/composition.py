@@ -100,6 +100,8 @@ def chain_controller(bus, estimator, controller, log=None) -> str | None:
 # ----------------------------------------------------------------------------- composing and wiring a part
 PART_NODES = {"all": ("bridge", "estimator", "controller", "recorder"), "sim": ("bridge", "recorder"),
               "control": ("estimator", "controller")}
+NODE_NAMES = {"bridge": "/mujoco_bridge", "estimator": "/state_estimator", "controller": "/wbc_controller",
+              "recorder": "/bag_recorder"}
 
 
 def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
@@ -137,12 +139,14 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
                                                         Parameter("writer_process", value=True)])
             recorder.poll_gate(force=True)      # no start-up order in-process (bus.finalize)
             nodes.append(recorder)
-        if P.foxglove and part == "all":
+        if P.foxglove and part in ("all", "sim"):
             from legged_wbc.ros.stack.foxglove import FoxgloveBridge
 
-            nodes.append(FoxgloveBridge(P.foxglove, control=P.foxglove_control))
-        elif P.foxglove:
-            log.warning(f"foxglove:={P.foxglove} is served by layout:=container only: not serving")
+            # split: the sim part serves; the control part's topics through DDS, its nodes' parameters
+            # through their services
+            remote = [] if part == "all" else [NODE_NAMES[n] for n in PART_NODES["control"] if P.wbc or
+                                               n != "controller"]
+            nodes.append(FoxgloveBridge(P.foxglove, control=P.foxglove_control, remote_nodes=remote))
     if P.chain and "estimator" in want and "controller" in want:
         chain_controller(bus, *(next(n for n in nodes if n.get_name() == name) for name in CHAIN), log=log)
     return nodes, bridge, recorder

@@ -68,7 +68,8 @@ class ContainerConfig:
     mode: str = param("lockstep", choices=("lockstep", "realtime"), live=False,
                       desc="the bridge's timing (the control part schedules its chain thread in realtime mode)")
     foxglove: int = param(0, 0, 65535, live=False, desc="serve the stack live over the Foxglove WebSocket protocol on "
-                          "127.0.0.1:PORT (8765 the usual; legged_wbc/ros/stack/foxglove.py); 0 = off; layout:=container")
+                          "127.0.0.1:PORT (8765 the usual; legged_wbc/ros/stack/foxglove.py); 0 = off; layout:=container, or split "
+                          "(the sim part serves)")
     foxglove_control: bool = param(False, live=False, desc="Foxglove clients may set parameters and publish /cmd_vel "
                                    "(the protocol authenticates nobody: any local user or web page could); "
                                    "false: a read-only view")

@@ -1,7 +1,8 @@
 """``foxglove:=PORT``: the running stack live in Foxglove, over the Foxglove WebSocket protocol (``foxglove-sdk``).
 
-What ``foxglove_bridge`` does for a ROS install, inside the container (``layout:=container``): a node
-``foxglove_bridge`` composed with the others serves, on ``127.0.0.1:PORT`` only (WebSocket subprotocol
+What ``foxglove_bridge`` does for a ROS install, inside the container (``layout:=container``; with
+``layout:=split`` in the simulation part, the control part's topics through DDS and its nodes' parameters
+through their services): a node ``foxglove_bridge`` composed with the others serves, on ``127.0.0.1:PORT`` only (WebSocket subprotocol
 ``foxglove.sdk.v1``; reach it from another machine deliberately, through an SSH tunnel: ``ssh -L
 8765:localhost:8765 robot``). The protocol authenticates nobody and foxglove-sdk checks no ``Origin``: any
 local user, or a web page open in a local browser, can connect. So the view is **read-only** unless the launch
@@ -10,17 +11,20 @@ and the server advertises no ``clientPublish`` (a client's channel is refused al
 
 * **every topic** of the stack as a channel with its ROS 2 schema (``ros2msg``: the message definition
   the recorder writes into bags, :func:`message_definition`) and ``cdr`` messages: the in-process topics
-  through a tap on the bus, the others (``/robot_description``, ``/tf_static``, ``/rosout``, an outside
-  node's) through DDS subscriptions found by polling the graph (1 s). A latched topic's last message is
+  through a tap on the bus, the others (``/robot_description``, ``/tf_static``, ``/rosout``, the linked
+  part's, an outside node's) found by polling the graph (1 s) and taken through a DDS subscription while a
+  client subscribes to them (a latched one from the start), so the other process serializes nothing for
+  the view while nobody watches. A latched topic's last message is
   sent again to a client that subscribes later (the 3D panel needs ``/robot_description``). Message log
   times are sim time (the newest ``/clock``, as in the bags); the server announces it (``time``).
-* **the nodes' live parameters** as ``/<node>.<parameter>``: get, and with ``foxglove_control:=true`` set (through ``node.set_parameters``,
-  the path of the ``SetParameters`` service: the declared type, range and read-only flag, then the node's
+* **the nodes' live parameters** as ``/<node>.<parameter>``: get, and with ``foxglove_control:=true`` set
+  (through ``node.set_parameters``, or the linked part's nodes' ``SetParameters`` service,
+  :class:`~legged_wbc.ros.nodekit.remote_node.RemoteNode`: the declared type, range and read-only flag, then the node's
   own validation, :class:`~legged_wbc.ros.nodekit.params.NodeParameters`; a refusal is one status line to the
   client naming the parameter and why), updates pushed to subscribed clients (from any source: ``legged-wbc
   param set`` too).
-* **client publishing** (``foxglove_control:=true``) of the command topics a user may send (:data:`CLIENT_TOPICS`: ``/cmd_vel``,
-  ``geometry_msgs/msg/Twist``, ``cdr``): each message is checked (it deserializes as that type) and
+* **client publishing** (``foxglove_control:=true``) of the command topics a user may send
+  (:data:`CLIENT_TOPICS`: ``/cmd_vel``, ``geometry_msgs/msg/Twist``, ``cdr``): each message is checked (it deserializes as that type) and
   published on DDS by this node, as any outside publisher's; anything else is refused and counted.
 
 Off the control path, the way the recorder is: the tap (:class:`ViewerTap`, the bus's deferred deliveries
@@ -304,16 +308,20 @@ class FoxgloveBridge(Node):
     """The ``foxglove_bridge`` node of a container (see the module docstring). Construct it while the bus
     is active (its ``/diagnostics`` goes in-process), then :meth:`serve` once the bus is finalized."""
 
-    def __init__(self, port: int, control: bool = False, **kwargs):
+    def __init__(self, port: int, control: bool = False, remote_nodes: tuple = (), **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         self.port = int(port)
         self.control = bool(control)                 # clients may set parameters and publish CLIENT_TOPICS
+        self.remote_nodes = tuple(remote_nodes)      # the linked part's nodes: parameters through their services
         self.wanted: dict[str, int] = {}             # topic -> subscriptions of clients
         self.client_subs: dict[int, int] = {}            # client id -> its subscriptions
         self.tap = ViewerTap(self.wanted)
         self.channels: dict[str, object] = {}
         self.latched: dict[str, bytes | None] = {}   # latched topics (DDS) -> their last message
         self._resend: collections.deque = collections.deque()
+        self._dds: dict = {}                         # DDS topic -> (message class, QoS) of its subscription
+        self._dds_subs: dict = {}                    # DDS topic -> its subscription, while it has one
+        self._dds_changed: collections.deque = collections.deque()   # topics whose client subscriptions changed
         self._advertised: dict = {}                  # (client id, channel id) -> (topic, class, publisher)
         self._client_pubs: dict = {}
         self.sent = self.send_failed = 0
@@ -342,7 +350,10 @@ class FoxgloveBridge(Node):
                 continue
             endpoints.create_subscription(self, cls, topic, lambda data, t=topic: self.tap.on_bytes(t, data),
                                           QoSProfile(depth=10), raw=True, tap=_TopicTap(self.tap, topic))
-        self.params = LiveParameters([n for n in nodes if n is not self], log=self.get_logger().warning,
+        from legged_wbc.ros.nodekit.remote_node import RemoteNode
+
+        remote = [RemoteNode(self, fqn) for fqn in self.remote_nodes]
+        self.params = LiveParameters([n for n in nodes if n is not self] + remote, log=self.get_logger().warning,
                                      read_only=not self.control)
         caps = [Capability.Parameters, Capability.Time] + ([Capability.ClientPublish] if self.control else [])
         try:
@@ -382,7 +393,10 @@ class FoxgloveBridge(Node):
 
     def _discover(self) -> None:
         """Topics published outside the bus (latched ``/robot_description`` and ``/tf_static``, ``/rosout``,
-        other processes' nodes): a DDS subscription each, with the publishers' durability."""
+        the linked part's and other processes' nodes): a channel each. A latched topic is subscribed at
+        once (its last message goes to a late client); any other only while a client subscribes to its
+        channel (:meth:`_update_dds`): a publisher in another process serializes for DDS only while
+        somebody matches it (the control part of ``layout:=split``: nothing while nobody watches)."""
         for topic, types in self.get_topic_names_and_types():
             if topic in self.channels or topic in EXCLUDE or not types:
                 continue
@@ -394,10 +408,29 @@ class FoxgloveBridge(Node):
             qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10 if not latched else 1,
                              reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+            self._dds[topic] = (message_class(types[0]), qos)
             if latched:
                 self.latched[topic] = None
-            self.create_subscription(message_class(types[0]), topic, lambda data, t=topic: self._on_dds(t, data),
-                                     qos, raw=True)
+                self._dds_subs[topic] = self._dds_subscription(topic)
+            elif self.wanted.get(topic):
+                self._dds_changed.append(topic)
+
+    def _dds_subscription(self, topic: str):
+        cls, qos = self._dds[topic]
+        return self.create_subscription(cls, topic, lambda data, t=topic: self._on_dds(t, data), qos, raw=True)
+
+    def _update_dds(self) -> None:
+        """The DDS subscriptions of the channels whose client subscriptions changed (background thread):
+        made for a watched channel, destroyed once no client watches it."""
+        while self._dds_changed:
+            topic = self._dds_changed.popleft()
+            if topic not in self._dds or topic in self.latched:
+                continue
+            sub = self._dds_subs.get(topic)
+            if self.wanted.get(topic) and sub is None:
+                self._dds_subs[topic] = self._dds_subscription(topic)
+            elif not self.wanted.get(topic) and sub is not None:
+                self.destroy_subscription(self._dds_subs.pop(topic))
 
     def _on_dds(self, topic: str, data: bytes) -> None:
         if topic in self.latched:
@@ -406,6 +439,8 @@ class FoxgloveBridge(Node):
 
     def _send(self) -> None:
         """The background thread's part: the queued records spliced into CDR (a topic's at once), logged."""
+        if self._dds_changed:
+            self._update_dds()
         while self._resend:
             topic = self._resend.popleft()
             data = self.latched.get(topic)
@@ -444,6 +479,7 @@ class FoxgloveBridge(Node):
                f"{sum(1 for v in self.client_subs.values() if v)} clients subscribed")
         values = {"port": self.port, "clients subscribed": sum(1 for v in self.client_subs.values() if v),
                   "subscribed topics": sum(1 for v in self.wanted.values() if v), "messages sent": self.sent,
+                  "dds subscriptions": len(self._dds_subs), "latched topics": len(self.latched),
                   "dropped (queue full)": tap.dropped, "not packed or sent": tap.failed + self.send_failed,
                   "queued": len(tap.queue), "client messages published": self.client_published,
                   "client messages refused": self.client_refused,
@@ -520,11 +556,13 @@ class _Listener:
         b.client_subs[client.id] = b.client_subs.get(client.id, 0) + 1
         if channel.topic in b.latched:
             b._resend.append(channel.topic)      # its last message, at the next send
+        b._dds_changed.append(channel.topic)     # a DDS topic: subscribed at the next send
 
     def on_unsubscribe(self, client, channel) -> None:
         b = self.b
         b.wanted[channel.topic] = max(0, b.wanted.get(channel.topic, 0) - 1)
         b.client_subs[client.id] = max(0, b.client_subs.get(client.id, 0) - 1)
+        b._dds_changed.append(channel.topic)
 
     def on_client_advertise(self, client, channel) -> None:
         self.b.advertise(client, channel)
