@@ -129,11 +129,11 @@ def test_foxglove_client_gets_every_topic_decodes_them_tunes_a_gain_and_publishe
 
 @pytest.mark.ros
 def test_split_serves_both_parts_topics_and_the_control_part_s_parameters(tmp_path, node_tool):
-    """``layout:=split`` (the README's main layout): the sim part serves its own topics from its bus and the
-    control part's through DDS while the client subscribes to them; the controller's gain (in the other
-    process) is read and set through its parameter services, an out-of-range value refused by the node. Once
-    the client is gone, no DDS subscription is left but the latched topics': the control part serializes
-    nothing for the view while nobody watches."""
+    """``layout:=split`` (the README's main layout): the sim part serves its own topics and the control
+    part's (over the host link) from its bus; the controller's gain (in the other process) is read and set
+    through its parameter services, an out-of-range value refused by the node. A topic of another process
+    (``/cmd_vel`` the client publishes, through DDS) has a DDS subscription only while a client watches it:
+    once the client is gone, none is left but the latched topics'."""
     from rosbags.highlevel import AnyReader
 
     log, out, bag = _walk_with_client(tmp_path, node_tool, free_port(), 4, duration=10.0, layout="split")

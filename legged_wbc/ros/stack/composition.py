@@ -142,7 +142,7 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
         if P.foxglove and part in ("all", "sim"):
             from legged_wbc.ros.stack.foxglove import FoxgloveBridge
 
-            # split: the sim part serves; the control part's topics through DDS, its nodes' parameters
+            # split: the sim part serves; the control part's topics over the link, its nodes' parameters
             # through their services
             remote = [] if part == "all" else [NODE_NAMES[n] for n in PART_NODES["control"] if P.wbc or
                                                n != "controller"]

@@ -1,8 +1,8 @@
 """``foxglove:=PORT``: the running stack live in Foxglove, over the Foxglove WebSocket protocol (``foxglove-sdk``).
 
 What ``foxglove_bridge`` does for a ROS install, inside the container (``layout:=container``; with
-``layout:=split`` in the simulation part, the control part's topics through DDS and its nodes' parameters
-through their services): a node ``foxglove_bridge`` composed with the others serves, on ``127.0.0.1:PORT`` only (WebSocket subprotocol
+``layout:=split`` in the simulation part: the control part's topics come over the host link, whose frame
+carries them every tick while the view is served, and its nodes' parameters through their services): a node ``foxglove_bridge`` composed with the others serves, on ``127.0.0.1:PORT`` only (WebSocket subprotocol
 ``foxglove.sdk.v1``; reach it from another machine deliberately, through an SSH tunnel: ``ssh -L
 8765:localhost:8765 robot``). The protocol authenticates nobody and foxglove-sdk checks no ``Origin``: any
 local user, or a web page open in a local browser, can connect. So the view is **read-only** unless the launch
@@ -11,10 +11,10 @@ and the server advertises no ``clientPublish`` (a client's channel is refused al
 
 * **every topic** of the stack as a channel with its ROS 2 schema (``ros2msg``: the message definition
   the recorder writes into bags, :func:`message_definition`) and ``cdr`` messages: the in-process topics
-  through a tap on the bus, the others (``/robot_description``, ``/tf_static``, ``/rosout``, the linked
-  part's, an outside node's) found by polling the graph (1 s) and taken through a DDS subscription while a
-  client subscribes to them (a latched one from the start), so the other process serializes nothing for
-  the view while nobody watches. A latched topic's last message is
+  (and the linked part's) through a tap on the bus, the others (``/robot_description``, ``/tf_static``,
+  ``/rosout``, an outside node's) found by polling the graph (1 s) and taken through a DDS subscription
+  while a client subscribes to them (a latched one from the start), so their publisher serializes nothing
+  for the view while nobody watches. A latched topic's last message is
   sent again to a client that subscribes later (the 3D panel needs ``/robot_description``). Message log
   times are sim time (the newest ``/clock``, as in the bags); the server announces it (``time``).
 * **the nodes' live parameters** as ``/<node>.<parameter>``: get, and with ``foxglove_control:=true`` set
@@ -393,10 +393,10 @@ class FoxgloveBridge(Node):
 
     def _discover(self) -> None:
         """Topics published outside the bus (latched ``/robot_description`` and ``/tf_static``, ``/rosout``,
-        the linked part's and other processes' nodes): a channel each. A latched topic is subscribed at
-        once (its last message goes to a late client); any other only while a client subscribes to its
-        channel (:meth:`_update_dds`): a publisher in another process serializes for DDS only while
-        somebody matches it (the control part of ``layout:=split``: nothing while nobody watches)."""
+        other processes' nodes): a channel each. A latched topic is subscribed at once (its last message
+        goes to a late client); any other only while a client subscribes to its channel
+        (:meth:`_update_dds`): a publisher in another process serializes for DDS only while somebody
+        matches it."""
         for topic, types in self.get_topic_names_and_types():
             if topic in self.channels or topic in EXCLUDE or not types:
                 continue
