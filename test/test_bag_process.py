@@ -601,8 +601,10 @@ def _reported(failure: str) -> int:
 
 
 def _bag_positions(bag: Path) -> list:
-    """position[0] of every /joint_states message, read by rosbags (through metadata.yaml) and by the mcap
-    reader (its summary or, without one, its stream): the two must agree."""
+    """position[0] of every /joint_states message, read by rosbags (through metadata.yaml; its AnyReader
+    too) and by the mcap reader (its summary or, without one, its stream) or Python's sqlite3 + rclpy: they
+    must agree."""
+    from rosbags.highlevel import AnyReader
     from rosbags.rosbag2 import Reader
     from rosbags.typesys import Stores, get_typestore
 
@@ -610,14 +612,23 @@ def _bag_positions(bag: Path) -> list:
     with Reader(bag) as r:
         by_rosbags = [store.deserialize_cdr(d, c.msgtype).position[0] for c, _, d in r.messages()]
         assert r.message_count == len(by_rosbags)
-    by_mcap = [m.position[0] for m in _read_mcap_independently(bag).get("/joint_states", [])]
-    assert by_rosbags == by_mcap
-    return by_mcap
+    with AnyReader([bag], default_typestore=store) as r:
+        assert [r.deserialize(d, c.msgtype).position[0] for c, _, d in r.messages()] == by_rosbags
+    if list(bag.glob("*.db3")):
+        assert not list(bag.glob("*-journal"))                         # rolled back: rosbags reads it as it is
+        by_other = [m.position[0] for m in _read_sqlite_independently(bag).get("/joint_states", [])]
+    else:
+        by_other = [m.position[0] for m in _read_mcap_independently(bag).get("/joint_states", [])]
+    assert by_rosbags == by_other
+    return by_other
 
 
-def test_a_full_disk_ends_the_recording_in_one_line_and_leaves_a_readable_bag(tmp_path, capfd, monkeypatch):
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_full_disk_ends_the_recording_in_one_line_and_leaves_a_readable_bag(tmp_path, capfd, monkeypatch,
+                                                                                  storage):
     """The recorder process may write 2.5 MB (a file size limit, as a full disk: the write fails with EFBIG
-    instead of ENOSPC): one line, no traceback, the bag repaired with what reached the disk."""
+    instead of ENOSPC; sqlite says "disk full" or "disk I/O error"): one line, no traceback, the bag repaired
+    with what reached the disk (sqlite3: its commits)."""
     import resource
 
     from legged_wbc.ros.recording import bag_process
@@ -634,27 +645,30 @@ def test_a_full_disk_ends_the_recording_in_one_line_and_leaves_a_readable_bag(tm
 
     monkeypatch.setattr(bag_process.RecordRing, "create", staticmethod(limited_after_the_ring))
     try:
-        sink = ShmBagSink(bag, "mcap", "run=full", ring_bytes=8 << 20, compression="none")
+        sink = ShmBagSink(bag, storage, "run=full", ring_bytes=8 << 20, compression="none")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         monkeypatch.undo()
     put = _produce(sink, 8000)
     sink.close()
     assert sink.proc.exitcode == 3
-    assert "file size limit reached" in sink.failure, sink.failure
+    cause = "file size limit reached" if storage == "mcap" else ("disk full (sqlite", "write error (sqlite")
+    assert sink.failure.startswith(tuple(f"recording FAILED ({c}" for c in np.atleast_1d(cause))), sink.failure
     n = _reported(sink.failure)
     assert 0 < n < put == 8000
     assert _bag_positions(bag) == list(range(n))                       # what reached the disk, in order
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_a_killed_recorder_loses_nothing_it_was_given(tmp_path):
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_killed_recorder_loses_nothing_it_was_given(tmp_path, storage):
     """SIGKILL mid-run: the bag is rebuilt from the file and the ring (records the process had read but not
-    yet put into the file are taken back): every message put into the ring is in the bag."""
+    yet put into the file are taken back): every message put into the ring is in the bag. sqlite3: the
+    committed messages (a commit per ~1 MiB; before, one at the close only: the bag held nothing)."""
     from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     bag = tmp_path / "bag"
-    sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
+    sink = ShmBagSink(bag, storage, "", ring_bytes=8 << 20)
     put = _produce(sink, 12000, at=7000, action=lambda s: (time.sleep(0.3), os.kill(s.proc.pid, signal.SIGKILL)))
     sink.close()
     assert sink.proc.exitcode == -signal.SIGKILL
@@ -663,13 +677,14 @@ def test_a_killed_recorder_loses_nothing_it_was_given(tmp_path):
     assert _bag_positions(bag) == list(range(12000))
 
 
-def test_a_stopped_recorder_is_killed_after_a_bounded_wait_and_its_bag_rebuilt(tmp_path, monkeypatch):
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_stopped_recorder_is_killed_after_a_bounded_wait_and_its_bag_rebuilt(tmp_path, monkeypatch, storage):
     from legged_wbc.ros.recording import bag_process
     from legged_wbc.ros.recording.bag_process import ShmBagSink
 
     monkeypatch.setattr(bag_process, "STALL_S", 1.0)
     bag = tmp_path / "bag"
-    sink = ShmBagSink(bag, "mcap", "", ring_bytes=8 << 20)
+    sink = ShmBagSink(bag, storage, "", ring_bytes=8 << 20)
     put = _produce(sink, 6000, at=3000, action=lambda s: (time.sleep(0.3), os.kill(s.proc.pid, signal.SIGSTOP)))
     t0 = time.monotonic()
     sink.close()
@@ -756,17 +771,20 @@ def _descendants(pid: int) -> list[int]:
 
 
 @pytest.mark.ros
-def test_a_container_whose_recorder_is_killed_ends_the_launch_non_zero_with_every_message(tmp_path, ros_env):
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_container_whose_recorder_is_killed_ends_the_launch_non_zero_with_every_message(tmp_path, ros_env,
+                                                                                          storage):
     """Through the launch: the container's recorder process SIGKILLed mid-walk; the launch exits non-zero,
     its last word is the one failure line, and the bag holds every message the container put in the ring
-    (read by rosbags and by the mcap reader)."""
+    (read by rosbags and by the mcap reader, or Python's sqlite3 + rclpy)."""
     import re
 
     from rosbags.rosbag2 import Reader
 
     bag = tmp_path / "bag"
     p = subprocess.Popen([str(ROOT / ".venv/bin/legged-wbc"), "launch", "walking_sim", "controller:=cbf",
-                          "scenario:=nominal", "duration:=60", f"record:={bag}"],   # killed long before its end
+                          "scenario:=nominal", f"duration:={60 if storage == 'mcap' else 30}", f"record:={bag}",
+                          f"storage:={storage}"],   # killed long before its end (sqlite3: a shorter walk)
                          env=ros_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in p.stdout:
@@ -789,7 +807,8 @@ def test_a_container_whose_recorder_is_killed_ends_the_launch_non_zero_with_ever
     assert m and m.group(1) == m.group(2), failed[0]
     with Reader(bag) as r:
         assert r.message_count == int(m.group(1))
-    assert sum(len(v) for v in _read_mcap_independently(bag).values()) == int(m.group(1))
+    read = _read_mcap_independently(bag) if storage == "mcap" else _read_sqlite_independently(bag)
+    assert sum(len(v) for v in read.values()) == int(m.group(1))
     assert "Traceback" not in out
 
 

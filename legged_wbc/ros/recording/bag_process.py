@@ -395,7 +395,7 @@ class ShmBagSink(RingSink):
         ctx = mp.get_context("spawn")     # never fork a process that runs DDS threads
         super().__init__(RecordRing.create(ring_bytes, ctx.Lock()), describe=describe, log=log)
         self.peer_rings: list[RecordRing] = []
-        self.custom_data, self.failure = custom_data, ""
+        self.custom_data, self.failure, self.storage = custom_data, "", storage
         self._beat = ctx.RawArray("Q", 3)                 # the recorder process's progress (_drain)
         self._reports, report = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=process_main, name="bag_writer", daemon=False,
@@ -483,14 +483,14 @@ class ShmBagSink(RingSink):
 
     def _safe_in_file(self) -> int | None:
         """The own ring's position up to which the file holds the records when the recorder process died
-        after writing the chunk it was closing but before it said so (else None: its read position)."""
-        from legged_wbc.ros.recording.bag_repair import scan_mcap
+        after writing the chunk it was closing (sqlite3: after the commit) but before it said so (else None:
+        its read position)."""
+        from legged_wbc.ros.recording.bag_repair import in_file_mark
 
         number, pos = self._beat[1], self._beat[2]
-        mcap = sorted(self.path.glob("*.mcap"))
-        if not number or len(mcap) != 1 or pos <= self.ring.take_over():
+        if not number or pos <= self.ring.take_over():
             return None
-        return pos if scan_mcap(mcap[0]).chunks >= number else None
+        return pos if in_file_mark(self.path, self.storage) >= number else None
 
     def take_back(self, start: int | None = None) -> list:
         """The records the recorder process read but had not put into the bag's file, and those it never
@@ -986,11 +986,11 @@ def _alive(pid: int) -> bool:
 
 def _read_into_bag(src: _Source, sources: list, bag: _BagSide, beat=None) -> bool:
     """One read of ``src`` written to the bag; its ring space given back up to what is in the file (all
-    of it once the writer closed a chunk: then every source's; a source holding back more than a quarter
-    of its ring forces the chunk). Before a chunk may close, ``beat[1]``/``beat[2]`` say which chunk of the
-    file (its number) makes the own ring safe up to which position: killed while writing it, the
-    container finds out from the file whether it got there (:meth:`ShmBagSink.take_back`). False if there
-    was nothing to read."""
+    of it once the writer closed a chunk or committed: then every source's; a source holding back more
+    than a quarter of its ring forces it). Before a chunk may close, ``beat[1]``/``beat[2]`` say which mark
+    of the file (:meth:`BagWriter.next_mark`: MCAP, the chunk's number; sqlite3, the messages committed)
+    makes the own ring safe up to which position: killed while writing it, the container finds out from
+    the file whether it got there (:meth:`ShmBagSink.take_back`). False if there was nothing to read."""
     records = src.ring.read()
     if not records:
         return False
@@ -1004,7 +1004,7 @@ def _read_into_bag(src: _Source, sources: list, bag: _BagSide, beat=None) -> boo
     src.ring.consumed(src.safe)
     src.written = src.ring.read_position
     if beat is not None:
-        beat[2], beat[1] = sources[0].written, bag.writer.chunks_closed + 1
+        beat[2], beat[1] = sources[0].written, bag.writer.next_mark()
     if bag.writer.end_batch(force=src.written - src.safe > src.ring.capacity // 4):
         for s in sources:
             s.safe = s.written

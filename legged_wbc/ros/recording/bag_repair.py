@@ -13,6 +13,12 @@ copy: the file is cut after its last chunk whose message indexes are complete an
 end, a summary built from the chunks and message indexes in the file, footer: rosbags needs the index when
 chunks are out of time order, as two rings give them); if even metadata.yaml finds no room, chunks are
 given up from the end until it does; the extra messages are counted as lost.
+
+A sqlite3 bag (one ``.db3``): the recorder commits its transaction every ~1 MiB; killed, it leaves the
+committed messages and perhaps a hot journal (the uncommitted tail). Opened with Python's ``sqlite3``, the
+journal is rolled back; the ``extra`` messages are appended (a topic new to the file gets its ``topics`` and
+``message_definitions`` rows as ``rosbags`` writes them) and ``metadata.yaml`` written from the tables. On a
+full disk the extra messages are counted as lost (said in ``problem``).
 """
 
 from __future__ import annotations
@@ -157,6 +163,39 @@ def scan_mcap(path: Path) -> Scan:
     return scan
 
 
+def mcap_chunks(path: Path) -> int:
+    """The chunks a lenient read of the bag directory's MCAP file finds (0 unless there is exactly one)."""
+    files = sorted(Path(path).glob("*.mcap"))
+    return scan_mcap(files[0]).chunks if len(files) == 1 else 0
+
+
+def sqlite_rows(path: Path) -> int:
+    """The messages the bag directory's ``.db3`` holds, committed ones only (a fresh connection: a hot
+    journal a killed writer left is rolled back); 0 unless there is exactly one readable file."""
+    import sqlite3
+
+    files = sorted(Path(path).glob("*.db3"))
+    if len(files) != 1:
+        return 0
+    try:
+        con = sqlite3.connect(files[0])
+        try:
+            return int(con.execute("SELECT count(*) FROM messages").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+IN_FILE = {"mcap": mcap_chunks, "sqlite3": sqlite_rows}
+
+
+def in_file_mark(path: Path, storage: str) -> int:
+    """How far the bag's file got, in the recorder's marks (:meth:`~legged_wbc.ros.recording.bag_writer.
+    BagWriter.next_mark`): MCAP chunks, sqlite3 committed messages."""
+    return IN_FILE[storage](path)
+
+
 @dataclass
 class Repaired:
     """:func:`repair_bag`'s result: messages per topic in the bag now, how many of ``extra`` were added,
@@ -173,13 +212,16 @@ class Repaired:
 
 
 def repair_bag(path: Path, custom_data: dict | None = None, extra=()) -> Repaired:
-    """Make the MCAP bag ``path`` readable (see the module docstring). ``extra``: ``(topic, msgtype, qos,
-    digest, t_ns, cdr bytes)`` to append (``qos``: ``rosbags`` ``Qos`` list, ``digest``: RIHS01 or None).
-    Never raises for what it finds on disk; ``problem`` says what is left undone."""
+    """Make the MCAP or sqlite3 bag ``path`` readable (see the module docstring). ``extra``: ``(topic,
+    msgtype, qos, digest, t_ns, cdr bytes)`` to append (``qos``: ``rosbags`` ``Qos`` list, ``digest``: RIHS01
+    or None). Never raises for what it finds on disk; ``problem`` says what is left undone."""
     path = Path(path)
-    files = sorted(path.glob("*.mcap"))
+    files, dbs = sorted(path.glob("*.mcap")), sorted(path.glob("*.db3"))
+    if len(dbs) == 1 and not files:
+        return _repair_sqlite(path, dbs[0], custom_data or {}, list(extra))
     if len(files) != 1:
-        return Repaired({}, problem=f"{len(files)} MCAP files in {path}: nothing to repair")
+        return Repaired({}, problem=f"{len(files)} MCAP files and {len(dbs)} sqlite3 files in {path}: "
+                                    "nothing to repair")
     mcap = files[0]
     extra = list(extra)
     scan = scan_mcap(mcap)
@@ -198,7 +240,7 @@ def repair_bag(path: Path, custom_data: dict | None = None, extra=()) -> Repaire
         if scan.stop:
             how += f" (read up to byte {scan.good_end})"
     try:
-        _write_metadata(path, mcap, scan, custom_data or {})
+        _write_mcap_metadata(path, mcap, scan, custom_data or {})
     except OSError as exc:
         return Repaired(_topic_counts(scan), written, how, f"cannot write metadata.yaml ({exc.strerror})")
     return Repaired(_topic_counts(scan), written, how)
@@ -213,7 +255,7 @@ def _repair_in_place(path: Path, mcap: Path, scan: Scan, custom_data: dict, why:
     while True:
         try:
             _close_in_place(mcap, scan)
-            _write_metadata(path, mcap, scan, custom_data)
+            _write_mcap_metadata(path, mcap, scan, custom_data)
             break
         except OSError as exc:
             if not scan.back_off():
@@ -278,10 +320,9 @@ def _rewrite(src: Path, dst: Path, extra: list) -> tuple[Scan, int]:
     return out, n
 
 
-def _new_channel(topic: str, msgtype: str, qos: list, digest, key: int):
-    """A schema and channel for a topic the file did not hold yet, as the recorder writes them."""
-    from mcap.records import Channel, Schema
-    from rosbags.rosbag2.metadata import dump_qos_v8
+def _definition(msgtype: str, digest) -> tuple[str, str]:
+    """``(message definition, RIHS01 type hash)`` of ``msgtype`` as the recorder writes them (``digest``: the
+    publishers' hash, if known)."""
     from rosbags.typesys import Stores, get_typestore
 
     from legged_wbc.ros.recording.bag_writer import ensure_type, type_hash
@@ -289,7 +330,16 @@ def _new_channel(topic: str, msgtype: str, qos: list, digest, key: int):
     store = get_typestore(Stores.ROS2_KILTED)
     ensure_type(store, msgtype)
     msgdef, _ = store.generate_msgdef(msgtype, ros_version=2)
-    meta = {"offered_qos_profiles": dump_qos_v8(list(qos)), "topic_type_hash": digest or type_hash(msgtype, store)}
+    return msgdef, digest or type_hash(msgtype, store)
+
+
+def _new_channel(topic: str, msgtype: str, qos: list, digest, key: int):
+    """A schema and channel for a topic the file did not hold yet, as the recorder writes them."""
+    from mcap.records import Channel, Schema
+    from rosbags.rosbag2.metadata import dump_qos_v8
+
+    msgdef, digest = _definition(msgtype, digest)
+    meta = {"offered_qos_profiles": dump_qos_v8(list(qos)), "topic_type_hash": digest}
     return (Channel(id=key, topic=topic, message_encoding="cdr", metadata=meta, schema_id=key),
             Schema(id=key, data=msgdef.encode(), encoding="ros2msg", name=msgtype))
 
@@ -328,37 +378,139 @@ def _close_in_place(mcap: Path, scan: Scan) -> None:
     scan.complete = True
 
 
-def _write_metadata(path: Path, mcap: Path, scan: Scan, custom_data: dict) -> None:
-    """``metadata.yaml`` for ``scan``'s messages, in the form ``rosbags`` (and rosbag2, format 9) writes."""
-    from rosbags.rosbag2.metadata import dump_qos_v9, parse_qos
-    from ruamel.yaml import YAML
-
-    count = sum(scan.counts.values())
-    start = scan.t_min if count else 0
-    duration = max(0, scan.t_max - scan.t_min) if count else 0
+def _write_mcap_metadata(path: Path, mcap: Path, scan: Scan, custom_data: dict) -> None:
+    """``metadata.yaml`` for ``scan``'s messages."""
     topics = []
     for cid, ch in sorted(scan.channels.items()):
         schema = scan.schemas.get(ch.schema_id)
-        topics.append({"topic_metadata": {
-            "name": ch.topic, "type": schema.name if schema else "", "serialization_format": ch.message_encoding,
-            "offered_qos_profiles": dump_qos_v9(parse_qos(ch.metadata.get("offered_qos_profiles", ""))),
-            "type_description_hash": ch.metadata.get("topic_type_hash", "")},
-            "message_count": scan.counts.get(cid, 0)})
-    info = {"version": 9, "storage_identifier": "mcap", "relative_file_paths": [mcap.name],
+        topics.append(((ch.topic, schema.name if schema else "", ch.message_encoding,
+                        ch.metadata.get("offered_qos_profiles", ""), ch.metadata.get("topic_type_hash", "")),
+                       scan.counts.get(cid, 0)))
+    _write_metadata(path, "mcap", mcap, topics, (scan.t_min, scan.t_max), custom_data)
+
+
+def _metadata(storage: str, file: Path, topics: list, t_range: tuple, custom_data: dict) -> dict:
+    """The ``rosbag2_bagfile_information`` of a bag, in the form ``rosbags`` (and rosbag2, format 9) writes:
+    ``topics``: ``((name, type, serialization format, offered QoS profiles as stored, type hash), message
+    count)`` each; ``t_range``: the first and last stamp [ns]."""
+    from rosbags.rosbag2.metadata import dump_qos_v9, parse_qos
+
+    count = sum(n for _, n in topics)
+    start = t_range[0] if count else 0
+    duration = max(0, t_range[1] - t_range[0]) if count else 0
+    listed = [{"topic_metadata": {"name": name, "type": typ, "serialization_format": fmt,
+                                  "offered_qos_profiles": dump_qos_v9(parse_qos(qos)), "type_description_hash": h},
+               "message_count": n} for (name, typ, fmt, qos, h), n in topics]
+    return {"version": 9, "storage_identifier": storage, "relative_file_paths": [file.name],
             "duration": {"nanoseconds": duration}, "starting_time": {"nanoseconds_since_epoch": start},
-            "message_count": count, "topics_with_message_count": topics, "compression_format": "",
+            "message_count": count, "topics_with_message_count": listed, "compression_format": "",
             "compression_mode": "",
-            "files": [{"path": mcap.name, "starting_time": {"nanoseconds_since_epoch": start},
+            "files": [{"path": file.name, "starting_time": {"nanoseconds_since_epoch": start},
                        "duration": {"nanoseconds": duration}, "message_count": count}],
             "custom_data": {str(k): str(v) for k, v in custom_data.items()} or None, "ros_distro": ROS_DISTRO}
+
+
+def _yaml(data) -> str:
+    from ruamel.yaml import YAML
+
     yaml = YAML(typ="safe")
     yaml.default_flow_style = False
     text = StringIO()
-    yaml.dump({"rosbag2_bagfile_information": info}, text)
+    yaml.dump(data, text)
+    return text.getvalue()
+
+
+def _write_metadata(path: Path, storage: str, file: Path, topics: list, t_range: tuple, custom_data: dict) -> None:
+    """``metadata.yaml`` (:func:`_metadata`), replaced in one step."""
+    text = _yaml({"rosbag2_bagfile_information": _metadata(storage, file, topics, t_range, custom_data)})
     tmp = path / "metadata.yaml.tmp"
     try:
-        tmp.write_text(text.getvalue())
+        tmp.write_text(text)
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path / "metadata.yaml")
+
+
+# ------------------------------------------------------------------------------------ sqlite3
+def _repair_sqlite(path: Path, db: Path, custom_data: dict, extra: list) -> Repaired:
+    """:func:`repair_bag` for a sqlite3 bag: the committed messages (a hot journal rolled back when the file
+    is opened), ``extra`` appended, the ``schema`` table's ``ros_distro`` set, metadata.yaml written."""
+    import sqlite3
+
+    journal = db.with_name(db.name + "-journal").exists()
+    try:
+        con = sqlite3.connect(db)
+    except sqlite3.Error as exc:
+        return Repaired({}, problem=f"cannot open {db.name} ({exc})")
+    try:
+        return _repair_open_sqlite(path, db, con, custom_data, extra, journal)
+    except sqlite3.Error as exc:                 # not a rosbag2 file, or unreadable
+        return Repaired({}, problem=f"{db.name} cannot be read as a rosbag2 sqlite3 file ({exc})")
+    finally:
+        con.close()
+
+
+def _repair_open_sqlite(path: Path, db: Path, con, custom_data: dict, extra: list, journal: bool) -> Repaired:
+    import sqlite3
+
+    topics = _sqlite_topics(con)                 # the first read: a hot journal is rolled back here
+    how = ("its sqlite3 file's committed messages (the uncommitted tail rolled back)" if journal
+           else "its sqlite3 file's messages")
+    problem, written = "", 0
+    try:
+        with con:
+            con.execute("UPDATE schema SET ros_distro = ?", (ROS_DISTRO,))
+            written = _sqlite_append(con, extra)
+    except sqlite3.Error as exc:                 # a full disk: nothing of this transaction is kept
+        written = 0
+        if extra:
+            problem = f"{len(extra)} messages taken back from the ring could not be added ({exc})"
+    if written:
+        topics = _sqlite_topics(con)
+    counts = {name: n for (name, *_), n, _ in topics if n}
+    stamps = [t for _, n, t in topics if n]
+    t_range = (min(t[0] for t in stamps), max(t[1] for t in stamps)) if stamps else (0, 0)
+    try:
+        _write_metadata(path, "sqlite3", db, [(meta, n) for meta, n, _ in topics], t_range, custom_data)
+    except OSError as exc:
+        problem = "; ".join(filter(None, (problem, f"cannot write metadata.yaml ({exc.strerror})")))
+    return Repaired(counts, written, how, problem)
+
+
+def _sqlite_topics(con) -> list:
+    """``((name, type, serialization format, offered QoS profiles, type hash), messages, (first, last stamp
+    [ns]))`` of each row of the ``topics`` table, in its order."""
+    rows = con.execute("SELECT t.name, t.type, t.serialization_format, t.offered_qos_profiles, "
+                       "t.type_description_hash, count(m.id), min(m.timestamp), max(m.timestamp) "
+                       "FROM topics t LEFT JOIN messages m ON m.topic_id = t.id GROUP BY t.id ORDER BY t.id")
+    return [(tuple(r[:5]), int(r[5]), (r[6], r[7])) for r in rows]
+
+
+def _sqlite_append(con, extra: list) -> int:
+    """Insert ``extra`` (:func:`repair_bag`'s) into the open transaction; a topic the file does not hold
+    gets a ``topics`` row (and its type a ``message_definitions`` row) as ``rosbags``' ``Sqlite3Writer``
+    writes them. Returns how many messages were inserted."""
+    ids = {name: tid for tid, name in con.execute("SELECT id, name FROM topics")}
+    defined = {t for (t,) in con.execute("SELECT topic_type FROM message_definitions")}
+    rows = []
+    for topic, msgtype, qos, digest, t_ns, data in extra:
+        if topic not in ids:
+            msgdef, digest = _definition(msgtype, digest)
+            if msgtype not in defined:
+                con.execute("INSERT INTO message_definitions (topic_type, encoding, encoded_message_definition, "
+                            "type_description_hash) VALUES (?, ?, ?, ?)", (msgtype, "ros2msg", msgdef, digest))
+                defined.add(msgtype)
+            ids[topic] = max(ids.values(), default=0) + 1
+            con.execute("INSERT INTO topics VALUES (?, ?, ?, ?, ?, ?)",
+                        (ids[topic], topic, msgtype, "cdr", _qos_text(qos), digest))
+        rows.append((ids[topic], t_ns, bytes(data)))
+    con.executemany("INSERT INTO messages (topic_id, timestamp, data) VALUES (?, ?, ?)", rows)
+    return len(rows)
+
+
+def _qos_text(qos: list) -> str:
+    """Offered QoS profiles as ``rosbags``' writer (format 9) stores them in the ``topics`` table."""
+    from rosbags.rosbag2.metadata import dump_qos_v9
+
+    return _yaml(dump_qos_v9(list(qos))).strip()

@@ -11,9 +11,11 @@ chunk takes ~10 ms, which must not stall the control loop).
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
+import sqlite3
 import struct
 import sys
 import time
@@ -336,8 +338,11 @@ class BagWriter:
     zstd-compressed unless ``compression="none"`` (rosbag2's MCAP default; metadata.yaml's
     ``compression_format``/``compression_mode`` stay empty: compression inside the storage, as rosbag2 says).
 
-    ``chunk_by_caller`` (the recorder process): an MCAP chunk is closed only at :meth:`end_batch`, so the
-    caller knows which of the messages it wrote are in the file (a chunk is the unit MCAP writes)."""
+    ``chunk_by_caller`` (the recorder process): an MCAP chunk is closed (sqlite3: the transaction committed)
+    only at :meth:`end_batch`, so the caller knows which of the messages it wrote are in the file (a chunk, a
+    commit is the unit the storage writes). Without it, sqlite3 commits past ~1 MiB as MCAP closes its chunks
+    (rosbags alone commits at :meth:`close` only: a writer that dies leaves an empty bag). sqlite's errors of
+    the disk (full, I/O) are raised as ``OSError``, as MCAP's are."""
 
     def __init__(self, path: Path, storage: str = "mcap", custom_data: str = "",
                  describe: Callable[[str], tuple[list, str | None]] | None = None, compression: str = "zstd",
@@ -363,8 +368,10 @@ class BagWriter:
         self.storage = storage
         _as_rosbag2_writes(self.writer.storage)
         self._mcap = self.writer.storage if storage == "mcap" and _has_mcap_internals(self.writer) else None
-        self._auto_chunk = not (chunk_by_caller and self._mcap is not None)
-        self.chunks_closed = 0              # chunk_by_caller: chunks end_batch put into the file
+        self._sqlite = getattr(self.writer.storage, "conn", None) if storage == "sqlite3" else None
+        self._auto_chunk = not (chunk_by_caller and (self._mcap is not None or self._sqlite is not None))
+        self.chunks_closed = 0              # chunk_by_caller: chunks (sqlite3: commits) end_batch put into the file
+        self._pending = 0                   # sqlite3: bytes written since the last commit (messages + 24 each)
         self.describe = describe or (lambda topic: ([], None))
         self.types: dict[str, str] = {}
         self.counts: dict[str, int] = {}
@@ -379,12 +386,29 @@ class BagWriter:
 
     def write(self, topic: str, t_ns: int, data: bytes) -> None:
         """Write one serialized message of ``topic`` stamped ``t_ns``."""
-        conn = self._connection(topic)
         if self._mcap is not None:
-            self._mcap_write(conn, t_ns, data)
+            self._mcap_write(self._connection(topic), t_ns, data)
+        elif self._sqlite is not None:
+            self._sqlite_write(topic, t_ns, data)
         else:
-            self.writer.write(conn, t_ns, data)
+            self.writer.write(self._connection(topic), t_ns, data)
         self.counts[topic] += 1
+
+    def _sqlite_write(self, topic: str, t_ns: int, data) -> None:
+        """``rosbags``' ``Writer.write`` for sqlite3 (one INSERT into the open transaction), committed past
+        ~1 MiB (:data:`_MCAP_CHUNK_BYTES`) unless the caller commits (:meth:`end_batch`)."""
+        try:
+            self.writer.write(self._connection(topic), t_ns, data)
+            self._pending += len(data) + 24
+            if self._auto_chunk and self._pending > _MCAP_CHUNK_BYTES:
+                self._commit()
+        except sqlite3.Error as exc:
+            raise _as_os_error(exc) from exc
+
+    def _commit(self) -> None:
+        self._sqlite.commit()
+        self._pending = 0
+        self.chunks_closed += 1
 
     def _mcap_write(self, conn, t_ns: int, data) -> None:
         """``rosbags``' ``Writer.write`` for MCAP, the same bytes in ~4 instead of ~11 us: one MCAP Message
@@ -417,12 +441,15 @@ class BagWriter:
             w.max_timestamp = t_ns
 
     def end_batch(self, force: bool = False) -> bool:
-        """``chunk_by_caller``: close the open MCAP chunk if it passed its size (or ``force`` and it holds
-        anything) and hand the file its bytes. True when every message written so far is in the file (the
-        OS has it: a killed process loses none of it), or when the writer does not tell (sqlite3 commits at
-        :meth:`close`; rosbags' own chunking): the caller cannot do better than take them as written."""
+        """``chunk_by_caller``: close the open MCAP chunk (sqlite3: commit the transaction) if it passed
+        :data:`_MCAP_CHUNK_BYTES` (or ``force`` and it holds anything) and hand the file its bytes. True when
+        every message written so far is in the file (the OS has it: a killed process loses none of it), or
+        when the writer does not tell (rosbags' own chunking): the caller cannot do better than take them as
+        written. A failed commit (a full disk) raises ``OSError``."""
         if self._auto_chunk:
             return True
+        if self._sqlite is not None:
+            return self._end_sqlite_batch(force)
         s = self._mcap
         size = s.chunk.bio.tell()
         if size > _MCAP_CHUNK_BYTES or (force and size):
@@ -431,6 +458,21 @@ class BagWriter:
             self.chunks_closed += 1
             return True
         return not size
+
+    def _end_sqlite_batch(self, force: bool) -> bool:
+        if self._pending > _MCAP_CHUNK_BYTES or (force and self._pending):
+            try:
+                self._commit()
+            except sqlite3.Error as exc:
+                raise _as_os_error(exc) from exc
+            return True
+        return not self._pending
+
+    def next_mark(self) -> int:
+        """What :func:`~legged_wbc.ros.recording.bag_repair.in_file_mark` reads from the file once every
+        message written so far is in it (``chunk_by_caller``): MCAP, the number of the chunk that closes
+        them (:meth:`end_batch` closes it); sqlite3, the messages written (the rows after the commit)."""
+        return sum(self.counts.values()) if self._sqlite is not None else self.chunks_closed + 1
 
     def set_custom_data(self, key: str, value: str) -> None:
         """A ``metadata.yaml`` custom-data entry (before :meth:`close`)."""
@@ -479,6 +521,17 @@ class BagWriter:
     def size_bytes(self) -> int:
         """Bytes of the bag's storage files (after :meth:`close`)."""
         return bag_size_bytes(self.path)
+
+
+def _as_os_error(exc: sqlite3.Error) -> Exception:
+    """sqlite's error of the disk (full, I/O: its primary result codes 13 and 10) as the ``OSError`` the
+    recorder handles for every storage (one line, the bag repaired); any other error as it is."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code == sqlite3.SQLITE_FULL:
+        return OSError(errno.ENOSPC, f"sqlite: {exc}")
+    if code == sqlite3.SQLITE_IOERR:
+        return OSError(errno.EIO, f"sqlite: {exc}")
+    return exc
 
 
 def bag_size_bytes(path: Path) -> int:
