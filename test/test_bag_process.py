@@ -610,10 +610,13 @@ def _bag_positions(bag: Path) -> list:
 
     store = get_typestore(Stores.ROS2_KILTED)
     with Reader(bag) as r:
-        by_rosbags = [store.deserialize_cdr(d, c.msgtype).position[0] for c, _, d in r.messages()]
-        assert r.message_count == len(by_rosbags)
+        read = [(c.topic, d) for c, _, d in r.messages()]
+        assert r.message_count == len(read)
+        by_rosbags = [store.deserialize_cdr(d, "sensor_msgs/msg/JointState").position[0]
+                      for topic, d in read if topic == "/joint_states"]
     with AnyReader([bag], default_typestore=store) as r:
-        assert [r.deserialize(d, c.msgtype).position[0] for c, _, d in r.messages()] == by_rosbags
+        assert [r.deserialize(d, c.msgtype).position[0] for c, _, d in r.messages()
+                if c.topic == "/joint_states"] == by_rosbags
     if list(bag.glob("*.db3")):
         assert not list(bag.glob("*-journal"))                         # rolled back: rosbags reads it as it is
         by_other = [m.position[0] for m in _read_sqlite_independently(bag).get("/joint_states", [])]
@@ -675,6 +678,122 @@ def test_a_killed_recorder_loses_nothing_it_was_given(tmp_path, storage):
     assert "the recorder process was killed by SIGKILL" in sink.failure, sink.failure
     assert _reported(sink.failure) == put == 12000
     assert _bag_positions(bag) == list(range(12000))
+
+
+def test_a_sqlite3_batch_is_in_the_file_exactly_when_end_batch_says_so(tmp_path):
+    """chunk_by_caller + sqlite3: end_batch commits once ~1 MiB is pending (or on force), True only then;
+    another connection (committed rows only, what the container reads after a kill) then sees next_mark()
+    messages, before it fewer. One commit per MiB, not per batch."""
+    from rclpy.serialization import serialize_message
+
+    from legged_wbc.ros.recording.bag_repair import in_file_mark
+    from legged_wbc.ros.recording.bag_writer import BagWriter
+
+    bag = tmp_path / "bag"
+    w = BagWriter(bag, "sqlite3", chunk_by_caller=True)
+    w.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+    size, said = 0, []
+    for k in range(4000):
+        data = serialize_message(_js(k))
+        w.write("/joint_states", k * 1_000_000, data)
+        size += len(data)
+        if k % 50 == 49:
+            said.append(w.end_batch())
+            if said[-1]:
+                assert in_file_mark(bag, "sqlite3") == w.next_mark() == k + 1
+            else:
+                assert in_file_mark(bag, "sqlite3") < w.next_mark() == k + 1
+    assert w.chunks_closed == sum(said) and size // 2**20 - 1 <= w.chunks_closed <= size // 2**20
+    w.write("/joint_states", 4000 * 1_000_000, serialize_message(_js(4000)))
+    assert w.end_batch() is False and in_file_mark(bag, "sqlite3") < 4001
+    assert w.end_batch(force=True) is True and in_file_mark(bag, "sqlite3") == 4001
+    assert w.end_batch(force=True) is True and w.chunks_closed == sum(said) + 1      # nothing pending: no commit
+    w.close()
+    assert _bag_positions(bag) == list(range(4001))
+
+
+def _dead_sqlite_bag(bag: Path, committed: int, more: int, describe=None):
+    """A sqlite3 bag whose writer died: ``committed`` JointStates committed, ``more`` written after them
+    and never committed."""
+    from rclpy.serialization import serialize_message
+
+    from legged_wbc.ros.recording.bag_writer import BagWriter
+
+    w = BagWriter(bag, "sqlite3", chunk_by_caller=True, describe=describe)
+    w.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+    for k in range(committed + more):
+        w.write("/joint_states", k * 1_000_000, serialize_message(_js(k)))
+        if k + 1 == committed:
+            assert w.end_batch(force=True)
+    w.abandon()                                                          # the open transaction is lost
+
+
+def test_a_sqlite3_bag_is_repaired_with_the_messages_taken_back_as_the_recorder_writes_them(tmp_path):
+    """repair_bag on a .db3 without metadata.yaml: the committed messages, then the ``extra`` ones; a topic
+    new to the file gets the ``topics`` and ``message_definitions`` rows the recorder would have written."""
+    from rclpy.serialization import serialize_message
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    from legged_wbc.ros.recording.bag_repair import repair_bag
+    from legged_wbc.ros.recording.bag_writer import BagWriter
+
+    never = QosTime(sec=0x7FFFFFFF, nsec=0xFFFFFFFF)
+    qos = [Qos(QosHistory.KEEP_LAST, 10, QosReliability.BEST_EFFORT, QosDurability.VOLATILE, never, never,
+               QosLiveliness.AUTOMATIC, never, False)]
+    bag = tmp_path / "bag"
+    _dead_sqlite_bag(bag, 1000, 300)
+    imu = serialize_message(ros_io.imu_msg(0, "base_link", [0.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0], [4.0, 5.0, 6.0]))
+    extra = [("/joint_states", "sensor_msgs/msg/JointState", [], None, k * 1_000_000, serialize_message(_js(k)))
+             for k in range(1000, 1300)] + [("/imu", "sensor_msgs/msg/Imu", qos, None, k, imu) for k in range(50)]
+    rep = repair_bag(bag, {"run": "x"}, extra)
+    assert (rep.problem, rep.extra_written, rep.counts) == ("", 350, {"/joint_states": 1300, "/imu": 50})
+    assert _bag_positions(bag) == list(range(1300))
+    ref = BagWriter(tmp_path / "ref", "sqlite3", describe=lambda topic: (qos, None))
+    ref.add_topic("/imu", "sensor_msgs/msg/Imu")
+    ref.write("/imu", 0, imu)
+    ref.close()
+    rows = []
+    for db in (bag / "bag.db3", tmp_path / "ref" / "ref.db3"):
+        con = sqlite3.connect(db)
+        rows.append((con.execute("SELECT name, type, serialization_format, offered_qos_profiles, "
+                                 "type_description_hash FROM topics WHERE name = '/imu'").fetchall(),
+                     con.execute("SELECT topic_type, encoding, encoded_message_definition, type_description_hash "
+                                 "FROM message_definitions WHERE topic_type = 'sensor_msgs/msg/Imu'").fetchall(),
+                     con.execute("SELECT ros_distro FROM schema").fetchall()))
+        con.close()
+    assert rows[0] == rows[1] and len(rows[0][0]) == 1 == len(rows[0][1]) and rows[0][2] == [("kilted",)]
+    meta = (bag / "metadata.yaml").read_text()
+    assert "storage_identifier: sqlite3" in meta and "run: x" in meta and "ros_distro: kilted" in meta
+
+
+def test_repairing_a_sqlite3_bag_on_a_full_disk_says_so_and_keeps_what_it_held(tmp_path):
+    """No room for the taken-back messages (a file size limit just above the file): ``problem`` says so, no
+    exception, and the bag is readable with its committed messages."""
+    bag = tmp_path / "bag"
+    _dead_sqlite_bag(bag, 1000, 100)
+    limit = (bag / "bag.db3").stat().st_size + 64 * 1024
+    child = f"""
+import json, resource, signal, sys
+import numpy as np
+from rclpy.serialization import serialize_message
+from legged_wbc.ros import io as ros_io
+from legged_wbc.ros.recording.bag_repair import repair_bag
+names = {NAMES!r}
+data = serialize_message(ros_io.joint_state_msg(0, names, np.ones(18), np.zeros(18), np.zeros(18)))
+extra = [("/joint_states", "sensor_msgs/msg/JointState", [], None, (1000 + k) * 10**6, data) for k in range(3000)]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+rep = repair_bag(sys.argv[1], {{}}, extra)
+print(json.dumps([rep.problem, rep.extra_written, rep.total]))
+"""
+    import json
+
+    p = subprocess.run([sys.executable, "-c", child, str(bag)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    problem, written, total = json.loads(p.stdout.splitlines()[-1])
+    assert "3000 messages taken back from the ring could not be added" in problem, problem
+    assert (written, total) == (0, 1000)
+    assert _bag_positions(bag) == list(range(1000))
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])

@@ -434,40 +434,31 @@ def _write_metadata(path: Path, storage: str, file: Path, topics: list, t_range:
 
 # ------------------------------------------------------------------------------------ sqlite3
 def _repair_sqlite(path: Path, db: Path, custom_data: dict, extra: list) -> Repaired:
-    """:func:`repair_bag` for a sqlite3 bag: the committed messages (a hot journal rolled back when the file
-    is opened), ``extra`` appended, the ``schema`` table's ``ros_distro`` set, metadata.yaml written."""
+    """:func:`repair_bag` for a sqlite3 bag: the committed messages (a hot journal is rolled back when the
+    file is read), ``extra`` appended and the ``schema`` table's ``ros_distro`` set in one transaction (on a
+    full disk: none of it, the file read again so that what the failed transaction left is rolled back
+    too), metadata.yaml written."""
     import sqlite3
 
-    journal = db.with_name(db.name + "-journal").exists()
+    journal = db.with_name(db.name + "-journal")
+    how = ("its sqlite3 file's committed messages (the uncommitted tail rolled back)" if journal.exists()
+           else "its sqlite3 file's messages")
     try:
-        con = sqlite3.connect(db)
-    except sqlite3.Error as exc:
-        return Repaired({}, problem=f"cannot open {db.name} ({exc})")
-    try:
-        return _repair_open_sqlite(path, db, con, custom_data, extra, journal)
+        topics = _sqlite_read(db, _sqlite_topics)
     except sqlite3.Error as exc:                 # not a rosbag2 file, or unreadable
         return Repaired({}, problem=f"{db.name} cannot be read as a rosbag2 sqlite3 file ({exc})")
-    finally:
-        con.close()
-
-
-def _repair_open_sqlite(path: Path, db: Path, con, custom_data: dict, extra: list, journal: bool) -> Repaired:
-    import sqlite3
-
-    topics = _sqlite_topics(con)                 # the first read: a hot journal is rolled back here
-    how = ("its sqlite3 file's committed messages (the uncommitted tail rolled back)" if journal
-           else "its sqlite3 file's messages")
     problem, written = "", 0
     try:
-        with con:
-            con.execute("UPDATE schema SET ros_distro = ?", (ROS_DISTRO,))
-            written = _sqlite_append(con, extra)
-    except sqlite3.Error as exc:                 # a full disk: nothing of this transaction is kept
-        written = 0
+        written = _sqlite_read(db, lambda con: _sqlite_append(con, extra))
+    except sqlite3.Error as exc:                 # a full disk: nothing of the transaction is kept
         if extra:
             problem = f"{len(extra)} messages taken back from the ring could not be added ({exc})"
-    if written:
-        topics = _sqlite_topics(con)
+    try:
+        topics = _sqlite_read(db, _sqlite_topics)
+    except sqlite3.Error as exc:
+        problem = "; ".join(filter(None, (problem, f"{db.name} cannot be read after adding to it ({exc})")))
+    if journal.exists():
+        problem = "; ".join(filter(None, (problem, f"{journal.name} could not be rolled back")))
     counts = {name: n for (name, *_), n, _ in topics if n}
     stamps = [t for _, n, t in topics if n]
     t_range = (min(t[0] for t in stamps), max(t[1] for t in stamps)) if stamps else (0, 0)
@@ -476,6 +467,19 @@ def _repair_open_sqlite(path: Path, db: Path, con, custom_data: dict, extra: lis
     except OSError as exc:
         problem = "; ".join(filter(None, (problem, f"cannot write metadata.yaml ({exc.strerror})")))
     return Repaired(counts, written, how, problem)
+
+
+def _sqlite_read(db: Path, work):
+    """``work(connection)`` on a fresh connection to ``db`` (its first read rolls a hot journal back), in one
+    transaction: committed if ``work`` returns, rolled back if it raises."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            return work(con)
+    finally:
+        con.close()
 
 
 def _sqlite_topics(con) -> list:
@@ -488,9 +492,10 @@ def _sqlite_topics(con) -> list:
 
 
 def _sqlite_append(con, extra: list) -> int:
-    """Insert ``extra`` (:func:`repair_bag`'s) into the open transaction; a topic the file does not hold
-    gets a ``topics`` row (and its type a ``message_definitions`` row) as ``rosbags``' ``Sqlite3Writer``
-    writes them. Returns how many messages were inserted."""
+    """Set the ``schema`` table's ``ros_distro`` and insert ``extra`` (:func:`repair_bag`'s) in the open
+    transaction; a topic the file does not hold gets a ``topics`` row (and its type a ``message_definitions``
+    row) as ``rosbags``' ``Sqlite3Writer`` writes them. Returns how many messages were inserted."""
+    con.execute("UPDATE schema SET ros_distro = ?", (ROS_DISTRO,))
     ids = {name: tid for tid, name in con.execute("SELECT id, name FROM topics")}
     defined = {t for (t,) in con.execute("SELECT topic_type FROM message_definitions")}
     rows = []
