@@ -55,8 +55,14 @@ def test_external_controller_answers_every_lockstep_tick(tmp_path, ros_env, layo
                              text=True, timeout=400)
     finally:
         ctrl.terminate()
-        ctrl.wait(timeout=20)
+        try:
+            out, _ = ctrl.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            ctrl.kill()
+            out, _ = ctrl.communicate()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    # SIGTERM after the run: the example ends on its own, without a traceback (it spins with a timeout)
+    assert ctrl.returncode == 0 and "Traceback" not in out, (ctrl.returncode, out[-2000:])
     assert f"{TICKS} commands applied, 0 watchdog events" in run.stdout
     assert "wbc_controller" not in run.stdout.split("composed", 1)[-1].split("\n", 1)[0]
     b = _read_bag(bag)
@@ -70,6 +76,27 @@ def test_external_controller_answers_every_lockstep_tick(tmp_path, ros_env, layo
     late = [(topic, ns) for topic, ns in b["stamps"] if not 0 <= ns <= end]
     assert not late, late[:5]                                    # no wall-clock stamp anywhere
     assert len(b["diag_stamps"]) >= 4 and max(b["diag_stamps"]) <= end
+
+
+@pytest.mark.parametrize("example", [["example-controller"], ["teleop-example", "--vx", "0.1"]])
+def test_the_examples_end_on_sigterm_at_once_without_a_traceback(ros_env, example):
+    """A stop signal shuts the examples' rclpy context down: the controller's executor, which waits for
+    messages that may never come again, and the teleop's publishing loop end within a second, rc 0."""
+    import signal
+    import time
+
+    p = subprocess.Popen([*CLI, *example], env=ros_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(6.0)                                   # up and waiting (imports, rclpy init, discovery)
+    assert p.poll() is None, p.communicate()[0]
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, _ = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    assert p.returncode == 0 and "Traceback" not in out, (p.returncode, out[-2000:])
+    assert time.monotonic() - t0 < 5.0
 
 
 def test_unknown_parameter_in_a_params_file_stops_the_launch(tmp_path, ros_env):

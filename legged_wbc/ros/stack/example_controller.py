@@ -18,6 +18,7 @@ import sys
 import time
 
 import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -66,9 +67,14 @@ class ExampleController(Node):
 def main(args=None) -> int:
     rclpy.init(args=args if args is not None else sys.argv)
     node = ExampleController()
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
     try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
+        # rclpy.spin(node), with a timeout: after SIGTERM or Ctrl-C the context is shut down, and a wait
+        # whose wake-up that missed (seen here once in a few runs) still ends within 0.2 s
+        while rclpy.ok():
+            executor.spin_once(timeout_sec=0.2)
+    except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
         node.destroy_node()

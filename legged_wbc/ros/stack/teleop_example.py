@@ -12,7 +12,7 @@ import time
 
 
 def teleop(vx: float, vy: float, wz: float, rate: float = 10.0, duration: float = 0.0) -> int:
-    """Publish the command; returns how many messages went out (the final zero included)."""
+    """Publish the command; returns how many messages went out (the final zero included, when there was one)."""
     import rclpy
     from geometry_msgs.msg import Twist
 
@@ -22,21 +22,24 @@ def teleop(vx: float, vy: float, wz: float, rate: float = 10.0, duration: float 
     msg, sent = Twist(), 0
     msg.linear.x, msg.linear.y, msg.angular.z = float(vx), float(vy), float(wz)
     t_wait = time.monotonic() + 30.0         # discovery: until the controller's subscription is matched
-    while pub.get_subscription_count() == 0 and time.monotonic() < t_wait:
-        time.sleep(0.05)
-    t_end = time.monotonic() + duration if duration > 0 else float("inf")
-    print(f"teleop-example: {pub.get_subscription_count()} subscriber(s); publishing {vx:g} m/s, {vy:g} m/s, "
-          f"{wz:g} rad/s on /cmd_vel at {rate:g} Hz", file=sys.stderr, flush=True)
-    try:
-        while time.monotonic() < t_end:
+    try:                                     # SIGTERM shuts the context down: every loop checks rclpy.ok()
+        while rclpy.ok() and pub.get_subscription_count() == 0 and time.monotonic() < t_wait:
+            time.sleep(0.05)
+        t_end = time.monotonic() + duration if duration > 0 else float("inf")
+        if rclpy.ok():
+            print(f"teleop-example: {pub.get_subscription_count()} subscriber(s); publishing {vx:g} m/s, "
+                  f"{vy:g} m/s, {wz:g} rad/s on /cmd_vel at {rate:g} Hz", file=sys.stderr, flush=True)
+        while time.monotonic() < t_end and rclpy.ok():
             pub.publish(msg)
             sent += 1
             time.sleep(1.0 / rate)
     except KeyboardInterrupt:
         pass
     finally:
-        pub.publish(Twist())             # stop: the robot decelerates, stops and stands
-        time.sleep(0.2)                  # let the last message leave before the node goes
+        if rclpy.ok():                   # (stopped by SIGTERM: the command goes stale in cmd_vel_timeout)
+            pub.publish(Twist())         # stop: the robot decelerates, stops and stands
+            sent += 1
+            time.sleep(0.2)              # let the last message leave before the node goes
         node.destroy_node()
         rclpy.try_shutdown()
-    return sent + 1
+    return sent
