@@ -376,6 +376,27 @@ def test_forward_command_for_ros2_control(tmp_path, ros_env):
         assert list(c.name) == js_names
 
 
+def test_a_stop_signal_inside_an_extension_module_s_init_is_a_stop_not_an_import_error(tmp_path, monkeypatch):
+    """pybind11 turns a KeyboardInterrupt (or the SystemExit of our SIGTERM handler) raised while it
+    initializes a module (rclpy's ``_rclpy_pybind11``) into ``ImportError: initialization failed``: the entry
+    point reads the cause (rc 130 / 143, no traceback); a real import error still propagates."""
+    from legged_wbc.ros.stack.entry import _run
+
+    (tmp_path / "ext_sigint.py").write_text("try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as e:\n"
+                                            "    raise ImportError('initialization failed') from e\n")
+    (tmp_path / "ext_sigterm.py").write_text("try:\n    raise SystemExit(143)\nexcept SystemExit as e:\n"
+                                             "    raise ImportError('initialization failed') from e\n")
+    (tmp_path / "ext_broken.py").write_text("import no_such_module_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    term = signal.getsignal(signal.SIGTERM)          # _run installs the entry point's SIGTERM handling
+    try:
+        assert _run("ext_sigint:main") == 130 and _run("ext_sigterm:main") == 143
+        with pytest.raises(ImportError, match="no_such_module_anywhere"):
+            _run("ext_broken:main")
+    finally:
+        signal.signal(signal.SIGTERM, term)
+
+
 @pytest.mark.ros
 @pytest.mark.parametrize("exe", ["state_estimator", "walking_container"])
 def test_sigint_while_a_node_imports_ends_it_without_a_traceback(ros_env, exe):

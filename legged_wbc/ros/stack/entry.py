@@ -21,6 +21,20 @@ def _terminated(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def _stopped_while_importing(exc: ImportError) -> int | None:
+    """130 / 143 if ``exc`` was a stop signal during an extension module's initialization (pybind11 turns
+    the KeyboardInterrupt or our SystemExit raised there into ``ImportError: initialization failed``), else
+    None: a real import error."""
+    seen = exc.__cause__ or exc.__context__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return 130
+        if isinstance(seen, SystemExit) and seen.code in (130, 143):
+            return int(seen.code)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _run(target: str) -> int:
     """Import ``module:function`` and call it; 130 / 143 if interrupted before the node's own handling is
     in place (its module, or the imports ``main`` itself makes first, e.g. rclpy, still loading), else
@@ -33,6 +47,11 @@ def _run(target: str) -> int:
         rc = getattr(import_module(module), func)()
     except KeyboardInterrupt:
         return 130
+    except ImportError as exc:
+        rc = _stopped_while_importing(exc)
+        if rc is None:
+            raise
+        return rc
     finally:
         first = stops.first()
         stops.close()

@@ -36,7 +36,9 @@ class ExampleController(Node):
         self.stance = self.declare_parameter("stance", [0.0]).value
         self.rise_time = self.declare_parameter("rise_time", 1.5).value   # start pose -> stance [s]
         self.start = None                                      # the first sample's joint positions [rad]
-        qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        # reliable, 200 deep as the stack's own topics: a subscriber that falls up to 0.4 s behind (a
+        # recorder in its own process on a busy machine) still gets every command
+        qos = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.create_publisher(JointState, "joint_torque_cmd", qos)
         self.create_subscription(JointState, "joint_states", self.on_joint_states, qos)
 
