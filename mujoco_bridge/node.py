@@ -189,12 +189,12 @@ class MujocoBridge(Node):
                 self.pub_contacts.publish_value(self.sim.foot_contact_values())
             if self.pub_dist.has_subscribers():
                 self.pub_dist.publish_value(self.physics.dist_applied)
+            if self.gt_tf is not None and self.gt_tf.wanted:   # on the ground-truth samples' stamps
+                self.gt_tf.offer(t_ns, self.sim.d.qpos)   # a copy of the base pose, when /tf asked for one
         if t_ns >= self.sched.diag_next_ns:
             self.publish_diagnostics()
         if self.viewer is not None:
             self.viewer.update(self.sim.d.qpos)  # a copy at most every 1/50 s; drawn by the viewer's thread
-        if self.gt_tf is not None and self.gt_tf.wanted:
-            self.gt_tf.offer(t_ns, self.sim.d.qpos)   # a copy of the base pose, when /tf asked for one
         if self.after_sample is not None:
             self.after_sample()                  # the container: the recorder's deferred copies
 

@@ -24,8 +24,10 @@ names are REP 105's (``world``, ``odom``, ``base_link``) and the URDF's link nam
 The bridge adds ``world -> base_link_ground_truth`` (:func:`attach_ground_truth`, its own ``tf_rate``): the
 simulation's true base pose, for comparing with the estimate in a viewer. MuJoCo's data is never read from
 the background thread (a physics step may run meanwhile): the job raises a flag, the bridge's thread hands
-over a copy of the base pose at its next sample (:class:`GroundTruthTap`), and the job publishes it at its
-next run, stamped with the sample's sim time like ``/ground_truth/odom``.
+over a copy of the base pose at its next ground-truth sample (every ``ground_truth_decimation`` steps: the
+control ticks; :class:`GroundTruthTap`), and the job publishes it at its next run, stamped with that
+sample's sim time: the stamp of a ``/ground_truth/odom`` and of an estimate. (Taken at any sample, a
+lockstep bridge, which waits on the tick samples, handed it over almost always at the sample after one.)
 
 ``tf2_msgs`` has no wheel on PyPI; ``setup.sh`` builds its ``TFMessage`` (``tools/tf2_msgs``). Without it
 the node logs one warning and publishes ``/robot_description`` only.
