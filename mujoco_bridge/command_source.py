@@ -101,22 +101,28 @@ class CommandSources:
         """From now on the bridge applies ``source``'s commands only."""
         self.followed = source_key(source)
         self.followed_name = name
-        self._follow_unsaid = 1
+        self._follow_unsaid = 0
         self._say_following(source)
 
     def _say_following(self, source) -> None:
         """The line naming the followed publisher, once the graph names it (or after
         :data:`UNNAMED_PATIENCE` of its commands, as ``(unknown node)``)."""
-        self.followed_name = self.followed_name or self._name(source)
+        self._follow_unsaid += 1
+        self.followed_name = self.followed_name or self._name_or_wait(source, self._follow_unsaid)
         if self.followed_name is None:
-            self._follow_unsaid += 1
-            if self._follow_unsaid < UNNAMED_PATIENCE:
-                return
-            self.followed_name = UNKNOWN
+            return
         self._follow_unsaid = 0
         how = "the first publisher of the run" if self.policy == FIRST else f"command_source: {self.policy}"
         self.log.info(f"torque commands: following {self.followed_name} ({how}); commands from any other "
                       "publisher are dropped and counted (commands_foreign)")
+
+    def _name_or_wait(self, source, seen: int) -> str | None:
+        """The publisher's node name; None while the graph does not name it and it has sent fewer than
+        :data:`UNNAMED_PATIENCE` commands (``seen``), then :data:`UNKNOWN`."""
+        name = self._name(source)
+        if name is None and seen >= UNNAMED_PATIENCE:
+            return UNKNOWN
+        return name
 
     def _name(self, source) -> str | None:
         if source is None:
@@ -129,12 +135,10 @@ class CommandSources:
     def _foreign(self, key, source, name: str | None = None) -> bool:
         self.counters["commands_foreign"] += 1
         if key not in self._logged and len(self._logged) < 100:
-            name = name or self._name(source)
+            seen = self._unnamed[key] = self._unnamed.get(key, 0) + 1
+            name = name or self._name_or_wait(source, seen)
             if name is None:            # DDS discovery behind: say it once the graph names it
-                seen = self._unnamed[key] = self._unnamed.get(key, 0) + 1
-                if seen < UNNAMED_PATIENCE:
-                    return False
-                name = UNKNOWN
+                return False
             self._logged.add(key)
             self._unnamed.pop(key, None)
             follows = self.followed_name or f"command_source: {self.policy}"

@@ -205,7 +205,8 @@ class MujocoBridge(Node):
         if self.sched.run():
             self.publish_diagnostics(last=True)
             self.report_diagnostics()                   # the run's final /diagnostics status
-            endpoints.wait_for_acks(self, [*self._pubs, self.diagnostics_publisher])   # the subscribers have the last samples before we exit
+            # the subscribers have the last samples before we exit
+            endpoints.wait_for_acks(self, [*self._pubs, self.diagnostics_publisher])
             self.get_logger().info(self.sched.summary())
         return 0
 

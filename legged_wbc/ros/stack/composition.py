@@ -104,11 +104,16 @@ NODE_NAMES = {"bridge": "/mujoco_bridge", "estimator": "/state_estimator", "cont
               "recorder": "/bag_recorder"}
 
 
+def part_nodes(part: str, wbc: bool) -> tuple:
+    """The nodes of ``part`` (:data:`PART_NODES`), without the controller when an outside one commands."""
+    return tuple(n for n in PART_NODES[part] if wbc or n != "controller")
+
+
 def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
     """Construct this part's nodes on ``bus``: ``(nodes, bridge or None, recorder or None)``."""
     from rclpy.parameter import Parameter
 
-    want = tuple(n for n in PART_NODES[part] if P.wbc or n != "controller")
+    want = part_nodes(part, P.wbc)
     record = P.record if "recorder" in want else ""
     nodes, bridge, recorder = [], None, None
     with bus.active():
@@ -144,8 +149,7 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
 
             # split: the sim part serves; the control part's topics over the link, its nodes' parameters
             # through their services
-            remote = [] if part == "all" else [NODE_NAMES[n] for n in PART_NODES["control"] if P.wbc or
-                                               n != "controller"]
+            remote = [] if part == "all" else [NODE_NAMES[n] for n in part_nodes("control", P.wbc)]
             nodes.append(FoxgloveBridge(P.foxglove, control=P.foxglove_control, remote_nodes=remote))
     if P.chain and "estimator" in want and "controller" in want:
         chain_controller(bus, *(next(n for n in nodes if n.get_name() == name) for name in CHAIN), log=log)
