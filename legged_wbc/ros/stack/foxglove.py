@@ -2,7 +2,8 @@
 
 What ``foxglove_bridge`` does for a ROS install, inside the container (``layout:=container``; with
 ``layout:=split`` in the simulation part: the control part's topics come over the host link, whose frame
-carries them every tick while the view is served, and its nodes' parameters through their services): a node ``foxglove_bridge`` composed with the others serves, on ``127.0.0.1:PORT`` only (WebSocket subprotocol
+carries them every tick while the view is served, and its nodes' parameters through their services): a node
+``foxglove_bridge`` composed with the others serves, on ``127.0.0.1:PORT`` only (WebSocket subprotocol
 ``foxglove.sdk.v1``; reach it from another machine deliberately, through an SSH tunnel: ``ssh -L
 8765:localhost:8765 robot``). The protocol authenticates nobody and foxglove-sdk checks no ``Origin``: any
 local user, or a web page open in a local browser, can connect. So the view is **read-only** unless the launch
