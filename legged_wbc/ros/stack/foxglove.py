@@ -25,8 +25,8 @@ and the server advertises no ``clientPublish`` (a client's channel is refused al
   client naming the parameter and why), updates pushed to subscribed clients (from any source: ``legged-wbc
   param set`` too).
 * **client publishing** (``foxglove_control:=true``) of the command topics a user may send
-  (:data:`CLIENT_TOPICS`: ``/cmd_vel``, ``geometry_msgs/msg/Twist``, ``cdr``): each message is checked (it deserializes as that type) and
-  published on DDS by this node, as any outside publisher's; anything else is refused and counted.
+  (:data:`CLIENT_TOPICS`: ``/cmd_vel``, ``geometry_msgs/msg/Twist``, ``cdr``): each message is checked (it
+  deserializes as that type) and published on DDS by this node, as any outside publisher's; anything else is refused and counted.
 
 Off the control path, the way the recorder is: the tap (:class:`ViewerTap`, the bus's deferred deliveries
 after each sample's chain, in the bridge's thread) looks at a dict and, for a channel somebody is
