@@ -230,6 +230,44 @@ class LegConfig:
 
 
 @dataclass(frozen=True)
+class LegSpec:
+    """One leg as the model, the controller and the simulation see it, whatever described the robot
+    (a generated robot's ``leg_type`` or a URDF robot file).
+
+    ``joints``: its 1-DoF joints from the base out (3 or 4); ``foot_link``: the link that carries the
+    foot point; ``hip_xyz``: where the leg is attached in the base frame [m] (its first joint's
+    origin; orders the legs around the body); ``has_pitch``: the leg has the foot pitch joint, the
+    redundant DoF whose relative pitch the paper's tasks and barriers regulate (a 4-DoF leg of the
+    paper's kind); a 3-DoF point-foot leg has none."""
+
+    name: str
+    joints: tuple[str, ...]
+    foot_link: str
+    hip_xyz: tuple[float, float, float]
+    has_pitch: bool
+
+
+@dataclass(frozen=True)
+class JointTable:
+    """Per-joint limits and drive data in the config's canonical joint order (``RobotConfig.joint_names``):
+    position limits [rad], peak torque ``effort`` [N m], ``velocity`` limit [rad/s], ``armature``
+    (reflected rotor inertia) [kg m^2], the drives' voltage line ``stall_torque`` [N m] /
+    ``no_load_speed`` [rad/s] and friction ``coulomb_friction`` [N m] / ``viscous_friction`` [N m s/rad]
+    (see :class:`ActuatorSpec`)."""
+
+    names: tuple[str, ...]
+    lower: np.ndarray
+    upper: np.ndarray
+    effort: np.ndarray
+    velocity: np.ndarray
+    armature: np.ndarray
+    stall_torque: np.ndarray
+    no_load_speed: np.ndarray
+    coulomb_friction: np.ndarray
+    viscous_friction: np.ndarray
+
+
+@dataclass(frozen=True)
 class RobotConfig:
     """Whole-robot description loaded from ``config/robot_*.yaml``."""
 
@@ -273,6 +311,32 @@ class RobotConfig:
     @property
     def foot_links(self) -> list[str]:
         return [leg.foot_link(self.leg_type) for leg in self.legs]
+
+    # -- the description every consumer reads (a URDF robot file, :mod:`legged_wbc.urdf_robot`, has the same)
+    kind = "generated"
+    standing_pose = None           # joint name -> [rad]: none; the stance comes from ``stance`` (IK)
+
+    @property
+    def leg_specs(self) -> tuple[LegSpec, ...]:
+        lt = self.leg_type
+        return tuple(LegSpec(name=leg.name, joints=tuple(leg.joint_names(lt)), foot_link=leg.foot_link(lt),
+                             hip_xyz=tuple(leg.mount_xyz), has_pitch=len(lt.joint_suffixes) == 4)
+                     for leg in self.legs)
+
+    def joint_table(self) -> JointTable:
+        """The leg type's per-joint values repeated for every leg."""
+        lt, N = self.leg_type, self.n_legs
+        d = lt.drive
+        rep = lambda v: np.tile(np.asarray(v, dtype=float), N)  # noqa: E731
+        return JointTable(names=tuple(self.joint_names), lower=rep(lt.lower), upper=rep(lt.upper),
+                          effort=rep(lt.effort), velocity=rep(lt.velocity), armature=rep(lt.armature),
+                          stall_torque=rep(d.stall_torque), no_load_speed=rep(d.no_load_speed),
+                          coulomb_friction=rep(d.coulomb_friction), viscous_friction=rep(d.viscous_friction))
+
+    @property
+    def base_half_height(self) -> float:
+        """Half the base's height [m] (the body box's; how far the body reaches below its origin)."""
+        return 0.5 * float(self.base_size[2])
 
     def urdf_path(self) -> Path:
         p = Path(self.urdf)
@@ -540,5 +604,10 @@ class FootGeometry:
     radius: float = 0.0
 
 
-def foot_geometry(cfg: RobotConfig) -> FootGeometry:
+def foot_geometry(cfg) -> FootGeometry:
+    """The foot point on the foot link: a URDF robot's found foot (its ``foot`` attribute), or the
+    generated leg type's sphere at ``foot_length`` below the ankle."""
+    found = getattr(cfg, "foot", None)
+    if found is not None:
+        return found
     return FootGeometry(offset=np.array([0.0, 0.0, -cfg.leg_type.foot_length]), radius=cfg.leg_type.foot_radius)
