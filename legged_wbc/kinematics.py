@@ -36,7 +36,8 @@ from legged_wbc.jit import announce_compiles
 announce_compiles(__name__)          # one line on stderr if this process has to compile a kernel
 
 R2_EPS = 1e-10          # foot-link x-axis along base z: theta's Jacobian row is zeroed
-LEG_CHAIN_WORK = 75     # scratch size (floats) of leg_chain_kinematics
+MAX_LEG_JOINTS = 4      # joints per leg the kernels take: 3 (a point-foot leg) or 4 (the paper's, with foot pitch)
+LEG_CHAIN_WORK = 27 + 12 * MAX_LEG_JOINTS   # scratch size (floats) of leg_chain_kinematics
 
 
 class LegBatch(NamedTuple):
@@ -44,11 +45,11 @@ class LegBatch(NamedTuple):
     :class:`legged_wbc.model.LegState`. A named tuple: the compiled kernels take it as it is."""
 
     p: np.ndarray            # (N, 3)
-    J: np.ndarray            # (N, 4, 4): rows [J_p; J_theta]
+    J: np.ndarray            # (N, 4, k): rows [J_p; J_theta], k joints per leg (J_theta = 0 without foot pitch)
     a: np.ndarray            # (N, 3)
     theta: np.ndarray        # (N,)
     theta_dot: np.ndarray    # (N,)
-    J_w: np.ndarray          # (N, 3, 4)
+    J_w: np.ndarray          # (N, 3, k)
     dJ_p_dq: np.ndarray      # (N, 3)
     dJ_theta_dq: np.ndarray  # (N,)
     v_p: np.ndarray          # (N, 3)
@@ -81,18 +82,21 @@ def relative_pitch(ax, ay, az, wx, wy, wz, awx, awy, awz):
 
 
 @functools.lru_cache(maxsize=None)
-def legs_dtype(N: int) -> np.dtype:
-    """The leg kinematics of ``N`` legs of 4 joints as one record (what the kernels below read and
-    write, by field name): ``leg_j`` (N, 4) joint indices, the chain constants ``chain_*``
+def legs_dtype(N: int, k: int = 4) -> np.dtype:
+    """The leg kinematics of ``N`` legs of ``k`` joints (3 or 4) as one record (what the kernels below
+    read and write, by field name): ``leg_j`` (N, k) joint indices, ``leg_no_pitch`` (N,) 1 for a
+    point-foot leg without the foot pitch joint (its pitch row, ``theta``, ``theta_dot`` and drift
+    are 0), 0 for a leg with it (the default of a zeroed record), the chain constants ``chain_*``
     (:func:`leg_chain_kinematics`), the outputs ``leg_*`` of :class:`LegBatch` (``leg_p`` = ``p``,
     ``leg_J`` = ``J``, ``leg_a``, ``leg_acc`` the classical foot accelerations ``[linear;
     angular]``, ``leg_theta``, ``leg_theta_dot``, ``leg_J_w``, ``leg_dJ_p``, ``leg_dJ_theta``,
     ``leg_v_p``) and ``leg_work`` (scratch). The controller's workspace has the same fields."""
     f = np.float64
-    return np.dtype([("leg_j", np.int64, (N, 4)), ("chain_axes", f, (N, 4, 3)), ("chain_R_joint", f, (N, 4, 3, 3)),
-                     ("chain_p_joint", f, (N, 4, 3)), ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
-                     ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, 4)),
-                     ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, 4)),
+    return np.dtype([("leg_j", np.int64, (N, k)), ("leg_no_pitch", np.int64, (N,)), ("chain_axes", f, (N, k, 3)),
+                     ("chain_R_joint", f, (N, k, 3, 3)),
+                     ("chain_p_joint", f, (N, k, 3)), ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
+                     ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, k)),
+                     ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, k)),
                      ("leg_dJ_p", f, (N, 3)), ("leg_dJ_theta", f, (N,)), ("leg_v_p", f, (N, 3)),
                      ("leg_work", f, (LEG_CHAIN_WORK,))], align=True)
 
@@ -111,17 +115,17 @@ def legs_from_frames(J_world, dqj, legs):
     record ``legs[0]`` (:func:`legs_dtype`).
 
     Inputs: ``J_world`` (6, n) joint Jacobian of the fixed model (``data.J``: spatial velocity at
-    the base origin, base axes; ``[linear; angular]``), ``dqj`` (n); the record's ``leg_j`` (N, 4)
+    the base origin, base axes; ``[linear; angular]``), ``dqj`` (n); the record's ``leg_j`` (N, k)
     joint indices, ``leg_p`` (N, 3) foot points, ``leg_a`` (N, 3) foot-link x-axes, ``leg_acc`` (N,
     6) classical foot-point accelerations at zero joint acceleration (all base frame, filled by
     the caller). Outputs: the record's :class:`LegBatch` fields. ``J_p`` is the local-world-aligned
     frame Jacobian ``v - p x w`` of each joint column."""
     w = legs[0]
     leg_cols, P, acc, J, J_w, dJ_p = w.leg_j, w.leg_p, w.leg_acc, w.leg_J, w.leg_J_w, w.leg_dJ_p
-    N = leg_cols.shape[0]
+    N, K = leg_cols.shape[0], leg_cols.shape[1]
     for i in range(N):
         px, py, pz = P[i, 0], P[i, 1], P[i, 2]
-        for k in range(4):
+        for k in range(K):
             c = leg_cols[i, k]
             wx, wy, wz = J_world[3, c], J_world[4, c], J_world[5, c]
             J[i, 0, k] = J_world[0, c] - (py * wz - pz * wy)
@@ -141,28 +145,45 @@ def foot_velocity_and_pitch(i, dqj, w):
     foot-link x-axis ``leg_a[i]`` and the foot's classical angular acceleration ``leg_acc[i, 3:]``:
     ``v_p = J_p dq``, relative pitch ``theta = atan2(-a_z, r)``, ``J_theta = (a x g)^T J_w`` (row 3
     of ``J``; zero when ``r^2 <= R2_EPS``), ``theta_dot`` and the drift ``dJ_theta = g.a_ddot +
-    (dg/dt).a_dot`` (:func:`relative_pitch`)."""
+    (dg/dt).a_dot`` (:func:`relative_pitch`). A leg without the foot pitch joint (``leg_no_pitch[i]``
+    1) has no relative pitch: its row 3, ``theta``, ``theta_dot`` and drift are 0."""
     leg_cols, A, acc, J, J_w, v_p = w.leg_j, w.leg_a, w.leg_acc, w.leg_J, w.leg_J_w, w.leg_v_p
-    dq0 = dqj[leg_cols[i, 0]]
-    dq1 = dqj[leg_cols[i, 1]]
-    dq2 = dqj[leg_cols[i, 2]]
-    dq3 = dqj[leg_cols[i, 3]]
-    for r in range(3):
-        v_p[i, r] = J[i, r, 0] * dq0 + J[i, r, 1] * dq1 + J[i, r, 2] * dq2 + J[i, r, 3] * dq3
-    wx = J_w[i, 0, 0] * dq0 + J_w[i, 0, 1] * dq1 + J_w[i, 0, 2] * dq2 + J_w[i, 0, 3] * dq3
-    wy = J_w[i, 1, 0] * dq0 + J_w[i, 1, 1] * dq1 + J_w[i, 1, 2] * dq2 + J_w[i, 1, 3] * dq3
-    wz = J_w[i, 2, 0] * dq0 + J_w[i, 2, 1] * dq1 + J_w[i, 2, 2] * dq2 + J_w[i, 2, 3] * dq3
+    K = leg_cols.shape[1]
+    c0 = leg_cols[i, 0]
+    for r in range(3):          # summed joint by joint from the first (the order of the 4-joint expression)
+        s = J[i, r, 0] * dqj[c0]
+        for k in range(1, K):
+            s += J[i, r, k] * dqj[leg_cols[i, k]]
+        v_p[i, r] = s
+    if w.leg_no_pitch[i] != 0:
+        for k in range(K):
+            J[i, 3, k] = 0.0
+        w.leg_theta[i] = 0.0
+        w.leg_theta_dot[i] = 0.0
+        w.leg_dJ_theta[i] = 0.0
+        return
+    wx = J_w[i, 0, 0] * dqj[c0]
+    wy = J_w[i, 1, 0] * dqj[c0]
+    wz = J_w[i, 2, 0] * dqj[c0]
+    for k in range(1, K):
+        dq = dqj[leg_cols[i, k]]
+        wx += J_w[i, 0, k] * dq
+        wy += J_w[i, 1, k] * dq
+        wz += J_w[i, 2, k] * dq
     th, ok, cx, cy, cz, dJt = relative_pitch(A[i, 0], A[i, 1], A[i, 2], wx, wy, wz, acc[i, 3], acc[i, 4], acc[i, 5])
     w.leg_theta[i] = th
     if not ok:
-        for k in range(4):
+        for k in range(K):
             J[i, 3, k] = 0.0
         w.leg_theta_dot[i] = 0.0
         w.leg_dJ_theta[i] = 0.0
         return
-    for k in range(4):
+    for k in range(K):
         J[i, 3, k] = cx * J_w[i, 0, k] + cy * J_w[i, 1, k] + cz * J_w[i, 2, k]
-    w.leg_theta_dot[i] = J[i, 3, 0] * dq0 + J[i, 3, 1] * dq1 + J[i, 3, 2] * dq2 + J[i, 3, 3] * dq3
+    td = J[i, 3, 0] * dqj[c0]
+    for k in range(1, K):
+        td += J[i, 3, k] * dqj[leg_cols[i, k]]
+    w.leg_theta_dot[i] = td
     w.leg_dJ_theta[i] = dJt
 
 
@@ -174,7 +195,7 @@ def leg_chain_kinematics(qj, dqj, legs):
 
 @njit(cache=True)
 def chain_legs(qj, dqj, w):
-    """Leg kinematics of serial 4-joint legs mounted on the base, without Pinocchio, into the leg
+    """Leg kinematics of serial 3- or 4-joint legs mounted on the base, without Pinocchio, into the leg
     record ``w`` (:func:`legs_dtype`; the controller's workspace record has the same fields): the
     outputs of :func:`legs_from_frames` plus ``leg_p``, ``leg_a``, ``leg_acc``, from the fixed-base
     model's constants: per leg and joint ``k`` the unit axis ``chain_axes[i, k]`` (joint frame), the
@@ -200,20 +221,21 @@ def _chain_walk(i, qj, dqj, w):
     origin, its velocity and the last link's angular velocity (its rotation is left in the
     scratch's ``R``)."""
     leg_cols, axes, R_joint, p_joint, work = w.leg_j, w.chain_axes, w.chain_R_joint, w.chain_p_joint, w.leg_work
+    K = leg_cols.shape[1]
     R = work[0:9].reshape(3, 3)
     Rk = work[9:18].reshape(3, 3)
     Rq = work[18:27].reshape(3, 3)
-    z = work[27:39].reshape(4, 3)
-    o = work[39:51].reshape(4, 3)
-    vo = work[51:63].reshape(4, 3)
-    wp = work[63:75].reshape(4, 3)
+    z = work[27:27 + 3 * K].reshape(K, 3)
+    o = work[27 + 3 * K:27 + 6 * K].reshape(K, 3)
+    vo = work[27 + 6 * K:27 + 9 * K].reshape(K, 3)
+    wp = work[27 + 9 * K:27 + 12 * K].reshape(K, 3)
     for r in range(3):
         for c in range(3):
             R[r, c] = 1.0 if r == c else 0.0
     px, py, pz = 0.0, 0.0, 0.0          # parent origin, world
     vx, vy, vz = 0.0, 0.0, 0.0          # parent origin velocity
     wx, wy, wz = 0.0, 0.0, 0.0          # parent link angular velocity
-    for k in range(4):
+    for k in range(K):
         # origin of joint k and its velocity (rigid parent link)
         ox = px + R[0, 0] * p_joint[i, k, 0] + R[0, 1] * p_joint[i, k, 1] + R[0, 2] * p_joint[i, k, 2]
         oy = py + R[1, 0] * p_joint[i, k, 0] + R[1, 1] * p_joint[i, k, 1] + R[1, 2] * p_joint[i, k, 2]
@@ -252,11 +274,12 @@ def _chain_foot(i, dqj, w, px, py, pz, vx, vy, vz, wx, wy, wz):
     accelerations at zero joint acceleration, from :func:`_chain_walk`'s joints."""
     leg_cols, R_foot, p_foot, work = w.leg_j, w.chain_R_foot, w.chain_p_foot, w.leg_work
     P, A, acc, J, J_w, dJ_p = w.leg_p, w.leg_a, w.leg_acc, w.leg_J, w.leg_J_w, w.leg_dJ_p
+    K = leg_cols.shape[1]
     R = work[0:9].reshape(3, 3)
-    z = work[27:39].reshape(4, 3)
-    o = work[39:51].reshape(4, 3)
-    vo = work[51:63].reshape(4, 3)
-    wp = work[63:75].reshape(4, 3)
+    z = work[27:27 + 3 * K].reshape(K, 3)
+    o = work[27 + 3 * K:27 + 6 * K].reshape(K, 3)
+    vo = work[27 + 6 * K:27 + 9 * K].reshape(K, 3)
+    wp = work[27 + 9 * K:27 + 12 * K].reshape(K, 3)
     # foot point and foot-link x-axis
     fx, fy, fz = p_foot[i, 0], p_foot[i, 1], p_foot[i, 2]
     Px = px + R[0, 0] * fx + R[0, 1] * fy + R[0, 2] * fz
@@ -268,7 +291,7 @@ def _chain_foot(i, dqj, w, px, py, pz, vx, vy, vz, wx, wy, wz):
     dx, dy, dz = Px - px, Py - py, Pz - pz
     vPx, vPy, vPz = vx + (wy * dz - wz * dy), vy + (wz * dx - wx * dz), vz + (wx * dy - wy * dx)
     ax_, ay_, az_, bx_, by_, bz_ = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    for k in range(4):
+    for k in range(K):
         zx, zy, zz = z[k, 0], z[k, 1], z[k, 2]
         rx, ry, rz = Px - o[k, 0], Py - o[k, 1], Pz - o[k, 2]
         J[i, 0, k] = zy * rz - zz * ry
@@ -488,8 +511,9 @@ class LegKinematicsWorkspace:
         self._lwa = pin.LOCAL_WORLD_ALIGNED
         self._get_acc = pin.getFrameClassicalAcceleration
         self.chain = self._chain_constants() if use_chain else None
-        rec = np.zeros(1, dtype=legs_dtype(N))
+        rec = np.zeros(1, dtype=legs_dtype(N, self.leg_cols.shape[1]))
         rec["leg_j"] = self.leg_cols
+        rec["leg_no_pitch"] = np.asarray(~rm.leg_has_pitch, dtype=np.int64)
         if self.chain is not None:
             for name, val in zip(("axes", "R_joint", "p_joint", "R_foot", "p_foot"), self.chain):
                 rec["chain_" + name] = val

@@ -12,12 +12,17 @@ Leg quantities are body-relative (they do not depend on the base pose) and are c
 fixed-base Pinocchio model of the same URDF, whose world frame *is* the base frame. For leg ``i``:
 
 * ``p``      foot-point (sphere centre) position in the base frame [m];
-* ``J_p``    3x4 Jacobian of ``p`` w.r.t. the leg joints;
+* ``J_p``    3xk Jacobian of ``p`` w.r.t. the leg's k joints (k = 3: a point-foot leg; 4: the paper's
+  leg, whose foot pitch joint makes it redundant);
 * ``a``      foot-link x-axis in the base frame; ``theta = atan2(-a_z, sqrt(a_x^2 + a_y^2))``
   is the relative pitch [rad];
-* ``J_w``    3x4 Jacobian of the foot link's angular velocity relative to the base (base axes);
+* ``J_w``    3xk Jacobian of the foot link's angular velocity relative to the base (base axes);
 * ``J_theta = (a x g)^T J_w``, ``g = [a_z a_x / r, a_z a_y / r, -r]``; zero when r^2 <= 1e-10;
-* ``J = [J_p; J_theta]`` the 4x4 extended Jacobian;
+* ``J = [J_p; J_theta]`` the 4xk extended Jacobian (4x4 on the paper's legs);
+
+Relative pitch exists only on legs with the foot pitch joint (``LegSpec.has_pitch``); on a 3-DoF
+point-foot leg ``theta``, ``theta_dot``, ``J_theta`` and its drift are 0 (its pitch row is empty), and
+it has no null space (``n`` is not defined).
 * ``dJ_p_dq`` and ``dJ_theta_dq``: the exact drift terms ``J_dot q_dot`` (Pinocchio classical
   acceleration at zero joint acceleration, plus the analytic second derivative of theta);
 * ``n`` unit null-space vector of ``J_p``, signed so that ``J_theta n >= 0``.
@@ -104,25 +109,22 @@ class RobotModel:
         extra = [j for j in self.joint_names if j not in set(cfg.joint_names)]
         if extra:
             raise ConfigError(f"{urdf} has joints the robot config does not assign to a leg: {extra}")
-        lt = cfg.leg_type
-        # leg_joints[i]: joint indices (0..n-1) of leg i, in the leg's [yaw, pitch, knee, ankle] order
-        self.leg_joints = [np.array([self.joint_index[j] for j in leg.joint_names(lt)]) for leg in cfg.legs]
-        self._leg_joint_matrix = np.array(self.leg_joints)  # (N, 4)
+        specs = cfg.leg_specs
+        # leg_joints[i]: joint indices (0..n-1) of leg i, base to foot ([yaw, pitch, knee, ankle] on the paper's legs)
+        self.leg_joints = [np.array([self.joint_index[j] for j in leg.joints]) for leg in specs]
+        counts = sorted({len(leg.joints) for leg in specs})
+        if len(counts) != 1 or counts[0] not in (3, 4):
+            raise ConfigError(f"{cfg.source or cfg.name}: legs of {counts} joints; every leg must have 3 or 4 "
+                              "joints, the same count (legs of different counts in one robot are not supported yet)")
+        self.k = counts[0]                                   # joints per leg
+        self.leg_has_pitch = np.array([leg.has_pitch and self.k == 4 for leg in specs])
+        self._leg_joint_matrix = np.array(self.leg_joints)  # (N, k)
         self.n_legs = cfg.n_legs
-        # armature (reflected rotor inertia) in both models, as in MuJoCo
-        arm = np.zeros(self.n)
-        lower = np.zeros(self.n)
-        upper = np.zeros(self.n)
-        effort = np.zeros(self.n)
-        velocity, stall, no_load = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
-        for idx in self.leg_joints:
-            arm[idx] = lt.armature
-            lower[idx] = lt.lower
-            upper[idx] = lt.upper
-            effort[idx] = lt.effort
-            velocity[idx] = lt.velocity
-            stall[idx] = lt.drive.stall_torque
-            no_load[idx] = lt.drive.no_load_speed
+        # per joint, Pinocchio order: armature (reflected rotor inertia, in both models as in MuJoCo), limits, drives
+        tab = cfg.joint_table()
+        perm = joint_permutation(tab.names, self.joint_names)
+        arm, lower, upper, effort = tab.armature[perm], tab.lower[perm], tab.upper[perm], tab.effort[perm]
+        velocity, stall, no_load = tab.velocity[perm], tab.stall_torque[perm], tab.no_load_speed[perm]
         self.armature, self.lower, self.upper, self.effort = arm, lower, upper, effort
         # per joint [rad/s], [N m], [rad/s]: velocity limit and the drives' voltage line (leg_type.actuator)
         self.velocity_limit, self.stall_torque, self.no_load_speed = velocity, stall, no_load
@@ -138,15 +140,15 @@ class RobotModel:
 
     def _add_foot_frames(self, urdf: str) -> None:
         """Foot-point frames (sphere centres) on the foot links, in both models."""
-        cfg, lt = self.cfg, self.cfg.leg_type
+        cfg = self.cfg
         fg = foot_geometry(cfg)
         self.foot_offset = fg.offset
         self.foot_radius = fg.radius
         self.foot_frames_float: list[int] = []
         self.foot_frames_fixed: list[int] = []
         self.foot_link_frames_fixed: list[int] = []
-        for leg in cfg.legs:
-            link = leg.foot_link(lt)
+        for leg in cfg.leg_specs:
+            link = leg.foot_link
             for mdl, out in ((self.model, self.foot_frames_float), (self.fixed, self.foot_frames_fixed)):
                 if not mdl.existFrame(link):
                     raise ConfigError(f"foot link {link!r} not in {urdf}")
@@ -225,10 +227,10 @@ class RobotModel:
         pin.computeJointJacobians(m, d, qj)
         pin.updateFramePlacements(m, d)
         P = np.empty((N, 3))
-        J = np.empty((N, 4, 4))
+        J = np.empty((N, 4, self.k))
         A = np.empty((N, 3))
         dJp = np.empty((N, 3))
-        Jw_all = np.empty((N, 3, 4))
+        Jw_all = np.empty((N, 3, self.k))
         theta = np.empty(N)
         theta_dot = np.empty(N)
         dJt = np.empty(N)
@@ -249,6 +251,10 @@ class RobotModel:
             dJp[i] = acc.linear
             dq = dqj[cols]
             v_p[i] = Jf[:3] @ dq
+            if not self.leg_has_pitch[i]:      # a point-foot leg: no relative pitch
+                J[i, 3] = 0.0
+                theta[i] = theta_dot[i] = dJt[i] = 0.0
+                continue
             wx, wy, wz = (Jw @ dq).tolist()
             awx, awy, awz = acc.angular.tolist()
             theta[i], ok, cx, cy, cz, dJt[i] = _pitch(ax, ay, az, wx, wy, wz, awx, awy, awz)
@@ -276,7 +282,7 @@ class RobotModel:
         Jf = pin.getFrameJacobian(m, d, fp, pin.LOCAL_WORLD_ALIGNED)[:, self.leg_joints[i]]
         ax, ay, az = d.oMf[fp].rotation[:, 0].tolist()
         _, ok, cx, cy, cz, _ = _pitch(ax, ay, az, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        if not ok:
+        if not ok or not self.leg_has_pitch[i]:
             return Jf[:3].copy(), np.zeros(Jf.shape[1])
         Jw = Jf[3:]
         return Jf[:3].copy(), cx * Jw[0] + cy * Jw[1] + cz * Jw[2]
@@ -295,9 +301,14 @@ class RobotModel:
 
     # ------------------------------------------------------------------ nominal stance
     def stance_targets(self) -> list[tuple[np.ndarray, float]]:
-        """Nominal ``(foot point in base frame [m], relative pitch [rad])`` of each leg."""
+        """Nominal ``(foot point in base frame [m], relative pitch [rad])`` of each leg: a generated
+        robot's ``stance`` (reach along the mount yaw, height); a URDF robot's standing pose (its foot
+        points, at ``stance_height``; no relative pitch on its point-foot legs)."""
         cfg = self.cfg
         z = -cfg.stance_height + self.foot_radius
+        if cfg.standing_pose is not None:
+            b = self.legs_batch(self._standing_qj())
+            return [(np.array([b.p[i, 0], b.p[i, 1], z]), float(b.theta[i])) for i in range(self.n_legs)]
         out = []
         for leg in cfg.legs:
             yaw = np.radians(leg.mount_yaw_deg)
@@ -328,8 +339,17 @@ class RobotModel:
         err = np.concatenate([p_target - leg.p, [theta_target - leg.theta]])
         return qj, bool(np.linalg.norm(err) < 1e-8)
 
+    def _standing_qj(self) -> np.ndarray:
+        """Joint positions [rad] of a URDF robot's standing pose (Pinocchio order; joints it omits: 0)."""
+        qj = np.zeros(self.n)
+        for name, val in self.cfg.standing_pose.items():
+            qj[self.joint_index[name]] = val
+        return qj
+
     def initial_leg_guess(self) -> np.ndarray:
-        """A knee-up guess (hip pitch up, knee bent down) to start IK from."""
+        """The standing pose of a URDF robot; else a knee-up guess (hip pitch up, knee bent down) to start IK from."""
+        if self.cfg.standing_pose is not None:
+            return self._standing_qj()
         qj = np.zeros(self.n)
         for cols in self.leg_joints:
             qj[cols] = [0.0, -0.4, 1.4, -1.0]

@@ -602,11 +602,18 @@ def test_barrier_legs_support_and_late_legs():
     phases = np.array([SUPPORT, SUPPORT, SWING_DOWN, SWING_UP, SUPPORT, SWING_DOWN], dtype=np.int64)
     planned = np.array([1, 1, 1, 1, 0, 0], dtype=np.uint8)
     out = np.zeros(6, dtype=np.uint8)
+    every = np.zeros(6, dtype=np.int64)       # no leg without the foot pitch joint
     for late_v, expect in ((0.4, [1, 1, 1, 0, 0, 1]), (0.0, [1, 0, 1, 0, 0, 1])):
-        cbf.barrier_legs(support, phases, planned, late_v, out)
+        cbf.barrier_legs(support, phases, planned, late_v, every, out)
         np.testing.assert_array_equal(out, expect)
         ref = cbf.barrier_legs_reference(support, phases, planned, late_v)
         np.testing.assert_array_equal(ref, np.array(expect, bool))
+    # a leg without the foot pitch joint (a point-foot leg) never carries a row
+    pitch = np.array([0, 1, 1, 1, 1, 1], dtype=np.int64)
+    cbf.barrier_legs(support, phases, planned, 0.4, 1 - pitch, out)
+    np.testing.assert_array_equal(out, [0, 1, 1, 0, 0, 1])
+    np.testing.assert_array_equal(cbf.barrier_legs_reference(support, phases, planned, 0.4, pitch),
+                                  np.array([0, 1, 1, 0, 0, 1], bool))
 
 
 def test_task_cost_known_entries():

@@ -326,8 +326,9 @@ class WholeBodyController(ControllerCore):
         rm, N, n = self.rm, self.N, self.n
         self._legs_ws = rm.leg_workspace()
         self._pdata = rm.model.createData()
-        if self.n_lc and self._legs_ws.chain is None:
-            raise ConfigError("leg_collision_barrier: needs legs that are serial 4-joint chains on the base")
+        if self.n_lc and (self._legs_ws.chain is None or rm.k != 4 or rm.cfg.kind != "generated"):
+            raise ConfigError("leg_collision_barrier: needs a generated robot's legs (serial 4-joint chains on the "
+                              "base, capsule links); this robot's legs are not")
         self._ws = ws = np.zeros(1, dtype=K.workspace_dtype(N, n, self.ns, self.n_jl, self.n_lc))
         for name in ws.dtype.names:
             if ws.dtype[name].shape:

@@ -82,13 +82,14 @@ PARAM_SCALARS = (
     # the problem's layout: first force column, first friction / torque / CBF row
     ("lam0", I8), ("row_fric", I8), ("row_tau", I8), ("row_cbf", I8),
 )
-PARAM_ARRAYS = (      # name, dtype, shape from (N, n)
+PARAM_ARRAYS = (      # name, dtype, shape from (N, n); every joint is a leg's, n // N joints per leg
     ("kp_pos", F8, lambda N, n: (3,)), ("kd_pos", F8, lambda N, n: (3,)), ("kp_rot", F8, lambda N, n: (3,)),
     ("kd_rot", F8, lambda N, n: (3,)), ("kp_swing", F8, lambda N, n: (3,)), ("kd_swing", F8, lambda N, n: (3,)),
     ("lam_diag_f", F8, lambda N, n: (4 * N,)), ("tmin_f", F8, lambda N, n: (n,)), ("tmax_f", F8, lambda N, n: (n,)),
     ("tau_tol_f", F8, lambda N, n: (n,)), ("tau_stall", F8, lambda N, n: (n,)), ("tau_slope", F8, lambda N, n: (n,)),
     ("tau_peak", F8, lambda N, n: (n,)), ("q_lower", F8, lambda N, n: (n,)), ("q_upper", F8, lambda N, n: (n,)),
-    ("v_limit", F8, lambda N, n: (n,)), ("cbf_shift", F8, lambda N, n: (N, 2)), ("leg_j", I8, lambda N, n: (N, 4)), ("leg_v", I8, lambda N, n: (N, 4)),
+    ("v_limit", F8, lambda N, n: (n,)), ("cbf_shift", F8, lambda N, n: (N, 2)), ("leg_j", I8, lambda N, n: (N, n // N)),
+    ("leg_v", I8, lambda N, n: (N, n // N)), ("leg_no_pitch", I8, lambda N, n: (N,)),
     ("stance_p", F8, lambda N, n: (N, 3)), ("theta_nom", F8, lambda N, n: (N,)), ("gait_offset", F8, lambda N, n: (N,)),
     ("gait_group", I8, lambda N, n: (N,)),
     # leg-collision candidates (blocks.leg_collision.collision_geometry): N neighbouring pairs x 9 + N feet
@@ -118,7 +119,7 @@ def make_params(ctl) -> Params:
     configuration, gait, references' start, stance, layout and torque bounds."""
     c, g, N = ctl.cfg, ctl.gait, ctl.N
     mode = c.relative_pitch_mode
-    leg_j = np.array(ctl.leg_j, dtype=np.int64).reshape(N, 4)
+    leg_j = np.array(ctl.leg_j, dtype=np.int64).reshape(N, ctl.rm.k)
     geo = collision_geometry(ctl.rm)
     if geo["lc_pairs"].shape[0] != 10 * N:       # the workspace's size: a ring of N neighbouring pairs (N >= 3)
         raise ValueError(f"leg-collision candidates: {geo['lc_pairs'].shape[0]} for {N} legs, the workspace "
@@ -155,7 +156,7 @@ def make_params(ctl) -> Params:
                                                                "kd_swing")},
         lam_diag_f=np.asarray(ctl._lam_diag, dtype=float), tmin_f=np.asarray(ctl._tmin, dtype=float),
         tmax_f=np.asarray(ctl._tmax, dtype=float), tau_tol_f=np.asarray(ctl._tau_tol, dtype=float), leg_j=leg_j,
-        leg_v=leg_j + 6, stance_p=np.array([p for p, _ in ctl.stance], dtype=float),
+        leg_v=leg_j + 6, leg_no_pitch=np.asarray(~ctl.rm.leg_has_pitch, dtype=np.int64), stance_p=np.array([p for p, _ in ctl.stance], dtype=float),
         theta_nom=np.asarray(ctl.theta_nominal, dtype=float), gait_offset=np.asarray(g.offset, dtype=float),
         gait_group=np.asarray(g.group, dtype=np.int64))
 
@@ -163,14 +164,14 @@ def make_params(ctl) -> Params:
 # ---------------------------------------------------------------------------- the workspace
 @functools.lru_cache(maxsize=None)
 def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0, n_lc: int = 0) -> np.dtype:
-    """The fast controller cycle's workspace for N legs of 4 joints, n joints, ns slacks, n_jl
+    """The fast controller cycle's workspace for N legs of k = n / N joints (3 or 4), n joints, ns slacks, n_jl
     joint-limit rows (0 or n), n_lc leg-collision rows (0 or k): model,
     cycle quantities, swing plan and references' start, leg kinematics, the least-distance QP
     (:func:`.ldp.ldp_direct`), results, and the settings (:class:`Params`' fields).
 
     One dtype object per size (cached): numba's dispatch recognizes a structured array's type
     quickly only by the dtype object it compiled for (an equal but other object costs ~6 us a call)."""
-    nv = n + 6
+    nv, k = n + 6, n // N
     nz, m_a = 3 * N + nv + ns, 6 + 4 * N + n + N + n_jl + n_lc
     f, i = F8, I8
     arrays = [
@@ -188,15 +189,15 @@ def workspace_dtype(N: int, n: int, ns: int, n_jl: int = 0, n_lc: int = 0) -> np
         ("cmd_on", np.uint8, (1,)),               # this cycle runs under a velocity command (cmd_ref)
         ("cmd_ref", f, (CMD_SIZE,)),              # the command reference (blocks.command.CMD_FIELDS)
         ("c", f, (nz,)), ("A", f, (m_a, nz)), ("bu", f, (3 * N + m_a,)), ("bl", f, (3 * N + m_a,)),
-        ("dinv", f, (nz,)), ("Rinv", f, (N, 4, 4)),                                     # least-distance QP
+        ("dinv", f, (nz,)), ("Rinv", f, (N, k, k)),                                     # least-distance QP
         ("tau_wbc", f, (n,)), ("tau", f, (n,)),                                          # results
         ("slack_on", np.uint8, (1,)),         # the CBF rows have their slacks in this cycle's solve
         ("qj", f, (n,)), ("dqj", f, (n,)),    # the cycle's joint positions and velocities (joint-limit rows)
         # leg kinematics (legged_wbc.kinematics.LegBatch and the chain kernel's inputs and scratch)
-        ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, 4)),
-        ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, 4)), ("leg_dJ_p", f, (N, 3)),
+        ("leg_p", f, (N, 3)), ("leg_a", f, (N, 3)), ("leg_acc", f, (N, 6)), ("leg_J", f, (N, 4, k)),
+        ("leg_theta", f, (N,)), ("leg_theta_dot", f, (N,)), ("leg_J_w", f, (N, 3, k)), ("leg_dJ_p", f, (N, 3)),
         ("leg_dJ_theta", f, (N,)), ("leg_v_p", f, (N, 3)), ("leg_work", f, (LEG_CHAIN_WORK,)),
-        ("chain_axes", f, (N, 4, 3)), ("chain_R_joint", f, (N, 4, 3, 3)), ("chain_p_joint", f, (N, 4, 3)),
+        ("chain_axes", f, (N, k, 3)), ("chain_R_joint", f, (N, k, 3, 3)), ("chain_p_joint", f, (N, k, 3)),
         ("chain_R_foot", f, (N, 3, 3)), ("chain_p_foot", f, (N, 3)),
         # leg-collision rows and their work arrays (blocks.leg_collision.leg_collision_stage)
         ("lc_O", f, (N, 4, 3)), ("lc_Z", f, (N, 4, 3)), ("lc_P", f, (N, 3)), ("lc_fO", f, (N, 4, 3)),
@@ -269,7 +270,7 @@ def cycle_targets(t, q, v, support, tau_ext, compensate, w):
     else:
         start_swings(w.phases, w.cycles, legs, w.R, w.ref_v, w, plan)
     swing_torques(support, w.phases, w.progress, plan, legs, w.M, w, w.b, w.tau_sw, w.swing_work)
-    barrier_legs(support, w.phases, plan.planned, w.late_descent, w.cbf_leg)
+    barrier_legs(support, w.phases, plan.planned, w.late_descent, w.leg_no_pitch, w.cbf_leg)
     tau_comp, tau_sw_total = w.tau_comp, w.tau_sw_total
     if w.margin_tau_ext:
         disturbance_shift(support, legs.J, w.M, w.leg_v, w.leg_j, tau_ext, w, w.cbf_shift, w.nvec_work)

@@ -65,7 +65,7 @@ def _ldp_row_nu(Ay, a, M, row, nf, leg_v, dinv, Rinv):
     for c in range(6):
         Ay[a, nf + c] = M[row, c] * dinv[nf + c]
     for i in range(leg_v.shape[0]):
-        for r in range(4):
+        for r in range(leg_v.shape[1]):
             s = 0.0
             for k in range(r + 1):
                 s += M[row, leg_v[i, k]] * Rinv[i, k, r]
@@ -81,7 +81,7 @@ def ldp_direct(support, legs, w):
     starts at zero) with their bounds ``w.bl[3N:]``, ``w.bu[3N:]`` (unscaled), the simple bounds
     of the forces ``w.bl[:3N]``, ``w.bu[:3N]`` (in ``y``), and the factors :func:`qp_from_ldp` maps
     ``y`` back with: ``w.dinv`` (the ``1/sqrt(H_jj)`` of the diagonal variables, by ``y`` index)
-    and ``w.Rinv`` (N, 4, 4; the inverse upper Cholesky factor of each leg block). Every joint
+    and ``w.Rinv`` (N, k, k; the inverse upper Cholesky factor of each leg block). Every joint
     belongs to a leg (``w.leg_j`` covers 0..n-1).
 
     Returns False (nothing usable filled) if a pivot of the factorization is <= ``LDP_ZERO_TOL``
@@ -108,7 +108,7 @@ def _ldp_diagonal(J, w):
     nf = 3 * N
     dmax = w_body
     for i in range(N):
-        for r in range(4):
+        for r in range(J.shape[2]):
             dmax = max(dmax, _leg_cost(J, W, i, r, r))
     for k in range(lam_diag.shape[0]):
         dmax = max(dmax, lam_diag[k])
@@ -142,13 +142,13 @@ def _ldp_leg_factors(J, reg, tol, w):
     """Leg blocks ``J^T W J + reg I``: upper Cholesky factor ``R`` (in ``w.Rinv[i]``), inverted in
     place, and ``c = R^-T g`` on the block (``g = -J^T W b``). False if a pivot is <= ``tol``."""
     W, b, Rinv, c, leg_v = w.W, w.b, w.Rinv, w.c, w.leg_v
-    N = J.shape[0]
+    N, K = J.shape[0], J.shape[2]          # K joints per leg; J has the 4 task rows [p; theta]
     nf = 3 * N
     for i in range(N):
-        for r in range(4):
-            for k in range(4):
+        for r in range(K):
+            for k in range(K):
                 Rinv[i, r, k] = 0.0
-        for r in range(4):
+        for r in range(K):
             s = _leg_cost(J, W, i, r, r) + reg
             for k in range(r):
                 s -= Rinv[i, k, r] * Rinv[i, k, r]
@@ -156,19 +156,19 @@ def _ldp_leg_factors(J, reg, tol, w):
                 return False
             d = math.sqrt(s)
             Rinv[i, r, r] = d
-            for k in range(r + 1, 4):
+            for k in range(r + 1, K):
                 s = _leg_cost(J, W, i, r, k)
                 for m in range(r):
                     s -= Rinv[i, m, r] * Rinv[i, m, k]
                 Rinv[i, r, k] = s / d
-        for k in range(3, -1, -1):
+        for k in range(K - 1, -1, -1):
             Rinv[i, k, k] = 1.0 / Rinv[i, k, k]
             for r in range(k - 1, -1, -1):
                 s = 0.0
                 for m in range(r + 1, k + 1):
                     s += Rinv[i, r, m] * Rinv[i, m, k]
                 Rinv[i, r, k] = -s / Rinv[i, r, r]
-        for r in range(4):
+        for r in range(K):
             s = 0.0
             for k in range(r + 1):
                 gk = 0.0
@@ -242,8 +242,9 @@ def _ldp_torque_and_cbf_rows(legs, w):
     ms = nf = 3 * N
     row_cbf = 6 + 4 * N
     row_tau = row_cbf + N
+    K = leg_j.shape[1]
     for i in range(N):
-        for r in range(4):
+        for r in range(K):
             j = leg_j[i, r]
             a = row_tau + j
             _ldp_row_nu(Ay, a, M, 6 + j, nf, leg_v, dinv, Rinv)
@@ -253,7 +254,7 @@ def _ldp_torque_and_cbf_rows(legs, w):
             ubu[ms + a] = tmax[j] - h[6 + j] - tau_sw_total[j]
     for i in range(N):
         a = row_cbf + i
-        for r in range(4):
+        for r in range(K):
             s = 0.0
             for k in range(r + 1):
                 s += J[i, 3, k] * Rinv[i, k, r]
@@ -277,11 +278,12 @@ def _ldp_joint_limit_rows(w):
     n = nv - 6
     ms = nf = 3 * N
     row_jl = 6 + 4 * N + N + n
+    K = leg_j.shape[1]
     for i in range(N):
-        for r in range(4):
+        for r in range(K):
             j = leg_j[i, r]
             a = row_jl + j
-            for c in range(r, 4):
+            for c in range(r, K):
                 Ay[a, nf + leg_v[i, c]] = Rinv[i, r, c]
             ubl[ms + a], ubu[ms + a] = joint_limit_bounds(w, j, w.qj[j], w.dqj[j])
 
@@ -304,7 +306,7 @@ def _ldp_collision_rows(w):
             i = w.lc_leg[r, side]
             if i < 0:
                 continue
-            for c in range(4):
+            for c in range(leg_v.shape[1]):
                 s = 0.0
                 for k in range(c + 1):
                     s += w.lc_coef[r, 4 * side + k] * Rinv[i, k, c]
@@ -343,10 +345,11 @@ def qp_from_ldp(y, leg_v, dinv, Rinv, n_slack, x):
         x[lam0 + 4 * i + 3] = 0.0
     for r in range(6):
         x[r] = y[nf + r] * dinv[nf + r]
+    K = leg_v.shape[1]
     for i in range(N):
-        for r in range(4):
+        for r in range(K):
             s = 0.0
-            for k in range(r, 4):
+            for k in range(r, K):
                 s += Rinv[i, r, k] * y[nf + leg_v[i, k]]
             x[leg_v[i, r]] = s
     for i in range(n_slack):
@@ -468,7 +471,7 @@ def _collision_violation(x, viol, w):
         for side in range(2):
             i = w.lc_leg[r, side]
             if i >= 0:
-                for m in range(4):
+                for m in range(w.leg_v.shape[1]):
                     s += w.lc_coef[r, 4 * side + m] * x[w.leg_v[i, m]]
         viol = max(viol, (lo - s) / max(1.0, abs(lo)))
         ok = ok and lo <= s
@@ -484,7 +487,7 @@ def _cbf_violation(x, viol, J, w, cbf_act):
     row_cbf = 3 * N + 6 + 4 * N
     for i in range(N):
         s = 0.0
-        for r in range(4):
+        for r in range(leg_v.shape[1]):
             s += J[i, 3, r] * x[leg_v[i, r]]
         if n_slack > 0:
             s += x[lam0 + 4 * N + i]

@@ -47,7 +47,8 @@ class ReferenceController(ControllerCore):
         self._cbf_index = cbf_index(legv, self.row_cbf)
         self._fb_index = floating_base_index(N, self.lam0)
         self._fz_rows = self.row_fric + 5 * np.arange(N) + 4
-        self._Mll_index = (legv[:, :, None].repeat(4, axis=2), legv[:, None, :].repeat(4, axis=1))  # leg blocks of M
+        k = legv.shape[1]
+        self._Mll_index = (legv[:, :, None].repeat(k, axis=2), legv[:, None, :].repeat(k, axis=1))  # leg blocks of M
         self._stance_p = np.array([p for p, _ in self.stance])
         self._lc_ref = LegCollisionReference(self.rm, self.cfg) if self.n_lc else None
         self._fill_constant_rows()
@@ -156,7 +157,8 @@ class ReferenceController(ControllerCore):
                                None if cmd is None else (cmd[CMD_WZ], v[:3]))
         tau_sw = swing_torques_reference(lb, M, support, phases, progress, b, cfg, self.swing, self.leg_j,
                                          self._Mll_index)
-        self._barrier = barrier_legs_reference(support, phases, self.swing.planned, cfg.late_descent_velocity)
+        self._barrier = barrier_legs_reference(support, phases, self.swing.planned, cfg.late_descent_velocity,
+                                               self.rm.leg_has_pitch)
         tau_comp = np.zeros(self.n)
         if cfg.null_space_compensation and inp.tau_ext is not None:
             tau_comp = null_space_compensation_reference(support, lb.J, self.leg_j, inp.tau_ext, cfg.compensation_limit)

@@ -26,7 +26,7 @@ no row: they do not land, and their pitch task re-centres them before the swing-
 
 ``par`` fields: ``cbf_on``, ``kp_b``, ``kd_b``, ``th_lo``, ``th_hi`` (the bounds with the margin),
 ``cbf_shift`` (N, 2): per leg, how far the lower / upper bound moves inwards this cycle
-(``cbf_margin_mode: tau_ext``, :func:`disturbance_shift`; else 0), ``leg_v`` (N, 4) columns of each
+(``cbf_margin_mode: tau_ext``, :func:`disturbance_shift`; else 0), ``leg_v`` (N, k) columns of each
 leg in ``nu_dot``, ``row_cbf`` (first CBF row).
 
 ``cbf_margin_mode: tau_ext`` (a torque-aware barrier boundary): against an external null-space
@@ -54,20 +54,22 @@ announce_compiles(__name__)          # one line on stderr if this process has to
 
 
 @njit(cache=True)
-def barrier_legs(support, phases, planned, late_descent, out):
-    """``out[i]`` (N; 1 / 0): leg ``i`` carries a CBF row this cycle: it is in the support set, or, after
-    a planned swing start, it is landing: in its nominal ``SWING_DOWN``, or late (its nominal phase
-    back at ``SUPPORT`` and ``late_descent`` > 0: the swing kernel's late branch,
+def barrier_legs(support, phases, planned, late_descent, no_pitch, out):
+    """``out[i]`` (N; 1 / 0): leg ``i`` carries a CBF row this cycle: it has the foot pitch joint
+    (``no_pitch[i]`` 0; a point-foot leg has no relative pitch to bound) and it is in the support set,
+    or, after a planned swing start, it is landing: in its nominal ``SWING_DOWN``, or late (its
+    nominal phase back at ``SUPPORT`` and ``late_descent`` > 0: the swing kernel's late branch,
     :func:`.swing.swing_torques`)."""
     for i in range(support.shape[0]):
         landing = (planned[i] != 0 and phases[i] == SWING_DOWN) or is_late(planned[i], phases[i], late_descent)
-        out[i] = 1 if support[i] or landing else 0
+        out[i] = 1 if (support[i] or landing) and no_pitch[i] == 0 else 0
 
 
-def barrier_legs_reference(support, phases, planned, late_descent) -> np.ndarray:
-    """:func:`barrier_legs` in numpy (bool, N)."""
+def barrier_legs_reference(support, phases, planned, late_descent, pitch=None) -> np.ndarray:
+    """:func:`barrier_legs` in numpy (bool, N); ``pitch`` None: every leg has the foot pitch joint."""
     late = (phases == SUPPORT) & (late_descent > 0.0)
-    return support | (np.asarray(planned, bool) & ((phases == SWING_DOWN) | late))
+    out = support | (np.asarray(planned, bool) & ((phases == SWING_DOWN) | late))
+    return out if pitch is None else out & np.asarray(pitch, bool)
 
 
 @njit(cache=True)
@@ -88,7 +90,7 @@ def disturbance_shift(support, J, M, leg_v, leg_j, tau_ext, par, shift, nvec):
     for i in range(N):
         shift[i, 0] = 0.0
         shift[i, 1] = 0.0
-        if not support[i] or not par.kp_b > 0.0:
+        if not support[i] or not par.kp_b > 0.0 or J.shape[2] != 4:    # a null space on 4-joint legs only
             continue
         leg_null_vector(J, i, nvec)
         jn, nt, mn = 0.0, 0.0, 0.0
@@ -112,7 +114,7 @@ def disturbance_shift_reference(support, J, M, leg_v, leg_j, tau_ext, kp_b, marg
     N = J.shape[0]
     shift = np.zeros((N, 2))
     sup = np.flatnonzero(support)
-    if not sup.size or not kp_b > 0.0:
+    if not sup.size or not kp_b > 0.0 or J.shape[2] != 4:
         return shift
     n_vec = null_vectors(J[sup, :3], J[sup, 3])
     for m, i in enumerate(sup):
@@ -134,7 +136,7 @@ def cbf_rows(barrier, legs, par, C, l, u):
     J, leg_v, row_cbf, on = legs.J, par.leg_v, par.row_cbf, par.cbf_on
     for i in range(J.shape[0]):
         row = row_cbf + i
-        for k in range(4):
+        for k in range(leg_v.shape[1]):
             C[row, leg_v[i, k]] = J[i, 3, k]
         if on and barrier[i] != 0:
             l[row], u[row] = cbf_bounds(par, i, legs.theta[i], legs.theta_dot[i], legs.dJ_theta_dq[i])
@@ -160,7 +162,7 @@ def cbf_active(barrier, C, l, u, x, row_cbf, active):
 def cbf_index(leg_v, row_cbf):
     """``(rows, cols)`` of the ``J_theta`` entries of the CBF rows (for :func:`cbf_rows_reference`)."""
     leg_v = np.asarray(leg_v)
-    return np.repeat(row_cbf + np.arange(leg_v.shape[0]), 4), leg_v.reshape(-1)
+    return np.repeat(row_cbf + np.arange(leg_v.shape[0]), leg_v.shape[1]), leg_v.reshape(-1)
 
 
 def cbf_rows_reference(barrier, legs, cfg, index, row_cbf, C, l, u, shift=None) -> None:

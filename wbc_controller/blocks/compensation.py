@@ -49,7 +49,7 @@ def null_space_compensation(support, J, leg_j, tau_ext, limit, tau_comp, nvec):
     for k in range(tau_comp.shape[0]):
         tau_comp[k] = 0.0
     for i in range(N):
-        if not support[i]:
+        if not support[i] or J.shape[2] != 4:     # a null space of J_p on 4-joint legs only
             continue
         leg_null_vector(J, i, nvec)
         d = 0.0
@@ -63,7 +63,7 @@ def null_space_compensation(support, J, leg_j, tau_ext, limit, tau_comp, nvec):
 def null_space_compensation_reference(support, J, leg_j, tau_ext, limit) -> np.ndarray:
     """:func:`null_space_compensation` in numpy: returns ``tau_comp`` (n)."""
     tau_comp = np.zeros(tau_ext.shape[0])
-    sup = np.flatnonzero(support)
+    sup = np.flatnonzero(support) if J.shape[2] == 4 else np.zeros(0, dtype=int)
     if sup.size:
         n_vec = null_vectors(J[sup, :3], J[sup, 3])
         jidx = np.asarray(leg_j)[sup]

@@ -68,10 +68,11 @@ SEG_JOINTS = (2, 3, 4, 4)   # joints (from the hip yaw) that move segment 0 femu
 # ---------------------------------------------------------------------------- geometry (once)
 def collision_geometry(rm) -> dict:
     """``lc_pairs`` (10N, 4), ``lc_radius`` (4,), ``lc_body_half`` (3,) of a robot model
-    (:class:`legged_wbc.model.RobotModel`), as the module docstring defines them."""
+    (:class:`legged_wbc.model.RobotModel`), as the module docstring defines them. The capsules'
+    radii are a generated robot's leg type's (the barrier's links); a URDF robot has none (0: the
+    barrier is refused for it, :class:`wbc_controller.controller.WholeBodyController`)."""
     cfg = rm.cfg
-    lt = cfg.leg_type
-    mounts = [leg.mount_xyz[:2] for leg in cfg.legs]
+    mounts = [leg.hip_xyz[:2] for leg in cfg.leg_specs]
     rows = []
     for a, b in neighbour_pairs(mounts):
         for sa in range(3):
@@ -80,7 +81,9 @@ def collision_geometry(rm) -> dict:
     for i in range(rm.n_legs):
         rows.append((i, 3, -1, 0))
     pairs = np.array(rows, dtype=np.int64).reshape(-1, 4)
-    radius = np.array([lt.link_radius, lt.link_radius, lt.foot_radius, lt.foot_radius], dtype=float)
+    lt = getattr(cfg, "leg_type", None)
+    radius = (np.array([lt.link_radius, lt.link_radius, lt.foot_radius, lt.foot_radius], dtype=float)
+              if lt is not None else np.zeros(4))
     return {"lc_pairs": pairs, "lc_radius": radius, "lc_body_half": 0.5 * np.asarray(cfg.base_size, dtype=float)}
 
 

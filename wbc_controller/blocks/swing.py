@@ -316,10 +316,10 @@ def hold_reference(i, p, Pr, Vr, Ar):
 @njit(cache=True, inline="always")
 def swing_pd_torque(i, p, v_p, J, Pr, Vr, kp, kd, f, t_sw):
     """Leg ``i``'s swing PD (feet at ``p`` moving at ``v_p``, leg Jacobians ``J``): the foot force
-    ``f = K_p (Pr - p) + K_d (Vr - v_p)`` (base frame) and its joint torques ``t_sw = J_p^T f`` (4)."""
+    ``f = K_p (Pr - p) + K_d (Vr - v_p)`` (base frame) and its joint torques ``t_sw = J_p^T f`` (k)."""
     for c in range(3):
         f[c] = kp[c] * (Pr[c] - p[i, c]) + kd[c] * (Vr[c] - v_p[i, c])
-    for k in range(4):
+    for k in range(J.shape[2]):
         t_sw[k] = J[i, 0, k] * f[0] + J[i, 1, k] * f[1] + J[i, 2, k] * f[2]
 
 
@@ -392,9 +392,9 @@ def swing_torques(support, phases, progress, plan, legs, M, par, b, tau_sw, work
         for c in range(3):
             b[i, c] += Ar[c]
         swing_pd_torque(i, p, v_p, J, Pr, Vr, kp, kd, f, t_sw)
-        if projection:
+        if projection and J.shape[2] == 4:      # legs with the foot pitch joint (a 3-joint leg has no pitch)
             pitch_projection(i, J, M, leg_v, t_sw, Jt, Minv_Jt, Mll, lu)
-        for k in range(4):
+        for k in range(J.shape[2]):
             tau_sw[leg_j[i, k]] = t_sw[k]
 
 
@@ -515,7 +515,7 @@ def start_swings_reference(phases, cycles, legs, R, ref_v, stance, z_touchdown, 
 
 def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner, leg_j, Mll_index) -> np.ndarray:
     """:func:`swing_torques` in numpy: returns ``tau_sw`` (n), adds the feed-forward to ``b``
-    (``Mll_index``: rows and columns of each leg's block of ``M``, (N, 4, 4) each)."""
+    (``Mll_index``: rows and columns of each leg's block of ``M``, (N, k, k) each)."""
     tau_sw = np.zeros(M.shape[0] - 6)
     sw = np.flatnonzero(~support)
     if not sw.size:
@@ -546,7 +546,7 @@ def swing_torques_reference(legs, M, support, phases, progress, b, cfg, planner,
     b[sw, :3] += a_ref
     f_sw = np.asarray(cfg.kp_swing) * (p_ref - legs.p[sw]) + np.asarray(cfg.kd_swing) * (v_ref - legs.v_p[sw])
     t_sw = np.einsum("kij,ki->kj", legs.J[sw, :3], f_sw)           # J_p^T F
-    if cfg.swing_pitch_projection:
+    if cfg.swing_pitch_projection and legs.J.shape[2] == 4:
         # remove the part of J_p^T F that would accelerate the relative pitch:
         # tau' = tau - J_th^T (J_th M^-1 tau) / (J_th M^-1 J_th^T)   (leg block of M)
         Jt = legs.J[sw, 3]

@@ -153,10 +153,10 @@ def task_cost(J, W, b, acc_body, par, H, g):
     for r in range(6):
         H[r, r] = w_body
         g[r] = -w_body * acc_body[r]
-    N = J.shape[0]
+    N, K = J.shape[0], J.shape[2]          # K joints per leg; k: the 4 task rows [p; theta]
     for i in range(N):
-        for r in range(4):
-            for c in range(4):
+        for r in range(K):
+            for c in range(K):
                 s = 0.0
                 for k in range(4):
                     s += J[i, k, r] * W[i, k] * J[i, k, c]
@@ -389,9 +389,10 @@ def task_targets_reference(support, legs, acc_body, w_b, theta_nominal, cfg):
 def cost_index(leg_v, lam0):
     """Index arrays of :func:`task_cost_reference`: ``(H_rows, H_cols, g_rows, lam)`` (the leg
     blocks' entries, row-major, the legs' columns, the force columns)."""
-    legv = np.asarray(leg_v)                                      # (N, 4) columns in nu_dot
+    legv = np.asarray(leg_v)                                      # (N, k) columns in nu_dot
     lam = lam0 + 4 * np.arange(legv.shape[0])[:, None] + np.arange(4)[None, :]
-    return (np.repeat(legv, 4, axis=1).reshape(-1), np.tile(legv, (1, 4)).reshape(-1), legv.reshape(-1),
+    k = legv.shape[1]
+    return (np.repeat(legv, k, axis=1).reshape(-1), np.tile(legv, (1, k)).reshape(-1), legv.reshape(-1),
             lam.reshape(-1))
 
 
@@ -402,7 +403,7 @@ def task_cost_reference(J, W, b, acc_body, cfg, lam_diag, ns, index, H, g) -> No
     g[:] = 0.0
     H[np.arange(6), np.arange(6)] = cfg.w_body
     g[:6] = -cfg.w_body * acc_body
-    JtW = J.transpose(0, 2, 1) * W[:, None, :]                    # (N, 4, 4)
+    JtW = J.transpose(0, 2, 1) * W[:, None, :]                    # (N, k, 4)
     H[H_rows, H_cols] = (JtW @ J).reshape(-1)
     g[g_rows] = -np.einsum("nij,nj->ni", JtW, b).reshape(-1)
     H[lam, lam] = lam_diag

@@ -51,9 +51,9 @@ def torque_rows(M, h, J, tau_sw_total, par, C, l, u):
         u[row_tau + j] = tmax[j] - h[6 + j] - tau_sw_total[j]
     N = J.shape[0]
     for i in range(N):
-        for r in range(4):
+        for r in range(leg_j.shape[1]):           # the leg's joints
             row = row_tau + leg_j[i, r]
-            for k in range(4):
+            for k in range(4):                    # lambda_i = [f_x, f_y, f_z, m_theta]
                 C[row, lam0 + 4 * i + k] = -J[i, k, r]
 
 
@@ -72,7 +72,7 @@ def command_torque(M, h, J, x, tau_sw_total, par, tau_wbc, tau):
     N = J.shape[0]
     for i in range(N):
         c = lam0 + 4 * i
-        for r in range(4):
+        for r in range(leg_j.shape[1]):
             tau_wbc[leg_j[i, r]] -= (J[i, 0, r] * x[c] + J[i, 1, r] * x[c + 1] + J[i, 2, r] * x[c + 2]
                                      + J[i, 3, r] * x[c + 3])
     ok = True
@@ -87,7 +87,7 @@ def torque_index(leg_j, lam0, row_tau):
     """``(rows, cols)`` of the ``-J_i^T`` entries of the torque rows (for :func:`torque_rows_reference`)."""
     leg_j = np.asarray(leg_j)
     lam = lam0 + 4 * np.arange(leg_j.shape[0])[:, None] + np.arange(4)[None, :]   # (N, 4)
-    return np.repeat(row_tau + leg_j, 4, axis=1).reshape(-1), np.tile(lam, (1, 4)).reshape(-1)
+    return np.repeat(row_tau + leg_j, 4, axis=1).reshape(-1), np.tile(lam, (1, leg_j.shape[1])).reshape(-1)
 
 
 def torque_rows_reference(M, h, J, tau_sw_total, index, row_tau, tmin, tmax, C, l, u) -> None:

@@ -109,7 +109,4 @@ class JointOrder:
 
 def joint_bounds(rm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(lower, upper, velocity_limit)`` of a ``RobotModel``'s joints in its joint order (URDF limits)."""
-    vel = np.zeros(rm.n)
-    for idx in rm.leg_joints:
-        vel[idx] = rm.cfg.leg_type.velocity
-    return rm.lower, rm.upper, vel
+    return rm.lower, rm.upper, rm.velocity_limit
