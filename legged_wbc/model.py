@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -88,7 +89,7 @@ class RobotModel:
     """Pinocchio model (free-flyer + fixed-base) of a robot config, with leg bookkeeping."""
 
     def __init__(self, cfg: RobotConfig | str | None = None):
-        if not isinstance(cfg, RobotConfig):
+        if cfg is None or isinstance(cfg, (str, Path)):      # else a robot description (RobotConfig or a URDF robot's)
             cfg = load_robot_config(cfg)
         self.cfg = cfg
         urdf = str(cfg.urdf_path())
