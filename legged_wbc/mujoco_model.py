@@ -90,7 +90,8 @@ def build_urdf_spec(cfg, timestep: float = TIMESTEP, terrain=None, actuators: st
     """The spec of a robot described by its own URDF (:class:`legged_wbc.urdf_robot.UrdfRobotConfig`):
     its prepared URDF (the file Pinocchio loads: same masses, no inertia from geoms), the scene, a
     torque motor per leg joint (canonical order), the foot spheres ``<foot_link>_sphere`` at the
-    found foot point, the base's collision geoms; every other geom does not collide. No leg-leg
+    found foot point, the collision geoms of the base and the links welded to it; every other geom
+    does not collide. No leg-leg
     contact pairs."""
     spec = mujoco.MjSpec.from_file(str(cfg.urdf_path()))
     spec.compiler.inertiafromgeom = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_FALSE
@@ -106,11 +107,12 @@ def build_urdf_spec(cfg, timestep: float = TIMESTEP, terrain=None, actuators: st
         j.limited = mujoco.mjtLimited.mjLIMITED_FALSE
         spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
                           ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
+    base = set(cfg.base_links)
     for g in spec.geoms:
         if is_terrain_geom(g.name):
             continue
-        if g.parent.name == cfg.base_link:
-            g.contype, g.conaffinity = 1, 1
+        if g.parent.name in base:   # the body's shell meets the ground and the feet, not itself (2 & 1 = 0)
+            g.contype, g.conaffinity = 2, 1
             g.rgba = [0.3, 0.45, 0.7, 1]
         else:
             g.contype, g.conaffinity = 0, 0

@@ -229,6 +229,15 @@ class UrdfTree:
                 T[:3, 3] += T[:3, :3] @ (j.axis / np.linalg.norm(j.axis) * a)
         return T
 
+    def welded(self, link: str) -> list[str]:
+        """``link`` and every link attached to it through fixed joints only (one rigid body)."""
+        out, todo = [], [link]
+        while todo:
+            cur = todo.pop()
+            out.append(cur)
+            todo += [j.child for j in self.children.get(cur, []) if j.type == "fixed"]
+        return out
+
     def leaves(self) -> list[str]:
         return [n for n in self.links if not self.children.get(n)]
 
@@ -485,7 +494,8 @@ class UrdfRobotConfig:
     imu_link: str | None
     imu_xyz: tuple[float, float, float]
     imu_rotation: tuple                     # 3x3 nested tuples: the IMU link's axes in the base frame
-    base_size: tuple[float, float, float]   # [m] the base collision's bounding box
+    base_links: tuple[str, ...]             # the base link and the links welded to it (fixed joints)
+    base_size: tuple[float, float, float]   # [m] the bounding box of their collision geometry
     base_bottom: float                      # [m] how far the base collision reaches below its origin
     robot_mass: float                       # [kg] every link's mass
     leg_length: float                       # [m] hip to foot point, standing (mean over legs)
@@ -708,10 +718,17 @@ def build_config(d: dict, here: Path, source: str) -> UrdfRobotConfig:
         raise ConfigError(f"robot.imu_link: {imu_link!r} is not a link of {urdf_file}")
     Timu = tree.transform(base, imu_link, {}) if imu_link else np.eye(4)
 
-    # base collision box
-    base_pts = [_world_points(s) if "points" in s else
-                s["T"][:3, 3] + s["radius"] * np.vstack([np.eye(3), -np.eye(3)])
-                for s in collision_shapes(tree.links[base], urdf_file.parent) if s["kind"] != "unreadable"]
+    # the base's collision (every link welded to the base): its bounding box in the base frame
+    base_links = tree.welded(base)
+    base_pts = []
+    for lk in base_links:
+        T = tree.transform(base, lk, {})
+        for sh in collision_shapes(tree.links[lk], urdf_file.parent):
+            if sh["kind"] == "unreadable":
+                continue
+            P = (_world_points(sh) if "points" in sh else
+                 sh["T"][:3, 3] + sh["radius"] * np.vstack([np.eye(3), -np.eye(3)]))
+            base_pts.append(P @ T[:3, :3].T + T[:3, 3])
     if base_pts:
         P = np.vstack(base_pts)
         base_size = tuple(float(x) for x in np.ptp(P, axis=0))
@@ -737,7 +754,7 @@ def build_config(d: dict, here: Path, source: str) -> UrdfRobotConfig:
         standing_pose=pose, stance_height=stance_height, foot_heights=tuple(heights), friction=friction,
         gait=default_gait(leg_specs, leg_len, d.get("gait")), imu_link=imu_link,
         imu_xyz=tuple(float(x) for x in Timu[:3, 3]), imu_rotation=tuple(tuple(float(x) for x in r) for r in Timu[:3, :3]),
-        base_size=base_size, base_bottom=base_bottom, robot_mass=mass, leg_length=leg_len,
+        base_links=tuple(base_links), base_size=base_size, base_bottom=base_bottom, robot_mass=mass, leg_length=leg_len,
         placeholders=placeholders, repairs=repairs, standing_source=how_pose, source=source)
 
 
