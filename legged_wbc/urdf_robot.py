@@ -448,6 +448,8 @@ def check_inertia(m: float, I: np.ndarray) -> str | None:
     if not np.allclose(I, I.T):
         return "not symmetric"
     ev = np.linalg.eigvalsh(I)
+    if np.all(np.abs(ev) <= 1e-15):
+        return "zero (a point mass)"
     if ev[0] <= 0:
         return ("rank-1" if np.sum(ev > 1e-12) <= 1 else "not positive definite") + f" (principal {_g(ev)})"
     if ev[0] + ev[1] < ev[2] * (1 - 1e-9):
@@ -592,17 +594,7 @@ def build_config(d: dict, here: Path, source: str) -> UrdfRobotConfig:
     unknown = sorted(set(d) - URDF_KEYS)
     if unknown:
         raise ConfigError(f"robot: unknown keys {unknown} for kind: urdf (known: {sorted(URDF_KEYS)})")
-    if "urdf" not in d:
-        raise ConfigError("robot.urdf: missing (the robot's URDF file)")
-    urdf_file = resolve_uri(str(d["urdf"]), here)
-    if not urdf_file.is_file():
-        raise ConfigError(f"robot.urdf: {urdf_file} not found")
-    root = _read(urdf_file, "URDF")
-    tree = UrdfTree(root, str(urdf_file))
-    srdf_file = resolve_uri(str(d["srdf"]), here) if d.get("srdf") else None
-    groups, ees, states, vbase = ({}, [], {}, None)
-    if srdf_file is not None:
-        groups, ees, states, vbase = parse_srdf(srdf_file, tree)
+    urdf_file, root, tree, srdf_file, (groups, ees, states, vbase) = _read_files(d, here)
     base = str(d.get("base_link") or vbase or tree.root)
     if base not in tree.links:
         raise ConfigError(f"base link {base!r} not in {urdf_file}")
@@ -611,37 +603,93 @@ def build_config(d: dict, here: Path, source: str) -> UrdfRobotConfig:
         raise ConfigError(f"no legs found in {srdf_file or urdf_file}")
     names = [j for _, js, _ in legs for j in js]
     repairs: list[str] = []
-    placeholders: list[str] = []
+    pose, how_pose = _standing_pose(d, states, names, srdf_file or urdf_file, repairs)
+    tab = _joint_values(d, tree, names)
+    mass = sum(float(lk.find("inertial/mass").get("value")) for lk in tree.links.values()
+               if lk.find("inertial/mass") is not None)
+    feet, hips, heights, leg_len = _legs_standing(tree, base, legs, pose, urdf_file.parent)
+    placeholders = _replace_placeholders(tab, names, pose, mass, leg_len, repairs)
+    text, prep_repairs = prepare_urdf(root, tree, urdf_file, names, tab)
+    repairs = prep_repairs + repairs
+    name = str(d.get("name") or root.get("name") or urdf_file.stem)
+    cached = write_cached(text, "".join(c if c.isalnum() or c in "-_" else "_" for c in name))
+    foot = _one_foot(feet, repairs)
+    imu_link = d.get("imu_link") or next((n for n in ("imu", "imu_link") if n in tree.links), None)
+    if imu_link is not None and imu_link not in tree.links:
+        raise ConfigError(f"robot.imu_link: {imu_link!r} is not a link of {urdf_file}")
+    Timu = tree.transform(base, imu_link, {}) if imu_link else np.eye(4)
+    base_links, base_size, base_bottom = _base_box(tree, base, urdf_file.parent, repairs)
+    leg_specs = tuple(LegSpec(name=ln, joints=tuple(js), foot_link=ft, hip_xyz=tuple(float(x) for x in h),
+                              has_pitch=False) for (ln, js, ft), h in zip(legs, hips))
+    arr = lambda k: np.array([tab[k][n] for n in names], dtype=float)  # noqa: E731
+    table = JointTable(names=tuple(names), lower=arr("lower"), upper=arr("upper"), effort=arr("effort"),
+                       velocity=arr("velocity"), armature=arr("armature"), stall_torque=arr("effort"),
+                       no_load_speed=arr("velocity"), coulomb_friction=arr("coulomb_friction"),
+                       viscous_friction=arr("viscous_friction"))
+    friction = float((d.get("contact") or {}).get("friction", 0.8))
+    if not 0 < friction <= 10:
+        raise ConfigError(f"robot.contact.friction: must be in (0, 10], got {friction}")
+    return UrdfRobotConfig(
+        name=name, urdf=str(cached), source_urdf=str(urdf_file), srdf=str(srdf_file) if srdf_file else None,
+        base_link=base, leg_specs=leg_specs, table=table, foot=foot, feet=tuple(feet),
+        standing_pose=pose, standing_source=how_pose, stance_height=-float(np.mean(heights)),
+        foot_heights=tuple(heights), friction=friction, gait=default_gait(leg_specs, leg_len, d.get("gait")),
+        imu_link=imu_link, imu_xyz=tuple(float(x) for x in Timu[:3, 3]),
+        imu_rotation=tuple(tuple(float(x) for x in r) for r in Timu[:3, :3]), base_links=tuple(base_links),
+        base_size=base_size, base_bottom=base_bottom, robot_mass=mass, leg_length=leg_len,
+        placeholders=placeholders, repairs=repairs, source=source)
 
-    # standing pose
+
+def _read_files(d: dict, here: Path):
+    """``(urdf file, its root element, its tree, srdf file or None, parse_srdf's 4-tuple)``."""
+    if "urdf" not in d:
+        raise ConfigError("robot.urdf: missing (the robot's URDF file)")
+    urdf_file = resolve_uri(str(d["urdf"]), here)
+    if not urdf_file.is_file():
+        raise ConfigError(f"robot.urdf: {urdf_file} not found")
+    root = _read(urdf_file, "URDF")
+    tree = UrdfTree(root, str(urdf_file))
+    srdf_file = resolve_uri(str(d["srdf"]), here) if d.get("srdf") else None
+    if srdf_file is not None and not srdf_file.is_file():
+        raise ConfigError(f"robot.srdf: {srdf_file} not found")
+    return urdf_file, root, tree, srdf_file, (parse_srdf(srdf_file, tree) if srdf_file else ({}, [], {}, None))
+
+
+def _standing_pose(d: dict, states: dict, names: list[str], where, repairs: list) -> tuple[dict, str]:
+    """The standing pose (joint -> value, every leg joint) and where it came from."""
     stance = d.get("stance", {}) or {}
-    pose_spec = stance.get("pose", "standing") if isinstance(stance, dict) else stance
-    if isinstance(pose_spec, dict):
-        pose = {str(k): float(v) for k, v in pose_spec.items()}
-        how_pose = "the robot file"
-    elif pose_spec in states:
-        pose = dict(states[pose_spec])
-        how_pose = f"SRDF group_state {pose_spec!r}"
+    spec = stance.get("pose", "standing") if isinstance(stance, dict) else stance
+    if isinstance(spec, dict):
+        try:
+            pose, how = {str(k): float(v) for k, v in spec.items()}, "the robot file"
+        except (TypeError, ValueError):
+            raise ConfigError(f"robot.stance.pose: joint values must be numbers, got {spec!r}") from None
+    elif spec in states:
+        pose, how = dict(states[spec]), f"SRDF group_state {spec!r}"
     else:
-        pose = {}
-        how_pose = "none found (all joints 0)"
-        repairs.append(f"standing pose {pose_spec!r} not in {srdf_file or 'the files'}: all leg joints at 0")
-    pose = {n: float(pose.get(n, 0.0)) for n in names}
+        pose, how = {}, "none found: all joints at 0"
+        repairs.append(f"standing pose {spec!r} not in {where}: all leg joints at 0")
+    return {n: float(pose.get(n, 0.0)) for n in names}, how
 
-    # joint limits and drives
+
+def _joint_values(d: dict, tree: UrdfTree, names: list[str]) -> dict:
+    """Per joint limits, drive and friction values: the URDF's ``<limit>`` / ``<dynamics>``, then the
+    file's ``overrides`` and ``armature``; ``{what: {joint: value}}``."""
     tab = {k: {} for k in OVERRIDE_KEYS}
     for n in names:
         j = tree.joints[n]
-        lim = j.el.find("limit")
-        dyn = j.el.find("dynamics")
-        g = (lambda e, k, dflt: float(e.get(k, dflt)) if e is not None else dflt)  # noqa: E731
-        lo, hi = g(lim, "lower", 0.0), g(lim, "upper", 0.0)
+        lim, dyn = j.el.find("limit"), j.el.find("dynamics")
+        g = (lambda e, k: float(e.get(k, 0.0)) if e is not None else 0.0)  # noqa: E731
+        lo, hi = g(lim, "lower"), g(lim, "upper")
         if j.type == "continuous" or lo >= hi:
             lo, hi = -math.inf, math.inf
         tab["lower"][n], tab["upper"][n] = lo, hi
-        tab["effort"][n], tab["velocity"][n] = g(lim, "effort", 0.0), g(lim, "velocity", 0.0)
-        tab["coulomb_friction"][n], tab["viscous_friction"][n] = g(dyn, "friction", 0.0), g(dyn, "damping", 0.0)
-    for what, od in (d.get("overrides") or {}).items():
+        tab["effort"][n], tab["velocity"][n] = g(lim, "effort"), g(lim, "velocity")
+        tab["coulomb_friction"][n], tab["viscous_friction"][n] = g(dyn, "friction"), g(dyn, "damping")
+    overrides = d.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"robot.overrides: expected a mapping, got {overrides!r}")
+    for what, od in overrides.items():
         if what not in OVERRIDE_KEYS:
             raise ConfigError(f"robot.overrides.{what}: unknown (known: {list(OVERRIDE_KEYS)})")
         _override(tab, od, what, names, "robot.overrides")
@@ -649,30 +697,29 @@ def build_config(d: dict, here: Path, source: str) -> UrdfRobotConfig:
     tab["armature"] = {n: 0.0 if isinstance(a, dict) else float(a) for n in names}
     if isinstance(a, dict):
         _override(tab, a, "armature", names, "robot")
+    return tab
 
-    # masses (from the file as it is: repairs do not change masses)
-    mass = 0.0
-    for lname, lk in tree.links.items():
-        ine = lk.find("inertial")
-        if ine is not None and ine.find("mass") is not None:
-            mass += float(ine.find("mass").get("value"))
-    # legs' geometry in the standing pose
-    feet = []
-    hips, lengths, heights = [], [], []
-    for leg, js, foot in legs:
+
+def _legs_standing(tree: UrdfTree, base: str, legs: list, pose: dict, urdf_dir: Path):
+    """``(feet found, hips [base frame], feet's lowest points' heights [base frame], mean hip-to-foot length)``
+    in the standing pose."""
+    feet, hips, heights, lengths = [], [], [], []
+    for _, js, foot in legs:
         T = tree.transform(base, foot, pose)
-        up = T[:3, :3].T @ np.array([0.0, 0.0, 1.0])
-        ff = find_foot(foot, tree.links[foot], urdf_file.parent, up)
-        feet.append(ff)
+        ff = find_foot(foot, tree.links[foot], urdf_dir, T[:3, :3].T @ np.array([0.0, 0.0, 1.0]))
         hip = tree.transform(base, tree.joints[js[0]].child, pose)[:3, 3]
-        hips.append(hip)
         pf = T[:3, :3] @ np.array(ff.offset) + T[:3, 3]
+        feet.append(ff)
+        hips.append(hip)
         lengths.append(float(np.linalg.norm(pf - hip)))
         heights.append(float(pf[2] - ff.radius))
-    leg_len = float(np.mean(lengths))
-    stance_height = -float(np.mean(heights))
+    return feet, hips, heights, float(np.mean(lengths))
 
-    # placeholders -> defaults scaled from the robot
+
+def _replace_placeholders(tab: dict, names: list[str], pose: dict, mass: float, leg_len: float,
+                          repairs: list) -> list[str]:
+    """Flag and replace placeholder limits (see the module docstring); the lines flagged."""
+    placeholders = []
     eff_default = round(0.5 * mass * G * leg_len, 1)
     vel_default = round(4.0 * math.sqrt(G / max(leg_len, 1e-3)), 1)
     for n in names:
@@ -690,20 +737,16 @@ def build_config(d: dict, here: Path, source: str) -> UrdfRobotConfig:
         if tab["velocity"][n] <= 0:
             placeholders.append(f"{n}: velocity {tab['velocity'][n]:g} rad/s -> {vel_default:g} (4 sqrt(g / L))")
             tab["velocity"][n] = vel_default
-    for n in names:
         if not tab["lower"][n] < tab["upper"][n]:
             raise ConfigError(f"joint {n}: lower {tab['lower'][n]} must be < upper {tab['upper'][n]}")
         if not tab["lower"][n] <= pose[n] <= tab["upper"][n]:
             repairs.append(f"standing pose: {n} = {pose[n]:.4g} outside [{tab['lower'][n]:.4g}, "
                            f"{tab['upper'][n]:.4g}]")
+    return placeholders
 
-    # the prepared URDF
-    text, prep_repairs = prepare_urdf(root, tree, urdf_file, names, tab)
-    repairs = prep_repairs + repairs
-    name = str(d.get("name") or root.get("name") or urdf_file.stem)
-    cached = write_cached(text, "".join(c if c.isalnum() or c in "-_" else "_" for c in name))
 
-    # feet: one geometry for all (their mean; the spread reported past 2 mm)
+def _one_foot(feet: list[FootFound], repairs: list) -> FootGeometry:
+    """One foot geometry for all: their mean; the spread reported past 2 mm."""
     off = np.mean([f.offset for f in feet], axis=0)
     rad = float(np.mean([f.radius for f in feet]))
     diff = max(float(np.abs(np.array(f.offset) - off).max()) for f in feet)
@@ -711,51 +754,27 @@ def build_config(d: dict, here: Path, source: str) -> UrdfRobotConfig:
     if diff > 2e-3 or rdiff > 2e-3:
         repairs.append(f"feet differ (offsets by up to {diff * 1e3:.1f} mm from their mean, radii "
                        f"{rdiff * 1e3:.1f} mm): the mean is used for all")
+    return FootGeometry(offset=off, radius=rad)
 
-    # IMU
-    imu_link = d.get("imu_link") or next((n for n in ("imu", "imu_link") if n in tree.links), None)
-    if imu_link is not None and imu_link not in tree.links:
-        raise ConfigError(f"robot.imu_link: {imu_link!r} is not a link of {urdf_file}")
-    Timu = tree.transform(base, imu_link, {}) if imu_link else np.eye(4)
 
-    # the base's collision (every link welded to the base): its bounding box in the base frame
+def _base_box(tree: UrdfTree, base: str, urdf_dir: Path, repairs: list):
+    """``(links welded to the base, bounding box size of their collision geometry, how far it reaches
+    below the base origin)``, in the base frame."""
     base_links = tree.welded(base)
-    base_pts = []
+    pts = []
     for lk in base_links:
         T = tree.transform(base, lk, {})
-        for sh in collision_shapes(tree.links[lk], urdf_file.parent):
+        for sh in collision_shapes(tree.links[lk], urdf_dir):
             if sh["kind"] == "unreadable":
                 continue
             P = (_world_points(sh) if "points" in sh else
                  sh["T"][:3, 3] + sh["radius"] * np.vstack([np.eye(3), -np.eye(3)]))
-            base_pts.append(P @ T[:3, :3].T + T[:3, 3])
-    if base_pts:
-        P = np.vstack(base_pts)
-        base_size = tuple(float(x) for x in np.ptp(P, axis=0))
-        base_bottom = float(-P[:, 2].min())
-    else:
-        base_size, base_bottom = (0.0, 0.0, 0.0), 0.0
+            pts.append(P @ T[:3, :3].T + T[:3, 3])
+    if not pts:
         repairs.append(f"base {base!r}: no readable collision geometry (nothing of the base touches the ground)")
-
-    leg_specs = tuple(LegSpec(name=ln, joints=tuple(js), foot_link=foot, hip_xyz=tuple(float(x) for x in h),
-                              has_pitch=False) for (ln, js, foot), h in zip(legs, hips))
-    arr = lambda k: np.array([tab[k][n] for n in names], dtype=float)  # noqa: E731
-    table = JointTable(names=tuple(names), lower=arr("lower"), upper=arr("upper"), effort=arr("effort"),
-                       velocity=arr("velocity"), armature=arr("armature"), stall_torque=arr("effort"),
-                       no_load_speed=arr("velocity"), coulomb_friction=arr("coulomb_friction"),
-                       viscous_friction=arr("viscous_friction"))
-    friction = float((d.get("contact") or {}).get("friction", 0.8))
-    if not 0 < friction <= 10:
-        raise ConfigError(f"robot.contact.friction: must be in (0, 10], got {friction}")
-    return UrdfRobotConfig(
-        name=name, urdf=str(cached), source_urdf=str(urdf_file), srdf=str(srdf_file) if srdf_file else None,
-        base_link=base, leg_specs=leg_specs, table=table,
-        foot=FootGeometry(offset=off, radius=rad), feet=tuple(feet),
-        standing_pose=pose, stance_height=stance_height, foot_heights=tuple(heights), friction=friction,
-        gait=default_gait(leg_specs, leg_len, d.get("gait")), imu_link=imu_link,
-        imu_xyz=tuple(float(x) for x in Timu[:3, 3]), imu_rotation=tuple(tuple(float(x) for x in r) for r in Timu[:3, :3]),
-        base_links=tuple(base_links), base_size=base_size, base_bottom=base_bottom, robot_mass=mass, leg_length=leg_len,
-        placeholders=placeholders, repairs=repairs, standing_source=how_pose, source=source)
+        return base_links, (0.0, 0.0, 0.0), 0.0
+    P = np.vstack(pts)
+    return base_links, tuple(float(x) for x in np.ptp(P, axis=0)), float(-P[:, 2].min())
 
 
 def default_gait(legs: tuple[LegSpec, ...], leg_length: float, given) -> dict:
@@ -796,46 +815,8 @@ def prepare_urdf(root, tree: UrdfTree, urdf_file: Path, names: list[str], tab: d
     repairs: list[str] = []
     dropped_visual = 0
     for lk in root.findall("link"):
-        for tag in ("visual", "collision"):
-            for el in list(lk.findall(tag)):
-                m = el.find("geometry/mesh")
-                if m is None:
-                    continue
-                fn = m.get("filename", "")
-                if not fn.lower().endswith(".stl") and not fn.lower().endswith(".obj"):
-                    lk.remove(el)
-                    if tag == "visual":
-                        dropped_visual += 1
-                    else:
-                        repairs.append(f"link {lk.get('name')}: collision mesh {Path(fn).name} dropped "
-                                       "(MuJoCo reads STL / OBJ, not this)")
-                    continue
-                m.set("filename", str(resolve_uri(fn, urdf_file.parent).resolve()))
-        ine = lk.find("inertial")
-        if ine is None:
-            if any(j.child == lk.get("name") and j.type in ACTUATED for j in tree.joints.values()):
-                repairs.append(f"link {lk.get('name')}: no <inertial> on a moving link (massless in both models)")
-            elif lk.get("name") == tree.root or lk.findall("collision"):
-                repairs.append(f"link {lk.get('name')}: no <inertial> (massless in both models; no mass invented)")
-            continue
-        m_el, i_el = ine.find("mass"), ine.find("inertia")
-        mass = float(m_el.get("value")) if m_el is not None else 0.0
-        ks = ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")
-        v = {k: float(i_el.get(k, 0.0)) if i_el is not None else 0.0 for k in ks}
-        I = np.array([[v["ixx"], v["ixy"], v["ixz"]], [v["ixy"], v["iyy"], v["iyz"]], [v["ixz"], v["iyz"], v["izz"]]])
-        why = check_inertia(mass, I)
-        if why is None:
-            continue
-        if mass <= 0:
-            for k in ks:
-                i_el.set(k, "0")
-            repairs.append(f"link {lk.get('name')}: {why}: inertia set to 0")
-            continue
-        J = repair_inertia(I)
-        for k, (r, c) in zip(ks, ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
-            i_el.set(k, repr(float(J[r, c])))
-        repairs.append(f"link {lk.get('name')}: inertia {why}: principal moments set to their mean "
-                       f"{np.trace(J) / 3:.3g} (mass {mass:g} kg kept)")
+        dropped_visual += _prepare_meshes(lk, urdf_file, repairs)
+        _prepare_inertia(lk, tree, repairs)
     if dropped_visual:
         repairs.append(f"{dropped_visual} visual meshes MuJoCo cannot read (Collada .dae) dropped")
     for j in root.findall("joint"):
@@ -856,3 +837,57 @@ def prepare_urdf(root, tree: UrdfTree, urdf_file: Path, names: list[str], tab: d
     text = ('<?xml version="1.0"?>\n<!-- prepared by legged_wbc from ' + str(urdf_file) + ' -->\n'
             + ET.tostring(root, encoding="unicode") + "\n")
     return text, repairs
+
+
+def _prepare_meshes(lk, urdf_file: Path, repairs: list) -> int:
+    """Mesh file names made absolute, meshes MuJoCo cannot read dropped (a line per collision one);
+    the number of visual meshes dropped."""
+    dropped = 0
+    for tag in ("visual", "collision"):
+        for el in list(lk.findall(tag)):
+            m = el.find("geometry/mesh")
+            if m is None:
+                continue
+            fn = m.get("filename", "")
+            if not fn.lower().endswith((".stl", ".obj")):
+                lk.remove(el)
+                if tag == "visual":
+                    dropped += 1
+                else:
+                    repairs.append(f"link {lk.get('name')}: collision mesh {Path(fn).name} dropped "
+                                   "(MuJoCo reads STL / OBJ, not this)")
+                continue
+            m.set("filename", str(resolve_uri(fn, urdf_file.parent).resolve()))
+    return dropped
+
+
+def _prepare_inertia(lk, tree: UrdfTree, repairs: list) -> None:
+    """A link's inertia checked and repaired in place (a line per repair; no mass invented)."""
+    name = lk.get("name")
+    ine = lk.find("inertial")
+    if ine is None:
+        if any(j.child == name and j.type in ACTUATED for j in tree.joints.values()):
+            repairs.append(f"link {name}: no <inertial> on a moving link (massless in both models)")
+        elif name == tree.root or lk.findall("collision"):
+            repairs.append(f"link {name}: no <inertial> (massless in both models; no mass invented)")
+        return
+    m_el, i_el = ine.find("mass"), ine.find("inertia")
+    mass = float(m_el.get("value")) if m_el is not None else 0.0
+    ks = ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")
+    v = {k: float(i_el.get(k, 0.0)) if i_el is not None else 0.0 for k in ks}
+    I = np.array([[v["ixx"], v["ixy"], v["ixz"]], [v["ixy"], v["iyy"], v["iyz"]], [v["ixz"], v["iyz"], v["izz"]]])
+    why = check_inertia(mass, I)
+    if why is None:
+        return
+    if mass <= 0:
+        for k in ks:
+            i_el.set(k, "0")
+        repairs.append(f"link {name}: {why}: inertia set to 0")
+        return
+    if i_el is None:
+        i_el = ET.SubElement(ine, "inertia")
+    J = repair_inertia(I)
+    for k, (r, c) in zip(ks, ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
+        i_el.set(k, repr(float(J[r, c])))
+    repairs.append(f"link {name}: inertia {why}: principal moments set to their mean "
+                   f"{np.trace(J) / 3:.3g} (mass {mass:g} kg kept)")

@@ -25,11 +25,6 @@ JOINT_COUNTS = (3, 4)      # joints per leg the controller handles
 
 def check_config(cfg) -> dict:
     """The check of a loaded :class:`~legged_wbc.urdf_robot.UrdfRobotConfig`."""
-    import mujoco
-    import pinocchio as pin
-
-    from legged_wbc.mujoco_model import build_spec
-
     problems: list[str] = []
     res = {"robot": cfg.name, "urdf": cfg.source_urdf, "srdf": cfg.srdf, "prepared_urdf": cfg.urdf,
            "base_link": cfg.base_link, "problems": problems}
@@ -43,22 +38,7 @@ def check_config(cfg) -> dict:
     res["foot"] = {"offset": [round(float(x), 5) for x in cfg.foot.offset], "radius": round(cfg.foot.radius, 5)}
     if cfg.foot.radius <= 0:
         problems.append("no foot geometry found (radius 0)")
-    # masses: both models of the prepared URDF
-    pm = pin.buildModelFromUrdf(cfg.urdf, pin.JointModelFreeFlyer())
-    m_pin = float(sum(i.mass for i in pm.inertias))
-    pin_joints = [pm.names[j] for j in range(2, pm.njoints)]
-    extra = [j for j in pin_joints if j not in set(cfg.joint_names)]
-    if extra:
-        problems.append(f"actuated joints in no leg: {', '.join(extra)}")
-    try:
-        m = build_spec(cfg).compile()
-        m_mj = float(np.sum(m.body_mass))
-    except (ValueError, mujoco.FatalError) as exc:
-        m_mj = float("nan")
-        problems.append(f"MuJoCo model does not build: {str(exc).splitlines()[0]}")
-    res["mass"] = {"file": cfg.robot_mass, "pinocchio": m_pin, "mujoco": m_mj}
-    if not abs(m_pin - m_mj) <= MASS_RTOL * max(m_pin, 1.0):
-        problems.append(f"masses disagree: Pinocchio {m_pin:.6g} kg, MuJoCo {m_mj:.6g} kg")
+    res["mass"] = _masses(cfg, problems)
     # limits by position in the leg
     t = cfg.joint_table()
     idx = {n: k for k, n in enumerate(t.names)}
@@ -84,6 +64,29 @@ def check_config(cfg) -> dict:
     res["gait"] = dict(cfg.gait)
     res["base"] = {"size": list(cfg.base_size), "below_origin": cfg.base_half_height}
     return res
+
+
+def _masses(cfg, problems: list) -> dict:
+    """The total mass of both models of the prepared URDF (a problem if they differ, or if actuated
+    joints are in no leg, or if MuJoCo's model does not build)."""
+    import mujoco
+    import pinocchio as pin
+
+    from legged_wbc.mujoco_model import build_spec
+
+    pm = pin.buildModelFromUrdf(cfg.urdf, pin.JointModelFreeFlyer())
+    m_pin = float(sum(i.mass for i in pm.inertias))
+    extra = [pm.names[j] for j in range(2, pm.njoints) if pm.names[j] not in set(cfg.joint_names)]
+    if extra:
+        problems.append(f"actuated joints in no leg: {', '.join(extra)}")
+    try:
+        m_mj = float(np.sum(build_spec(cfg).compile().body_mass))
+    except (ValueError, mujoco.FatalError) as exc:
+        m_mj = float("nan")
+        problems.append(f"MuJoCo model does not build: {str(exc).splitlines()[0]}")
+    if not abs(m_pin - m_mj) <= MASS_RTOL * max(m_pin, 1.0):
+        problems.append(f"masses disagree: Pinocchio {m_pin:.6g} kg, MuJoCo {m_mj:.6g} kg")
+    return {"file": cfg.robot_mass, "pinocchio": m_pin, "mujoco": m_mj}
 
 
 def check_robot(path: str | Path, data: dict | None = None) -> dict:
@@ -170,11 +173,12 @@ def example_robot_data_table() -> tuple[list[dict], str]:
     for name, srdf, urdfs in example_robot_data_quadrupeds():
         row = {"robot": name, "srdf": str(srdf), "urdf": None, "problems": []}
         err = None
+        here = srdf.parent / "robot.yaml"          # no such file: relative paths would start here
         for u in urdfs:
             try:
-                res = check_robot(srdf.parent / "robot.yaml", data={"robot": default_robot_dict(u, srdf)})
+                res = check_robot(here, data={"robot": default_robot_dict(u, srdf)})
             except ConfigError as exc:
-                err = err or str(exc)
+                err = err or str(exc).removeprefix(f"{here}: ")
                 continue
             row.update(res, robot=name, urdf=u.name)
             break
