@@ -18,6 +18,8 @@ constant, so :class:`mujoco_bridge.sim.MujocoSim` clips the torque at every phys
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mujoco
 import numpy as np
 
@@ -35,9 +37,35 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
     ``actuators`` (``ideal`` | ``realistic``) its joints' friction."""
     if actuators not in ACTUATOR_MODELS:
         raise ValueError(f"actuators: must be one of {list(ACTUATOR_MODELS)}, got {actuators!r}")
-    if not isinstance(cfg, RobotConfig):
+    if cfg is None or isinstance(cfg, (str, Path)):
         cfg = load_robot_config(cfg)
+    if getattr(cfg, "kind", "generated") == "urdf":
+        return build_urdf_spec(cfg, timestep, terrain, actuators)
     spec = mujoco.MjSpec.from_file(str(cfg.urdf_path()))
+    _scene(spec, cfg, timestep, terrain)
+    lt = cfg.leg_type
+    arm = dict(zip(lt.joint_suffixes, lt.armature))
+    drive = lt.drive
+    coulomb = dict(zip(lt.joint_suffixes, drive.coulomb_friction))
+    viscous = dict(zip(lt.joint_suffixes, drive.viscous_friction))
+    for leg in cfg.legs:
+        for suffix, jname in zip(lt.joint_suffixes, leg.joint_names(lt)):
+            j = spec.joint(jname)
+            j.armature = arm[suffix]
+            if actuators == "realistic":        # ideal: no joint friction (MuJoCo's defaults, 0)
+                j.frictionloss = coulomb[suffix]
+                j.damping = [viscous[suffix], 0.0, 0.0]   # linear coefficient (MuJoCo 4: polynomial)
+            j.limited = mujoco.mjtLimited.mjLIMITED_FALSE  # limits are the controller's business
+            spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                              ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
+    _geom_contacts(spec, cfg)
+    add_leg_pairs(spec, cfg)
+    return spec
+
+
+def _scene(spec: mujoco.MjSpec, cfg, timestep: float, terrain) -> None:
+    """What every robot's spec gets: options, the base's free joint, the ground, light, camera and
+    the IMU site with its sensors (in the base frame, at ``cfg.imu_xyz``)."""
     spec.option.timestep = timestep
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
@@ -56,23 +84,44 @@ def build_spec(cfg: RobotConfig | str | None = None, timestep: float = TIMESTEP,
                     objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
     spec.add_sensor(name="imu_accel", type=mujoco.mjtSensor.mjSENS_ACCELEROMETER,
                     objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
-    lt = cfg.leg_type
-    arm = dict(zip(lt.joint_suffixes, lt.armature))
-    drive = lt.drive
-    coulomb = dict(zip(lt.joint_suffixes, drive.coulomb_friction))
-    viscous = dict(zip(lt.joint_suffixes, drive.viscous_friction))
-    for leg in cfg.legs:
-        for suffix, jname in zip(lt.joint_suffixes, leg.joint_names(lt)):
-            j = spec.joint(jname)
-            j.armature = arm[suffix]
-            if actuators == "realistic":        # ideal: no joint friction (MuJoCo's defaults, 0)
-                j.frictionloss = coulomb[suffix]
-                j.damping = [viscous[suffix], 0.0, 0.0]   # linear coefficient (MuJoCo 4: polynomial)
-            j.limited = mujoco.mjtLimited.mjLIMITED_FALSE  # limits are the controller's business
-            spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
-                              ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
-    _geom_contacts(spec, cfg)
-    add_leg_pairs(spec, cfg)
+
+
+def build_urdf_spec(cfg, timestep: float = TIMESTEP, terrain=None, actuators: str = "ideal") -> mujoco.MjSpec:
+    """The spec of a robot described by its own URDF (:class:`legged_wbc.urdf_robot.UrdfRobotConfig`):
+    its prepared URDF (the file Pinocchio loads: same masses, no inertia from geoms), the scene, a
+    torque motor per leg joint (canonical order), the foot spheres ``<foot_link>_sphere`` at the
+    found foot point, the collision geoms of the base and the links welded to it; every other geom
+    does not collide. No leg-leg
+    contact pairs."""
+    spec = mujoco.MjSpec.from_file(str(cfg.urdf_path()))
+    spec.compiler.inertiafromgeom = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_FALSE
+    spec.compiler.balanceinertia = False
+    _scene(spec, cfg, timestep, terrain)
+    table = cfg.joint_table()
+    for k, jname in enumerate(table.names):
+        j = spec.joint(jname)
+        j.armature = float(table.armature[k])
+        if actuators == "realistic":
+            j.frictionloss = float(table.coulomb_friction[k])
+            j.damping = [float(table.viscous_friction[k]), 0.0, 0.0]
+        j.limited = mujoco.mjtLimited.mjLIMITED_FALSE
+        spec.add_actuator(name=jname, target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                          ctrllimited=mujoco.mjtLimited.mjLIMITED_FALSE, gainprm=[1.0] + [0.0] * 9)
+    base = set(cfg.base_links)
+    for g in spec.geoms:
+        if is_terrain_geom(g.name):
+            continue
+        if g.parent.name in base:   # the body's shell meets the ground and the feet, not itself (2 & 1 = 0)
+            g.contype, g.conaffinity = 2, 1
+            g.rgba = [0.3, 0.45, 0.7, 1]
+        else:
+            g.contype, g.conaffinity = 0, 0
+            g.rgba = [0.7, 0.5, 0.2, 1]
+    for foot in cfg.foot_links:
+        spec.body(foot).add_geom(name=f"{foot}_sphere", type=mujoco.mjtGeom.mjGEOM_SPHERE,
+                                 size=[cfg.foot.radius, 0, 0], pos=[float(x) for x in cfg.foot.offset],
+                                 contype=1, conaffinity=1, condim=3, friction=[cfg.friction, 0.005, 0.0001],
+                                 rgba=[0.2, 0.2, 0.2, 1])
     return spec
 
 

@@ -474,18 +474,42 @@ def load_yaml_file(path: str | Path):
     return load_yaml_text(data, str(p))
 
 
-def load_robot_config(path: str | Path | None = None) -> RobotConfig:
-    """Load a robot YAML; ``None`` or a bare name (``hexapod``) selects ``config/robot_<name>.yaml``."""
+def find_robot_file(path: str | Path | None = None) -> Path:
+    """The robot YAML of a name or path: ``None`` or a bare name selects ``config/robot_<name>.yaml``
+    (the generated robots: ``hexapod``, ``quadruped``), else ``config/robots/<name>.yaml`` (robots
+    described by their own URDF: ``go2``, ``anymal_c``)."""
     if path is None:
         path = "hexapod"
     p = Path(path)
     if not p.suffix:
         p = share_path("config", f"robot_{path}.yaml")
+        if not p.exists():
+            alt = share_path("config", "robots", f"{path}.yaml")
+            if alt.exists():
+                return alt
+            avail = sorted([x.stem[len("robot_"):] for x in share_path("config").glob("robot_*.yaml")]
+                           + [x.stem for x in share_path("config", "robots").glob("*.yaml")])
+            raise ConfigError(f"robot config not found: {path!r} (available: {avail})")
     if not p.exists():
         raise ConfigError(f"robot config not found: {p}")
+    return p
+
+
+def load_robot_config(path: str | Path | None = None) -> "RobotConfig | UrdfRobotConfig":  # noqa: F821
+    """Load a robot YAML (see :func:`find_robot_file` for names); one whose ``robot.kind`` is ``urdf``
+    gives a :class:`legged_wbc.urdf_robot.UrdfRobotConfig` (the robot's own URDF + SRDF)."""
+    p = find_robot_file(path)
     d = load_yaml_file(p)
     if not isinstance(d, dict):
         raise ConfigError(f"{p}: a robot config must be a mapping, got {type(d).__name__}")
+    body = d.get("robot") if isinstance(d.get("robot"), dict) else d
+    if body.get("kind", "generated") == "urdf":
+        from legged_wbc.urdf_robot import load_urdf_robot
+
+        return load_urdf_robot(p, data=d)
+    if body.get("kind", "generated") != "generated":
+        raise ConfigError(f"{p}: robot.kind: must be generated or urdf, got {body.get('kind')!r}")
+    body.pop("kind", None)
     try:
         return RobotConfig.from_dict(d, source=str(p))
     except ConfigError as exc:

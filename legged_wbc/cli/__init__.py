@@ -14,7 +14,7 @@ from . import bench, estimator, model, report, render, ros, run, sweep, teleop
 from .argtypes import OneLineParser
 
 COMMAND_GROUPS = (
-    model,      # check-model, conditioning, generate-urdf, export-mjcf
+    model,      # check-model, conditioning, generate-urdf, export-mjcf, check-robot
     run,        # run (headless walking simulation)
     bench,      # bench qp, bench cycle
     estimator,  # eval-estimator

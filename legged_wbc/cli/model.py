@@ -1,4 +1,4 @@
-"""``legged-wbc check-model | conditioning | generate-urdf | export-mjcf``: the robot model's commands."""
+"""``legged-wbc check-model | conditioning | generate-urdf | export-mjcf | check-robot``: the robot model's commands."""
 
 from __future__ import annotations
 
@@ -60,6 +60,35 @@ def cmd_export_mjcf(args) -> int:
     return 0
 
 
+def cmd_check_robot(args) -> int:
+    import sys
+
+    from legged_wbc.robot import ConfigError, find_robot_file, load_yaml_file
+    from legged_wbc.tools.analysis.robot_check import check_robot, example_robot_data_table, report_text
+
+    if args.all_example_robot_data:
+        rows, text = example_robot_data_table()
+        _print_json_or({"robots": rows}, args.json, text)
+        bad = [r["robot"] for r in rows if r["problems"]]
+        if bad:
+            print(f"legged-wbc check-robot: cannot walk: {', '.join(bad)}", file=sys.stderr)
+        return 1 if bad or not rows else 0
+    if not args.file:
+        raise ConfigError("a robot file (or name) is needed, or --all-example-robot-data")
+    path = find_robot_file(args.file)
+    d = load_yaml_file(path)
+    body = d.get("robot", d) if isinstance(d, dict) else None
+    if not isinstance(body, dict) or body.get("kind") != "urdf":
+        raise ConfigError(f"{path}: not a robot described by its URDF (robot.kind: urdf); "
+                          "generated robots: legged-wbc check-model")
+    res = check_robot(path, data=d)
+    _print_json_or(res, args.json, report_text(res))
+    if res["problems"]:
+        print(f"legged-wbc check-robot: {path}: cannot walk: {'; '.join(res['problems'])}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def register(sub) -> None:
 
     s = sub.add_parser("check-model", help="Pinocchio vs MuJoCo agreement at random states")
@@ -92,3 +121,10 @@ def register(sub) -> None:
     s.add_argument("--actuators", choices=["ideal", "realistic"], default="ideal",
                    help="realistic: with the robot YAML's joint friction (frictionloss, damping)")
     s.set_defaults(func=cmd_export_mjcf)
+
+    s = sub.add_parser("check-robot", help="what was found and repaired in a robot's own URDF + SRDF; can it walk")
+    s.add_argument("file", nargs="?", help="robot file (kind: urdf) or name (go2, anymal_c: config/robots/NAME.yaml)")
+    s.add_argument("--all-example-robot-data", action="store_true",
+                   help="check every quadruped of the installed example-robot-data (a robot file from its SRDF alone)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_check_robot)
