@@ -170,7 +170,9 @@ class ClosedLoop:
         # before the first delayed command arrives: the bridge's damping (as before its first command)
         self.no_command_damping = load_bridge_config().watchdog_damping if scenario.command_delay_ticks else 0.0
         self._leg_joint_flat = np.array(rm.leg_joints).reshape(-1)
-        self.leg_distance = LegDistance(rm)          # evaluation: the barrier's distances on ground truth
+        # evaluation: the leg-collision barrier's distances on ground truth (a generated robot's capsule links;
+        # a URDF robot has none: nan, "not measured")
+        self.leg_distance = LegDistance(rm) if rm.cfg.kind == "generated" else _no_leg_distance
         q0 = rm.stance_configuration(scenario.initial_height)
         self.q0 = q0
         self.sim.reset(q0)
@@ -328,6 +330,11 @@ def _control_step(loop, S: dict):
         return est, out
 
     return control
+
+
+def _no_leg_distance(qj) -> float:
+    """The smallest leg-link distance of a robot without capsule links: not measured."""
+    return math.nan
 
 
 def _tick_recorder(S: dict, sim, leg_distance):
