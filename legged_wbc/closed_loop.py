@@ -191,7 +191,7 @@ class ClosedLoop:
             S.update(_command_buffers(steps))
         control = _control_step(self, S)
         record, fall_check = _tick_recorder(S, sim, self.leg_distance), _fall_check(sc, sim)
-        report = _ProgressLine(self.mode, duration) if progress else None
+        report = _ProgressLine(self.mode, duration, self.rm.leg_has_pitch) if progress else None
         fell, reason = False, ""
         s_saturated, take_saturation = S["tau_saturated"], sim.take_saturation
         q_from_mj, qpos, dist_leg = sim.conv.q_from_mj, sim.d.qpos, self.dist_leg
@@ -245,7 +245,8 @@ class ClosedLoop:
             S[key] = S[key][:used]
         S["rp_err"] = roll_pitch_from_quat_xyzw(S["base_quat"])  # desired attitude is level
         t0, t1 = sc.eval_window
-        m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell)
+        m = compute_metrics(S, t0, t1, self.wcfg.theta_min, self.wcfg.theta_max, fell=fell,
+                            pitch_legs=self.rm.leg_has_pitch)
         S["normal_true"] = true_normals(sc.terrain, S["foot_pos_gt"], S["support"])   # evaluation only
         m.update(terrain_metrics(S, t0, t1))
         m.update(command_metrics(S))
@@ -417,8 +418,9 @@ class _ProgressLine:
     """The run's progress: a terminal gets one line rewritten in place (every sim second); a file or
     pipe gets plain lines, every 5 sim seconds (and at a fall)."""
 
-    def __init__(self, mode: str, duration: float):
+    def __init__(self, mode: str, duration: float, pitch_legs=None):
         self.mode, self.duration = mode, duration
+        self.pitch_legs = None if pitch_legs is None or all(pitch_legs) else list(pitch_legs)
         self.tty = sys.stdout.isatty()
         self.lead, self.end, self.every = ("\r", "", 1.0) if self.tty else ("", "\n", 5.0)
         self.last = -1e9
@@ -426,8 +428,10 @@ class _ProgressLine:
     def __call__(self, t: float, q_gt, z: float, d, fell: bool) -> None:
         if t - self.last >= self.every or fell:
             self.last = t
+            pl = self.pitch_legs
+            theta = ", ".join(f"{x:+.2f}" if pl is None or pl[i] else "-" for i, x in enumerate(d.theta))
             print(f"{self.lead}[{self.mode}] t={t:6.2f}/{self.duration:.1f} s  x={q_gt[0]:6.3f} m  z={z:.3f} m  "
-                  f"theta[{', '.join(f'{x:+.2f}' for x in d.theta)}]  qp={d.qp_time_us:5.0f} us  "
+                  f"theta[{theta}]  qp={d.qp_time_us:5.0f} us  "
                   f"fail={d.total_failures}", end=self.end, flush=True)
 
     def close(self) -> None:

@@ -46,8 +46,13 @@ def first_violation_time(t: np.ndarray, theta: np.ndarray, support: np.ndarray, 
 
 
 def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float = -0.3, theta_max: float = 0.3,
-                    fell: bool = False) -> dict:
+                    fell: bool = False, pitch_legs=None) -> dict:
     """Table-3 metrics over ``[t_start, t_end]`` and the cycles whose QP was accepted.
+
+    ``pitch_legs`` (bool per leg; None: every leg): the legs with the foot pitch joint, the only ones
+    with a relative pitch (:attr:`legged_wbc.model.RobotModel.leg_has_pitch`). The relative-pitch
+    metrics are over those legs; with some legs without it, ``relative_pitch_legs`` says how many have
+    one, and with none the relative-pitch metrics are None (not a reassuring 0).
 
     ``window_s`` is the window actually evaluated: ``[t_start, min(t_end, end of the run)]``, None
     when the run ends before ``t_start`` (then ``samples`` is 0 and the metrics are None);
@@ -60,6 +65,11 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     t = np.asarray(series["t"]) if "t" not in missing else np.zeros(0)
     win = (t >= t_start) & (t <= t_end)
     ok = win & (np.asarray(series["qp_accepted"], dtype=bool) if "qp_accepted" not in missing else True)
+    if pitch_legs is not None and not np.all(pitch_legs):
+        series = _pitch_legs_only(series, np.asarray(pitch_legs, dtype=bool))
+        out["relative_pitch_legs"] = int(np.count_nonzero(pitch_legs))
+        if not np.any(pitch_legs):
+            missing = missing + ([] if "theta" in missing else ["theta"])
     out.update(_violation_metrics(series, missing, t, ok, theta_min, theta_max))
     if "rp_err" not in missing:
         e = np.asarray(series["rp_err"])[ok]
@@ -94,6 +104,16 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     out["disturbance_applied"] = bool(np.any(np.asarray(dist) != 0)) if dist is not None and len(dist) else None
     if missing:
         out["missing"] = missing
+    return out
+
+
+def _pitch_legs_only(series: dict, legs: np.ndarray) -> dict:
+    """``series`` with ``theta`` and ``support`` (the relative-pitch violation's inputs) of the legs
+    ``legs`` only; ``rp_err`` (the base's roll / pitch error) as it is."""
+    out = dict(series)
+    for k in ("theta", "support"):
+        if k in series and series[k] is not None and len(series[k]):
+            out[k] = np.asarray(series[k])[:, legs]
     return out
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -260,6 +260,7 @@ class Scenario:
     actuators: str = "ideal"           # ideal | realistic (mujoco_bridge.sim)
     preset: str = "robust"             # robust | paper (PRESETS; already in controller / estimator)
     terrain: _terrain.Terrain = _terrain.Terrain()   # the ground (legged_wbc.terrain)
+    robot_controller: dict = field(default_factory=dict)   # the robot's own defaults (legged_wbc.robot_defaults)
     squeeze: Squeeze = Squeeze(False, ("lf", "lm"), 0.0, 0.0, 0.0)   # hip-yaw squeeze of two legs
 
     def physics(self) -> dict:
@@ -273,10 +274,12 @@ class Scenario:
         return self.t_s, self.t_s + self.window
 
     def controller_overrides(self, mode: str) -> dict:
-        """WBC parameters implied by the scenario, then the scenario's explicit overrides."""
-        d = {"relative_pitch_mode": mode, "stand_height": self.stand_height, "stand_up_start": self.stand_up_start,
+        """WBC parameters: the robot's defaults (:mod:`legged_wbc.robot_defaults`; none for a generated
+        robot), those implied by the scenario, then the scenario's explicit overrides."""
+        d = dict(self.robot_controller)
+        d.update({"relative_pitch_mode": mode, "stand_height": self.stand_height, "stand_up_start": self.stand_up_start,
              "stand_up_duration": self.stand_up_duration, "forward_velocity": self.forward_velocity,
-             "velocity_ramp_end": self.t_s}
+             "velocity_ramp_end": self.t_s})
         d.update(self.controller)
         return d
 
@@ -323,7 +326,15 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
         raw = checked_raw(doc["scenario"])   # the file itself, then the overrides; defaults filled in
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
-    for k, v in parse_overrides(overrides):
+    pairs = parse_overrides(overrides)
+    new_robot = dict(pairs).get("robot")
+    if new_robot is not None and str(new_robot) != str(raw.get("robot")):
+        # a scenario run on another robot than its own takes that robot's size (robot_defaults.scenario_geometry)
+        from legged_wbc.robot_defaults import defaults_of
+
+        for k, v in defaults_of(str(new_robot))[2].items():
+            _set_dotted(raw, k, v)
+    for k, v in pairs:
         _set_dotted(raw, k, v)
     return scenario_from_dict(raw)
 
@@ -409,9 +420,24 @@ def _estimator_base(preset: str, terrain: dict | None) -> dict:
     return base
 
 
+def _robot_defaults(robot) -> tuple[dict, dict]:
+    """``(controller, estimator)`` defaults of the scenario's robot (:mod:`legged_wbc.robot_defaults`)."""
+    from legged_wbc.robot_defaults import defaults_of
+
+    ctl, est, _ = defaults_of(str(robot))
+    return ctl, est
+
+
+def _preset_for_robot(preset: dict, robot_ctl: dict) -> dict:
+    """A preset's controller settings, the robot's own defaults taking precedence on the keys both set
+    (e.g. the robust preset's leg-collision barrier, which only the generated robots' links allow)."""
+    return {k: robot_ctl.get(k, v) for k, v in preset.items()}
+
+
 def scenario_from_dict(raw: dict) -> Scenario:
     """The scenario of a ``scenario:`` mapping, checked against :data:`SCHEMA` (:func:`checked_raw`)."""
     raw = checked_raw(raw)
+    robot_ctl, robot_est = _robot_defaults(raw.get("robot", "hexapod"))
     delay, sensor_delay = raw["command_delay_ticks"], raw["sensor_delay_ticks"]
     actuators, preset = raw["actuators"], raw["preset"]
     try:
@@ -429,8 +455,10 @@ def scenario_from_dict(raw: dict) -> Scenario:
                                     start=t_s + float(dist["start_offset"]), duration=float(dist["duration"])),
             fall_min_height=float(raw["fall"]["min_height"]), fall_max_tilt_deg=float(raw["fall"]["max_tilt_deg"]),
             noise=dict(raw.get("noise", {})),
-            controller=_merged(PRESETS[preset]["controller"], dict(raw.get("controller") or {})),
-            estimator=_merged(_estimator_base(preset, raw["terrain"]), dict(raw.get("estimator") or {})), raw=raw,
+            controller=_merged(_preset_for_robot(PRESETS[preset]["controller"], robot_ctl),
+                               dict(raw.get("controller") or {})),
+            estimator=_merged(_merged(robot_est, _estimator_base(preset, raw["terrain"])),
+                              dict(raw.get("estimator") or {})), raw=raw, robot_controller=robot_ctl,
             friction=None if raw["ground"]["friction"] is None else float(raw["ground"]["friction"]),
             payload_kg=float(raw["payload"]["mass_kg"]),
             push=Push(enabled=bool(raw["push"]["enabled"]), force_n=float(raw["push"]["force_n"]),

@@ -253,7 +253,10 @@ class MujocoSim:
         geoms = self.terrain_geoms + self.foot_geoms
         mu = nom["friction"] if friction is None else np.full(len(geoms), float(friction))
         mass = nom["mass"] + float(payload_kg)
-        if not mass > 0:
+        if float(payload_kg) != 0.0 and not nom["mass"] > 0:
+            raise ValueError(f"payload {payload_kg} kg: the base body has no mass of its own (its URDF link has no "
+                             "<inertial>); a payload scales the body's inertia and needs one")
+        if float(payload_kg) != 0.0 and not mass > 0:
             raise ValueError(f"payload {payload_kg} kg leaves a body mass of {mass} kg")
         changed = not np.array_equal(m.geom_friction[geoms, 0], mu) or float(m.body_mass[self.base_body]) != mass
         # the nominal world is left untouched (bit-identical to a simulation without this call)

@@ -14,6 +14,8 @@ def cmd_run(args) -> int:
 
     try:
         mode, sets = args.controller, list(args.set or [])
+        if args.robot:                   # the scenario on another robot: its size and settings (robot_defaults)
+            sets.insert(0, f"robot={args.robot}")
         if mode == "cbf_paper":             # WBC-CBF with the paper's settings (the preset under the --set's)
             mode, sets = "cbf", ["preset=paper"] + sets
         sc = load_scenario(args.scenario, sets)
@@ -70,6 +72,9 @@ def register(sub) -> None:
                    help="none = WBC-0, damping = WBC-D, cbf = WBC-CBF (the scenario's preset, robust by "
                    "default), cbf_paper = WBC-CBF with the paper's settings (--set preset=paper)")
     s.add_argument("--scenario", default="paper", help="scenario name (config/scenarios) or YAML path")
+    s.add_argument("--robot", metavar="NAME_OR_FILE", help="robot the scenario walks (default: the scenario's): a "
+                   "name (config/robots/NAME.yaml, e.g. go2, anymal_c; hexapod, quadruped) or a robot file; a "
+                   "scenario written for another robot takes this one's heights and settings (--set robot=...)")
     s.add_argument("--duration", type=positive_float, help="simulated seconds (default: the scenario's)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario value (dotted key)")
     s.add_argument("--solver", choices=["daqp", "proxqp", "osqp"], help="QP backend (default: config)")

@@ -213,6 +213,19 @@ def eval_window(run: RunData, window: tuple[float, float] | None = None) -> tupl
     return None
 
 
+def _pitch_legs(run: RunData):
+    """Which legs of the run's robot (its scenario's) have the foot pitch joint (None: unknown, every leg)."""
+    if run.scenario is None:
+        return None
+    from legged_wbc.robot import load_robot_config
+
+    try:
+        specs = load_robot_config(run.scenario.robot).leg_specs
+    except (ValueError, OSError):
+        return None
+    return [leg.has_pitch for leg in specs] if len(specs) == len(run.leg_names or specs) else None
+
+
 def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict:
     """The metrics of ``legged-wbc run``'s metrics.json (same keys, same function), plus the bridge's
     counters and ``unavailable`` (metric -> reason) for what the input lacks."""
@@ -221,7 +234,8 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     if win is None:
         win = (0.0, float(S["t"][-1]) if len(S.get("t", [])) else 0.0)
         run.notes.append("no scenario: evaluation window = the whole run (pass --window T0 T1)")
-    m = compute_metrics(S, win[0], win[1], run.theta_min, run.theta_max, fell=bool(run.fell))
+    m = compute_metrics(S, win[0], win[1], run.theta_min, run.theta_max, fell=bool(run.fell),
+                        pitch_legs=_pitch_legs(run))
     if run.fell is None:
         m["fell"] = None
     # None where the run lacks the series (a bag: the feet's truth; a bag without /estimator/support: all)
