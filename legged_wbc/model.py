@@ -365,7 +365,7 @@ class RobotModel:
                 p[2] = -height + self.foot_radius
             qj, ok = self.leg_ik(i, p, th, qj)
             if not ok:
-                raise ConfigError(f"leg {self.cfg.legs[i].name}: nominal stance {p} theta={th} is not reachable")
+                raise ConfigError(f"leg {self.cfg.leg_names[i]}: nominal stance {p} theta={th} is not reachable")
         return qj
 
     def foot_depth_range(self, knee_bend_min: float = KNEE_BEND_MIN, tol: float = 1e-3) -> tuple[float, float]:

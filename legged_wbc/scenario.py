@@ -339,6 +339,12 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
     return scenario_from_dict(raw)
 
 
+def load_scenario_on(name_or_path: str, robot: str) -> Scenario:
+    """The scenario as a node that runs ``robot`` (its ``robot`` parameter) loads it: on that robot
+    (a scenario written for another takes this one's heights and settings, :func:`load_scenario`)."""
+    return load_scenario(name_or_path, [f"robot={robot}"])
+
+
 def with_physics_defaults(raw: dict) -> dict:
     """A deep copy of ``raw`` with the keys of :data:`PHYSICS_DEFAULTS` and :data:`SCALAR_DEFAULTS`
     it lacks."""
@@ -529,7 +535,7 @@ class DisturbanceModel:
         feet = [p for p, _ in robot.stance_targets()]
         tau = np.zeros(robot.n)
         for i, o in ((a, b), (b, a)):
-            hip = np.asarray(robot.cfg.legs[i].mount_xyz, dtype=float)
+            hip = np.asarray(robot.cfg.leg_specs[i].hip_xyz, dtype=float)
             u, w = feet[i] - hip, feet[o] - hip
             tau[robot.leg_joints[i][0]] = sq.torque_nm * np.sign(u[0] * w[1] - u[1] * w[0])
         return tau

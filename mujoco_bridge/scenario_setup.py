@@ -31,16 +31,16 @@ from legged_wbc.model import RobotModel
 from mujoco_bridge.sim import STEPS_PER_TICK, MujocoSim, SensorNoise
 
 
-def load_scenario_config(name: str):
-    """The scenario (``legged_wbc.scenario.load_scenario``) for its initial height, sensor noise and
-    disturbance, or None (``none``, or no scenario module)."""
+def load_scenario_config(name: str, robot: str = "hexapod"):
+    """The scenario (``legged_wbc.scenario.load_scenario_on``: on the bridge's ``robot``) for its initial
+    height, sensor noise and disturbance, or None (``none``, or no scenario module)."""
     if name in ("", "none"):
         return None
     try:
-        from legged_wbc.scenario import load_scenario
+        from legged_wbc.scenario import load_scenario_on
     except ImportError:
         return None
-    return load_scenario(name)
+    return load_scenario_on(name, robot)
 
 
 def sensor_noise(scenario, joint_velocity: float, gyro: float, accel: float, seed: int) -> SensorNoise:
@@ -72,7 +72,7 @@ def bridge_simulation(cfg) -> tuple[RobotModel, object, MujocoSim, np.ndarray]:
     configuration (:func:`initial_height`), the simulation reset to it: ``(robot, scenario, sim,
     q0)``. ``cfg``: the bridge's parameters (:class:`~mujoco_bridge.config.BridgeConfig`)."""
     robot = RobotModel(cfg.robot)
-    scenario = load_scenario_config(cfg.scenario)
+    scenario = load_scenario_config(cfg.scenario, cfg.robot)
     sim = scenario_sim(robot, scenario, sensor_noise(scenario, cfg.noise_joint_velocity, cfg.noise_gyro,
                                                      cfg.noise_accel, cfg.noise_seed))
     if abs(sim.dt * 1e9 - PHYSICS_DT_NS) > 1e-3:

@@ -135,13 +135,9 @@ class MujocoSim:
         self._act_effort = np.where(m.jnt_actfrclimited[act_joint], m.jnt_actfrcrange[act_joint, 1], np.inf)
         self.envelope = None
         if actuators == "realistic":
-            lt = self.robot.cfg.leg_type
-            per_joint = []
-            for values in (lt.drive.stall_torque, lt.drive.no_load_speed, lt.effort):
-                x = np.zeros(self.robot.n)               # Pinocchio order, then the actuators'
-                for idx in self.robot.leg_joints:
-                    x[idx] = values
-                per_joint.append(x[conv.pin_to_act])
+            rm = self.robot                              # per joint, Pinocchio order; then the actuators'
+            per_joint = [np.asarray(x, dtype=float)[conv.pin_to_act]
+                         for x in (rm.stall_torque, rm.no_load_speed, rm.effort)]
             self.envelope = ActuatorEnvelope(*per_joint)     # actuator order
         self._saturated = np.zeros(m.nu, dtype=bool)         # clipped since take_saturation(), actuator order
         self._init_limits()

@@ -56,16 +56,21 @@ from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.io import TickSync, adapters
-from legged_wbc.scenario import load_scenario
+from legged_wbc.scenario import load_scenario_on
 
 from . import support_plane
 from .config import EstimatorNodeConfig
 from .estimator import StateEstimator
 
 def scenario_overrides(cfg: EstimatorNodeConfig) -> dict:
-    """The scenario's estimator block, on top of the parameter file (as in the headless loop)."""
-    sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
-    return dict(sc.estimator) if sc is not None and sc.estimator else {}
+    """The scenario's estimator block (the robot's defaults beneath it), on top of the parameter file (as in
+    the headless loop); without a scenario the robot's defaults (:mod:`legged_wbc.robot_defaults`)."""
+    if cfg.scenario in ("", "none"):
+        from legged_wbc.robot_defaults import defaults_of
+
+        return dict(defaults_of(cfg.robot)[1])
+    sc = load_scenario_on(cfg.scenario, cfg.robot)
+    return dict(sc.estimator) if sc.estimator else {}
 
 class EstimatorNode(ros_io.TickOutputs, Node):
     def __init__(self, **kw):
@@ -74,7 +79,7 @@ class EstimatorNode(ros_io.TickOutputs, Node):
                                      startup=scenario_overrides)
         cfg = self.params.config
         self.rm = RobotModel(cfg.robot)
-        sc = load_scenario(cfg.scenario) if cfg.scenario not in ("", "none") else None
+        sc = load_scenario_on(cfg.scenario, cfg.robot) if cfg.scenario not in ("", "none") else None
         gait = GaitConfig.from_dict(sc.gait_dict(self.rm.cfg.gait) if sc else self.rm.cfg.gait)
         self.est = StateEstimator(self.rm, GaitScheduler(gait, self.rm.cfg.leg_names), cfg.estimator)
         self.est.reset(self.rm.stance_configuration(sc.initial_height if sc else None))

@@ -24,6 +24,8 @@ must have the declared type, which ``legged-wbc param set`` takes care of).
 
 from __future__ import annotations
 
+import types
+
 import dataclasses
 import difflib
 import math
@@ -191,9 +193,11 @@ class NodeParameters:
 
     def _apply_startup(self, startup) -> None:
         try:
-            cfg0 = core.from_flat(self.cls, {n: self._start_value(s) for n, s in self.specs.items()})
-            extra = core.flatten(dict(startup(cfg0) or {}))
-            cfg = core.replace(cfg0, **extra)
+            # the start values as plain attributes: the file's values may hold only with the startup's
+            # (a robot's stand height), so the schema's cross-field checks run once, on the result
+            start = {n: self._start_value(s) for n, s in self.specs.items()}
+            extra = core.flatten(dict(startup(types.SimpleNamespace(**start)) or {}))
+            cfg = core.from_flat(self.cls, {**start, **extra})
         except ValueError as exc:
             raise ParameterSchemaError(str(exc)) from None
         flat = core.to_flat(cfg)

@@ -86,8 +86,9 @@ def urdf_joints(urdf_text: str) -> list[UrdfJoint]:
         xyz = np.array([float(x) for x in (o.get("xyz", "0 0 0") if o is not None else "0 0 0").split()])
         rpy = [float(x) for x in (o.get("rpy", "0 0 0") if o is not None else "0 0 0").split()]
         axis = np.array([float(x) for x in (a.get("xyz", "1 0 0") if a is not None else "1 0 0").split()])
+        norm = float(np.linalg.norm(axis))      # a fixed joint may give a zero axis (it is not used)
         out.append(UrdfJoint(j.get("name"), j.get("type"), j.find("parent").get("link"), j.find("child").get("link"),
-                             xyz, rpy_to_quat(*rpy), axis / np.linalg.norm(axis)))
+                             xyz, rpy_to_quat(*rpy), axis / norm if norm > 0 else np.array([1.0, 0.0, 0.0])))
     return out
 
 

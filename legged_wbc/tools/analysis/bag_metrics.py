@@ -190,10 +190,10 @@ def _robot_names(run: RunData, robot: str, need_joint_names: bool) -> None:
 
             run.joint_names = list(RobotModel(robot).joint_names)
         pos = {n: i for i, n in enumerate(run.joint_names)}
-        effort = {}
-        for leg in cfg.legs:
-            names = leg.joint_names(cfg.leg_type)
-            effort.update(zip(names, cfg.leg_type.effort))
+        tab = cfg.joint_table()
+        effort = dict(zip(tab.names, tab.effort.tolist()))
+        for leg in cfg.leg_specs:
+            names = list(leg.joints)
             if all(n in pos for n in names):
                 run.leg_joints[leg.name] = [pos[n] for n in names]
         if run.joint_names and all(n in effort for n in run.joint_names):

@@ -84,7 +84,7 @@ def conditioning(robot: str | None = None, theta_max: float = 0.5, samples: int 
             leg = rm.legs(qj_sol)[i]
             sv = np.linalg.svd(leg.J, compute_uv=False)
             rows.append({
-                "leg": rm.cfg.legs[i].name, "theta": float(th),
+                "leg": rm.cfg.leg_names[i], "theta": float(th),
                 "rank_jp": int(np.linalg.matrix_rank(leg.J_p, tol=1e-9)),
                 "sigma_min": float(sv[-1]),
                 "alignment": float(abs(leg.J_theta @ leg.n)),

@@ -31,13 +31,14 @@ def _joint_velocity(run) -> np.ndarray:
 
 
 def _leg_drives(run):
-    """``(joint labels of a leg, stall (4,), no-load speed (4,), peak (4,))`` from the run's robot."""
+    """``(joint labels of a leg, stall (k,), no-load speed (k,), peak (k,))`` of the run's robot's first leg."""
     from legged_wbc.robot import load_robot_config
 
     cfg = load_robot_config(run.scenario.robot)
-    lt = cfg.leg_type
-    labels = [n.split("_", 1)[-1] for n in cfg.legs[0].joint_names(lt)]
-    return labels, np.asarray(lt.drive.stall_torque), np.asarray(lt.drive.no_load_speed), np.asarray(lt.effort)
+    leg, tab = cfg.leg_specs[0], cfg.joint_table()
+    idx = [tab.names.index(j) for j in leg.joints]
+    labels = [n.split("_", 1)[-1] for n in leg.joints]
+    return labels, tab.stall_torque[idx], tab.no_load_speed[idx], tab.effort[idx]
 
 
 def fig_actuator_envelope(runs, names, plt) -> str | None:
@@ -87,8 +88,11 @@ def fig_cbf_slack(runs, names, plt) -> str | None:
 def fig_leg_distance(runs, names, plt) -> str | None:
     from wbc_controller.config import WbcConfig
 
-    sel = [(r, n) for r, n in zip(runs, names) if "leg_distance" in r.series
-           and np.nanmin(np.asarray(r.series["leg_distance"], dtype=float)) < NEAR_M]
+    def near(r) -> bool:        # a robot without capsule links has no distances (all nan)
+        d = np.asarray(r.series["leg_distance"], dtype=float)
+        return bool(np.any(d < NEAR_M))
+
+    sel = [(r, n) for r, n in zip(runs, names) if "leg_distance" in r.series and near(r)]
     if not sel:
         return None
     fig, ax = plt.subplots(figsize=(10, 4))

@@ -31,7 +31,10 @@ def _font(size: int):
 
 
 def leg_layout(cfg) -> np.ndarray:
-    """Nominal foot positions (x forward, y left) in the base frame, one row per leg [m]."""
+    """Nominal foot positions (x forward, y left) in the base frame, one row per leg [m] (a URDF robot: its
+    hips', where its standing feet are below, near enough for the overlay's diagram)."""
+    if getattr(cfg, "kind", "generated") != "generated":
+        return np.array([leg.hip_xyz[:2] for leg in cfg.leg_specs], dtype=float)
     out = []
     for leg in cfg.legs:
         yaw = math.radians(leg.mount_yaw_deg)
