@@ -345,6 +345,21 @@ def load_scenario_on(name_or_path: str, robot: str) -> Scenario:
     return load_scenario(name_or_path, [f"robot={robot}"])
 
 
+def node_overrides(scenario: str, robot: str, mode: str | None = None) -> dict:
+    """What a node takes at start-up from its ``scenario`` and ``robot`` parameters, on top of its parameter
+    file: with ``mode`` (the controller's ``relative_pitch_mode``) the controller's parameters
+    (:meth:`Scenario.controller_overrides` without the mode), else the estimator's block; without a
+    scenario (``""`` / ``none``) the robot's own defaults (:mod:`legged_wbc.robot_defaults`)."""
+    from legged_wbc.robot_defaults import defaults_of
+
+    if scenario in ("", "none"):
+        return dict(defaults_of(robot)[0 if mode is not None else 1])
+    sc = load_scenario_on(scenario, robot)
+    if mode is None:
+        return dict(sc.estimator)
+    return {k: v for k, v in sc.controller_overrides(mode).items() if k != "relative_pitch_mode"}
+
+
 def with_physics_defaults(raw: dict) -> dict:
     """A deep copy of ``raw`` with the keys of :data:`PHYSICS_DEFAULTS` and :data:`SCALAR_DEFAULTS`
     it lacks."""

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from legged_wbc.robot import ConfigError, FootGeometry, JointTable, LegSpec, load_yaml_file
+from legged_wbc.description import ConfigError, FootGeometry, JointTable, LegSpec, load_yaml_file
 
 G = 9.81
 ACTUATED = ("revolute", "continuous", "prismatic")

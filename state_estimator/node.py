@@ -56,21 +56,16 @@ from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.io import TickSync, adapters
-from legged_wbc.scenario import load_scenario_on
+from legged_wbc.scenario import load_scenario_on, node_overrides
 
 from . import support_plane
 from .config import EstimatorNodeConfig
 from .estimator import StateEstimator
 
 def scenario_overrides(cfg: EstimatorNodeConfig) -> dict:
-    """The scenario's estimator block (the robot's defaults beneath it), on top of the parameter file (as in
-    the headless loop); without a scenario the robot's defaults (:mod:`legged_wbc.robot_defaults`)."""
-    if cfg.scenario in ("", "none"):
-        from legged_wbc.robot_defaults import defaults_of
-
-        return dict(defaults_of(cfg.robot)[1])
-    sc = load_scenario_on(cfg.scenario, cfg.robot)
-    return dict(sc.estimator) if sc.estimator else {}
+    """The scenario's estimator block on top of the parameter file, as in the headless loop
+    (:func:`legged_wbc.scenario.node_overrides`)."""
+    return node_overrides(cfg.scenario, cfg.robot)
 
 class EstimatorNode(ros_io.TickOutputs, Node):
     def __init__(self, **kw):

@@ -53,7 +53,7 @@ from legged_wbc.ros.nodekit import cmd_vel as ros_cmd_vel, diagnostics as ros_di
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.nodekit.params import NodeParameters
-from legged_wbc.scenario import load_scenario_on
+from legged_wbc.scenario import load_scenario_on, node_overrides
 from state_estimator import support_plane
 
 from .config import WbcConfig, WbcNodeConfig
@@ -63,15 +63,9 @@ from .diagnostics import DIAG_FIELDS  # noqa: F401  (the published fields; re-ex
 wbc_fields = set(WbcConfig.__dataclass_fields__)
 
 def scenario_overrides(cfg: WbcNodeConfig) -> dict:
-    """The scenario's references (the robot's defaults beneath them) on top of the parameter file, made
-    visible as parameters; without a scenario the robot's defaults (:mod:`legged_wbc.robot_defaults`)."""
-    if cfg.scenario in ("", "none"):
-        from legged_wbc.robot_defaults import defaults_of
-
-        return dict(defaults_of(cfg.robot)[0])
-    sc = load_scenario_on(cfg.scenario, cfg.robot)
-    return {k: v for k, v in sc.controller_overrides(cfg.relative_pitch_mode).items()
-            if k != "relative_pitch_mode" and k in wbc_fields}
+    """The scenario's references on top of the parameter file, made visible as parameters
+    (:func:`legged_wbc.scenario.node_overrides`)."""
+    return {k: v for k, v in node_overrides(cfg.scenario, cfg.robot, cfg.relative_pitch_mode).items() if k in wbc_fields}
 
 class WbcNode(ros_io.TickOutputs, Node):
     def __init__(self, **kw):

@@ -196,7 +196,7 @@ class NodeParameters:
             # the start values as plain attributes: the file's values may hold only with the startup's
             # (a robot's stand height), so the schema's cross-field checks run once, on the result
             start = {n: self._start_value(s) for n, s in self.specs.items()}
-            extra = core.flatten(dict(startup(types.SimpleNamespace(**start)) or {}))
+            extra = core.flatten(dict(startup(_namespace(start)) or {}))
             cfg = core.from_flat(self.cls, {**start, **extra})
         except ValueError as exc:
             raise ParameterSchemaError(str(exc)) from None
@@ -376,3 +376,19 @@ def unknown_name(name: str, known) -> str | None:
         return None
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
     return f"unknown parameter {name!r}" + (f" (closest: {', '.join(close)})" if close else "")
+
+
+def _namespace(flat: dict) -> types.SimpleNamespace:
+    """Dotted names ``{"a.b": 1, "c": 2}`` as attributes ``ns.a.b``, ``ns.c`` (a config's fields read by
+    name, before the config itself is built)."""
+    root: dict = {}
+    for name, value in flat.items():
+        cur = root
+        *heads, last = name.split(".")
+        for h in heads:
+            cur = cur.setdefault(h, {})
+        cur[last] = value
+
+    def build(d: dict) -> types.SimpleNamespace:
+        return types.SimpleNamespace(**{k: build(v) if isinstance(v, dict) else v for k, v in d.items()})
+    return build(root)
