@@ -77,3 +77,18 @@ def test_go2_lockstep_bag_bit_identical_to_headless(tmp_path, go2_trot):
         assert np.array_equal(x[ok], y[ok]), k
     mb = res["metrics"]["bag"]
     assert mb["relative_pitch_legs"] == 0 and mb["max_violation_rad"] is None and not mb["fell"]
+
+
+def test_a_robot_never_seen_stands_from_its_srdf_alone():
+    """Solo12 (2.5 kg, mesh feet, placeholder efforts), with no robot file of ours: a robot file made from
+    its URDF and SRDF alone stands up and holds still (no code per robot)."""
+    from legged_wbc.tools.analysis.robot_check import example_robot_data_quadrupeds, stand_test
+    from legged_wbc.urdf_robot import default_robot_dict
+
+    solo = [(s, u) for name, s, u in example_robot_data_quadrupeds() if name == "solo/solo"]
+    assert solo, "example-robot-data's solo12 not found"
+    srdf, urdfs = solo[0]
+    urdf = next(u for u in urdfs if u.name == "solo12.urdf")
+    st = stand_test(None, 2.0, data={"robot": default_robot_dict(urdf, srdf)})
+    assert st["stood"], st["fall_reason"]
+    assert st["drift_m"] < 0.01

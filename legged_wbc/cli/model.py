@@ -68,6 +68,8 @@ def cmd_check_robot(args) -> int:
 
     if args.all_example_robot_data:
         rows, text = example_robot_data_table()
+        if args.stand:
+            text += "\n\n" + _stand_rows(rows, args.stand)
         _print_json_or({"robots": rows}, args.json, text)
         bad = [r["robot"] for r in rows if r["problems"]]
         if bad:
@@ -82,11 +84,43 @@ def cmd_check_robot(args) -> int:
         raise ConfigError(f"{path}: not a robot described by its URDF (robot.kind: urdf); "
                           "generated robots: legged-wbc check-model")
     res = check_robot(path, data=d)
-    _print_json_or(res, args.json, report_text(res))
+    text = report_text(res)
+    if args.stand and not res["problems"]:
+        from legged_wbc.tools.analysis.robot_check import stand_test
+
+        res["stand"] = st = stand_test(path, args.stand)
+        text += "\n  " + _stand_line(st, args.stand)
+        if not st["stood"]:
+            res["problems"].append(f"fell standing: {st['fall_reason']}")
+    _print_json_or(res, args.json, text)
     if res["problems"]:
         print(f"legged-wbc check-robot: {path}: cannot walk: {'; '.join(res['problems'])}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stand_line(st: dict, seconds: float) -> str:
+    if st["stood"]:
+        return f"stood {seconds:g} s (base drift {st['drift_m'] * 1000:.1f} mm)"
+    return f"did not stand {seconds:g} s: {st['fall_reason']}"
+
+
+def _stand_rows(rows: list, seconds: float) -> str:
+    """Each walkable row stood for ``seconds`` (its ``stand`` entry); the lines of the result."""
+    from legged_wbc.tools.analysis.robot_check import stand_test
+    from legged_wbc.urdf_robot import default_robot_dict
+
+    out = [f"standing {seconds:g} s (WBC-CBF, the robot's own heights and gains):"]
+    for r in rows:
+        if r["problems"]:
+            continue
+        srdf = Path(r["srdf"])
+        urdf = next(p for p in (srdf.parent.parent / "urdf", srdf.parent.parent / "robots") if (p / r["urdf"]).is_file())
+        r["stand"] = st = stand_test(None, seconds, data={"robot": default_robot_dict(urdf / r["urdf"], srdf)})
+        out.append(f"  {r['robot']:24s} {_stand_line(st, seconds)}")
+        if not st["stood"]:
+            r["problems"].append(f"fell standing: {st['fall_reason']}")
+    return "\n".join(out)
 
 
 def register(sub) -> None:
@@ -126,5 +160,7 @@ def register(sub) -> None:
     s.add_argument("file", nargs="?", help="robot file (kind: urdf) or name (go2, anymal_c: config/robots/NAME.yaml)")
     s.add_argument("--all-example-robot-data", action="store_true",
                    help="check every quadruped of the installed example-robot-data (a robot file from its SRDF alone)")
+    s.add_argument("--stand", type=positive_float, metavar="SECONDS",
+                   help="also stand each walkable robot up and hold it this long in the headless loop (WBC-CBF)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_check_robot)

@@ -209,3 +209,33 @@ def table_text(rows: list[dict]) -> str:
                    f"{r['standing']['height']:8.3f} {len(r['placeholders']):3d} {len(r['repairs']):3d}  "
                    f"T={g['period']}s {status}")
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# standing: does the controller hold it up
+
+
+def stand_test(robot_file: str | Path, seconds: float, data: dict | None = None) -> dict:
+    """Stand the robot up from a crouch (the robot's own heights, :mod:`legged_wbc.robot_defaults`) and
+    hold it ``seconds`` [s] in the headless loop (WBC-CBF, no command): ``{"stood": bool, "fall_reason",
+    "drift_m"}`` (the base's horizontal drift while standing). ``data``: the robot file's mapping, written
+    to a temporary file when given (a robot made from its SRDF alone)."""
+    import tempfile
+
+    import yaml
+
+    from legged_wbc.closed_loop import ClosedLoop
+    from legged_wbc.scenario import load_scenario
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if data is not None:
+            robot_file = Path(tmp) / "robot.yaml"
+            robot_file.write_text(yaml.safe_dump(data))
+        sets = [f"robot={robot_file}", "commands=[{t: 0, vx: 0, vy: 0, wz: 0}]", f"duration={1.5 + seconds}",
+                "walk.gait_start=1.5", "walk.t_s=1.5", f"evaluation.window={seconds}"]
+        res = ClosedLoop(load_scenario("go2_trot", sets), "cbf").run(1.5 + seconds, progress=False)
+    bp = np.asarray(res.series["base_pos"])
+    t = np.asarray(res.series["t"])
+    still = bp[t >= 1.5, :2]
+    drift = float(np.max(np.linalg.norm(still - still[0], axis=1))) if len(still) else None
+    return {"stood": not res.fell, "fall_reason": res.fall_reason or None, "drift_m": drift}
