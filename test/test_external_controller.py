@@ -21,7 +21,7 @@ TICKS = int(DURATION / 0.002)
 def _read_bag(bag: Path) -> dict:
     from rosbags.highlevel import AnyReader
 
-    out = {"stamps": [], "diag_stamps": [], "cmd_ticks": [], "z": [], "bridge": None, "clock": []}
+    out = {"stamps": [], "diag_stamps": [], "cmd_ticks": [], "z": [], "bridge": None, "clock": [], "estimates": 0}
     with AnyReader([bag]) as r:
         for c, t, raw in r.messages():
             m = r.deserialize(raw, c.msgtype)
@@ -33,6 +33,7 @@ def _read_bag(bag: Path) -> dict:
                     out["diag_stamps"].append(ns)
                 if c.topic == "/joint_torque_cmd":
                     out["cmd_ticks"].append(ns // 2_000_000)
+            out["estimates"] += c.topic == "/estimator/odom"
             if c.topic == "/ground_truth/odom":
                 out["z"].append(m.pose.pose.position.z)
             if c.topic == "/clock":
@@ -76,6 +77,8 @@ def test_external_controller_answers_every_lockstep_tick(tmp_path, ros_env, layo
     late = [(topic, ns) for topic, ns in b["stamps"] if not 0 <= ns <= end]
     assert not late, late[:5]                                    # no wall-clock stamp anywhere
     assert len(b["diag_stamps"]) >= 4 and max(b["diag_stamps"]) <= end
+    if layout != "processes":    # lockstep, in a container: the estimator runs every tick (processes: the newest)
+        assert b["estimates"] == TICKS + 1, b["estimates"]
 
 
 @pytest.mark.parametrize("example", [["example-controller"], ["teleop-example", "--vx", "0.1"]])

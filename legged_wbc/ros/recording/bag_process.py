@@ -718,7 +718,7 @@ def subscription_qos(infos, depth: int):
 
 
 def close_sink(bag, path: Path, custom_data: str, write_failed: OSError | None = None,
-               own_only: bool = False) -> tuple[str, str]:
+               own_only: bool = False, lost: dict | None = None) -> tuple[str, str]:
     """Close ``bag`` (:func:`open_sink`'s, at ``path``) and say how it went: ``(failure, note)``.
 
     ``failure`` is a failed recording in one line, else ''. The recorder process's failure is the
@@ -726,11 +726,17 @@ def close_sink(bag, path: Path, custom_data: str, write_failed: OSError | None =
     (``write_failed``, a write's ``OSError`` kept for now, or an error at closing: ``layout:=processes``),
     its file is left as it is and the bag repaired from what is on disk (:func:`_repaired_after`).
     ``note`` is the "bag closed" line for the log ('' after a failure): messages per topic (``own_only``:
-    those of this process, a container's ``layout:=split``), drops, the bag's size."""
-    dropped = 0
+    those of this process, a container's ``layout:=split``), drops, the bag's size. ``lost``: per topic, the
+    messages DDS lost before the recorder took them: said in ``note`` and, with the in-process writer, in
+    ``metadata.yaml``'s custom data (``lost_messages``: their number, ``lost_messages_per_topic``:
+    ``/topic=N,...``)."""
+    dropped, lost = 0, {t: n for t, n in (lost or {}).items() if n}
     try:
         if write_failed is not None:
             raise write_failed
+        if lost and hasattr(bag, "set_custom_data"):
+            bag.set_custom_data("lost_messages", str(sum(lost.values())))
+            bag.set_custom_data("lost_messages_per_topic", ",".join(f"{t}={n}" for t, n in sorted(lost.items())))
         dropped = bag.close() or 0
     except OSError as exc:            # this process's writer (layout:=processes): repaired here
         bag.abandon()
@@ -745,8 +751,9 @@ def close_sink(bag, path: Path, custom_data: str, write_failed: OSError | None =
     per = ", ".join(f"{k} {v}" for k, v in sorted(bag.counts.items()) if v)
     where = " by the recorder process" if by_process else ""
     mine = " from this process" if by_process and own_only else ""
+    gone = f"; {sum(lost.values())} LOST ({', '.join(f'{t} {n}' for t, n in sorted(lost.items()))})" if lost else ""
     return "", (f"bag closed{where}: {path} ({total} messages{mine}: {per}"
-                f"{f'; {dropped} DROPPED' if dropped else ''}; {size_note(path)})")
+                f"{f'; {dropped} DROPPED' if dropped else ''}{gone}; {size_note(path)})")
 
 
 def _repaired_after(exc: OSError, path: Path, custom_data: str, took: int) -> str:

@@ -74,6 +74,7 @@ class BagRecorder(Node):
         self.wanted = self.choice.wanted       # topic -> its type, or None (TopicChoice)
         self.subs: dict[str, object] = {}
         self.counts = self.bag.counts
+        self.lost: dict[str, int] = {}   # per topic: messages DDS lost before this recorder took them (message_lost)
         self.last_rx = time.monotonic()
         self.peers = PeerWatch()          # stop_when_gone
         self.stop_reason: str | None = None
@@ -119,10 +120,13 @@ class BagRecorder(Node):
             self.get_logger().warning(f"not recording {topic}: type {msgtype} unavailable ({exc})")
             self.subs[topic] = None
             return
+        from rclpy.event_handler import SubscriptionEventCallbacks
+
         qos = subscription_qos(pub_infos, self._qos_depth)   # as the publishers offer it
         tap = self.local.tap(topic) if self.local is not None else None
+        lost = SubscriptionEventCallbacks(message_lost=lambda info, t=topic: self._on_lost(t, info))
         self.subs[topic] = endpoints.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
-                                                    qos, raw=True, tap=tap)
+                                                    qos, raw=True, tap=tap, event_callbacks=lost)
         self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
 
     def subscribe_topics(self, topics: dict) -> None:
@@ -171,6 +175,14 @@ class BagRecorder(Node):
                 self.stop_reason = "the bag cannot be written"
             self.last_rx = time.monotonic()
 
+    def _on_lost(self, topic: str, info) -> None:
+        """DDS's message-lost event: messages of ``topic`` the middleware gave up on before this recorder
+        took them (a reliable writer's KEEP_LAST history overwrote them before they were received)."""
+        n = int(info.total_count_change)
+        if n > 0:
+            self.lost[topic] = self.lost.get(topic, 0) + n
+            self.last_rx = time.monotonic()
+
     def record_linked_part(self, bus) -> list[str]:
         """``layout:=split``: ask the linked part (host link RECORD) to record its own topics that this
         recorder subscribes into a second ring of the recorder process, stamped by the ``/clock`` this
@@ -187,9 +199,19 @@ class BagRecorder(Node):
             return
         self.closed = True
         self.failure, note = close_sink(self.bag, self.path, self.config.custom_data, self._write_error,
-                                        own_only=self.local is not None and self.local.own_only)
+                                        own_only=self.local is not None and self.local.own_only, lost=self.lost)
         if note:
             self.get_logger().info(note)
+
+    @property
+    def incomplete(self) -> str:
+        """One line when messages were lost on their way to the recorder (a recording that is not clean), else ''."""
+        n = sum(self.lost.values())
+        if not n:
+            return ""
+        per = ", ".join(f"{t} {k}" for t, k in sorted(self.lost.items()))
+        return (f"recording INCOMPLETE: {n} messages were lost before the recorder took them ({per}); "
+                f"the bag {self.path} holds the others")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         node.drain(lambda t: executor.spin_once(timeout_sec=t))   # never lose the last messages
         node.get_logger().info(f"stopping ({why})")
         node.close()
-        if node.failure:
-            node.get_logger().error(node.failure)
+        if node.failure or node.incomplete:
+            node.get_logger().error(node.failure or node.incomplete)
             rc = 1
     finally:
         if node is not None and not node.closed:

@@ -456,12 +456,21 @@ def describe_arguments(plan: LaunchPlan) -> str:
 
 
 # ------------------------------------------------------------------------------------ running
+FASTDDS_PROFILES_ENV = "FASTDDS_DEFAULT_PROFILES_FILE"
+
+
 def child_env(base: dict | None = None) -> dict:
     """The nodes' environment: ``base`` (default ours), loopback discovery and unbuffered output unless set,
-    and a new link secret (``LINK_SECRET_ENV``: 32 random bytes as hex) for this launch."""
+    the package's Fast DDS profile (``config/fastdds_launch.xml``: deeper shared-memory buffers, so a
+    subscriber descheduled for a while, the recorder, loses nothing) unless a profile file is set or
+    another middleware chosen, and a new link secret (``LINK_SECRET_ENV``: 32 random bytes as hex) for
+    this launch."""
     env = dict(os.environ if base is None else base)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    fast_dds = env.get("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp").startswith("rmw_fastrtps")
+    if fast_dds and not env.get(FASTDDS_PROFILES_ENV):
+        env[FASTDDS_PROFILES_ENV] = _find_pkg_share("legged_wbc") + "/config/fastdds_launch.xml"
     env[LINK_SECRET_ENV] = secrets.token_hex(32)
     return env
 
