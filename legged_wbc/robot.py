@@ -94,7 +94,8 @@ ROBOT_KEYS = {
                  "velocity": None, "actuator": {"stall_torque": None, "no_load_speed": None,
                                                 "coulomb_friction": None, "viscous_friction": None}},
     "legs": None, "stance": {"reach": None, "height": None, "relative_pitch": None},
-    "contact": {"friction": None}, "gait": {"groups": None, "period": None, "duty": None, "start_time": None},
+    "contact": {"friction": None}, "gait": {"groups": None, "period": None, "duty": None, "start_time": None,
+                                         "gaits": None},
 }
 LEG_KEYS = ("name", "mount_xyz", "mount_yaw_deg", "mount_roll_deg")
 
@@ -117,6 +118,27 @@ def check_robot_keys(d: dict, known: dict = ROBOT_KEYS, where: str = "robot") ->
         if not isinstance(leg, dict):
             raise ConfigError(f"robot.legs[{i}]: expected a mapping, got {leg!r}")
         check_robot_keys(leg, dict.fromkeys(LEG_KEYS), f"robot.legs[{i}]")
+
+
+GAIT_KEYS = ("groups", "period", "duty")     # what a named gait of ``gait.gaits`` may set
+
+
+def _checked_gait(gait) -> dict:
+    """The robot YAML's ``gait`` section (a copy): the default gait (``groups``, ``period``, ``duty``,
+    ``start_time``) and, optionally, ``gaits``: named alternatives a scenario selects with
+    ``gait.type`` (each a mapping of :data:`GAIT_KEYS`, e.g. ``trot``, ``crawl``)."""
+    g = dict(gait or {})
+    named = g.get("gaits")
+    if named is None:
+        g.pop("gaits", None)
+        return g
+    if not isinstance(named, dict):
+        raise ConfigError(f"robot.gait.gaits: expected a mapping of named gaits, got {named!r}")
+    for name, spec in named.items():
+        if not isinstance(spec, dict) or not set(spec) <= set(GAIT_KEYS):
+            raise ConfigError(f"robot.gait.gaits.{name}: a mapping of {', '.join(GAIT_KEYS)}, got {spec!r}")
+    g["gaits"] = {str(k): dict(v) for k, v in named.items()}
+    return g
 
 
 @dataclass(frozen=True)
@@ -335,7 +357,7 @@ class RobotConfig:
                 stance_relative_pitch=_num("stance.relative_pitch", d["stance"].get("relative_pitch", 0.0),
                                            -math.pi, math.pi),
                 friction=_pos("contact.friction", d.get("contact", {}).get("friction", 0.9), 10.0),
-                gait=dict(d.get("gait", {})),
+                gait=_checked_gait(d.get("gait", {})),
                 source=source,
             )
         except KeyError as exc:

@@ -99,6 +99,7 @@ PHYSICS_DEFAULTS = {
     "push": {"enabled": False, "force_n": 0.0, "start_offset": 0.0, "duration": 0.0},
     "terrain": dict(_terrain.DEFAULTS),
     "noise": {"joint_velocity": 0.0, "gyro": 0.0, "accel": 0.0, "seed": 0},
+    "gait": {"type": "", "period": None, "duty": None},
 }
 # Top-level keys a scenario file may omit, with their defaults.
 SCALAR_DEFAULTS = {"command_delay_ticks": 0, "sensor_delay_ticks": 0, "actuators": "ideal", "preset": "robust",
@@ -161,12 +162,16 @@ SCHEMA = {s.name[len("scenario."):]: s for s in (
     _spec("command_delay_ticks", 0, 0, MAX_DELAY_TICKS, "", "command delay in 2 ms ticks"),
     _spec("sensor_delay_ticks", 0, 0, MAX_DELAY_TICKS, "", "sensor delay in 2 ms ticks"),
     _spec("actuators", "ideal", unit="", choices=ACTUATOR_MODELS), _spec("preset", "robust", unit=""),
+    _spec("gait.type", "", unit="", desc="gait: one of the robot's named gaits (robot YAML gait.gaits, e.g. trot, "
+          "crawl); empty: the robot's default gait"),
+    _spec("gait.period", 1.0, 0.05, 10.0, "s", "gait cycle period (null: the selected gait's)"),
+    _spec("gait.duty", 0.6, 0.0, 1.0, "", "support duty factor of each leg (null: the selected gait's)"),
     _spec("commands", None, unit="", typ="float_array", desc="velocity command schedule [{t: s, vx: m/s, vy: m/s, "
           "wz: rad/s}, ...] (null: the walk's forward_velocity ramp)"),
 )}
 NODE_SECTIONS = ("controller", "estimator")   # node parameters (checked by the nodes' schemas)
 LIST_KEYS = ("commands",)   # lists checked where they are used (the velocity command schedule: closed_loop)
-NULLABLE = ("ground.friction", "commands")
+NULLABLE = ("ground.friction", "commands", "gait.period", "gait.duty")
 TERRAIN_KEYS = tuple(f"terrain.{k}" for k in _terrain.DEFAULTS)
 SECTIONS = tuple(sorted({k.split(".")[0] for k in SCHEMA if "." in k} | {"terrain"}))
 
@@ -284,9 +289,31 @@ class Scenario:
         return d
 
     def gait_dict(self, robot_gait: dict) -> dict:
-        g = dict(robot_gait)
-        g["start_time"] = self.gait_start
-        return g
+        """The gait (:class:`legged_wbc.gait.GaitConfig`'s dict) of this scenario on a robot whose YAML
+        ``gait`` section is ``robot_gait``: the robot's default gait, or with ``gait.type`` the named
+        one of its ``gaits`` (groups, period, duty), then the scenario's ``gait.period`` / ``gait.duty``
+        if given; ``start_time`` the walk's ``gait_start``."""
+        return gait_dict_of(robot_gait, self.raw.get("gait") or {}, self.gait_start)
+
+
+def gait_dict_of(robot_gait: dict, choice: dict, start_time: float | None = None) -> dict:
+    """:meth:`Scenario.gait_dict` from the robot YAML's ``gait`` section and a scenario's ``gait``
+    mapping (``type``, ``period``, ``duty``; each may be missing). An unknown ``type`` is a
+    ConfigError naming the robot's gaits."""
+    g = {k: v for k, v in robot_gait.items() if k != "gaits"}
+    named = robot_gait.get("gaits") or {}
+    kind = str(choice.get("type") or "")
+    if kind:
+        if kind not in named:
+            raise ConfigError(f"scenario.gait.type: {kind!r} is not one of the robot's gaits "
+                              f"({', '.join(named) or 'none: robot YAML gait.gaits'})")
+        g.update(named[kind])
+    for key in ("period", "duty"):
+        if choice.get(key) is not None:
+            g[key] = float(choice[key])
+    if start_time is not None:
+        g["start_time"] = start_time
+    return g
 
 
 def _set_dotted(d: dict, key: str, value) -> None:

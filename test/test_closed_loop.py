@@ -191,7 +191,7 @@ def test_run_cli_writes_metrics(tmp_path):
 
 
 def test_quadruped_variant_walks():
-    """The 4-legged variant is a config change only: same code, crawl gait from its robot YAML."""
+    """The 4-legged variant is a config change only: same code, the trot from its robot YAML."""
     sc = load_scenario("nominal", FAST + ["robot=quadruped", "evaluation.window=3.0"])
     res = ClosedLoop(sc, "cbf").run(5.5)
     assert not res.fell, res.fall_reason
