@@ -223,9 +223,12 @@ def command_metrics(series: dict) -> dict:
     ``velocity_tracking_rmse_mps`` and ``yaw_rate_tracking_rmse_radps`` over the steady parts of all
     segments (:func:`steady_ticks`), ``estimated_velocity_rmse_mps`` (the estimated horizontal
     world velocity against the ground truth, every tick), ``standing_drift_m`` (the largest horizontal
-    base displacement within a stretch of zero command and a paused gait; None if there was none)."""
+    base displacement within a stretch of zero command and a paused gait; None if there was none) and
+    ``command_segments``: the first two per segment of the schedule (its steady part: ``t`` [s], the
+    ``target`` ``[vx, vy, wz]``, ``velocity_rmse_mps``, ``yaw_rate_rmse_radps``), so a walk's forward,
+    sideways and turning parts can each be read off."""
     keys = ("velocity_tracking_rmse_mps", "yaw_rate_tracking_rmse_radps", "estimated_velocity_rmse_mps",
-            "standing_drift_m")
+            "standing_drift_m", "command_segments")
     need = ("t", "cmd_target", "gait_paused", "base_vel_world", "base_quat", "base_pos", "est_vel_world")
     if any(series.get(k) is None or not len(series[k]) for k in need):
         return dict.fromkeys(keys)
@@ -244,4 +247,22 @@ def command_metrics(series: dict) -> dict:
     edges = np.flatnonzero(np.diff(np.r_[0, standing.astype(np.int8), 0]))
     drift = [float(np.max(np.hypot(*(pos[a:b] - pos[a]).T))) for a, b in zip(edges[::2], edges[1::2])]
     out["standing_drift_m"] = max(drift) if drift else None
+    out["command_segments"] = _segments(np.asarray(series["t"], dtype=float), target, steady, v, wz)
+    return out
+
+
+def _segments(t, target, steady, v, wz) -> list:
+    """Per command segment with a steady part: its times, target and tracking errors (:func:`command_metrics`)."""
+    out = []
+    starts = np.flatnonzero(np.r_[True, np.any(target[1:] != target[:-1], axis=1)])
+    for a, b in zip(starts, np.r_[starts[1:], len(t)]):
+        m = np.zeros(len(t), bool)
+        m[a:b] = steady[a:b]
+        if not m.any():
+            continue
+        ev = (v - target[:, :2])[m]
+        out.append({"t": [round(float(t[a]), 3), round(float(t[b - 1]), 3)],
+                    "target": [float(x) for x in target[a]],
+                    "velocity_rmse_mps": float(np.sqrt(np.mean(np.sum(ev ** 2, axis=1)))),
+                    "yaw_rate_rmse_radps": float(np.sqrt(np.mean((wz - target[:, 2])[m] ** 2)))})
     return out

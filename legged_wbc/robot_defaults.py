@@ -16,6 +16,8 @@ Controller (``wbc_controller`` parameters):
 * ``lift_height = 0.2 L``, ``stumble_lift = 0.12 L`` (swing apex and the stumble reflex's extra lift);
 * swing PD ``kp_swing = 25 m`` [N/m], ``kd_swing = 0.75 m`` [N s/m] (the same foot acceleration per
   metre of error on every robot: the foot's effective mass scales with the robot's);
+* body velocity gain ``kd_pos = [100, 100, 60]`` [1/s] (a trot's two-foot support surges at the step
+  frequency; the parameter file's 40 leaves a 0.06 m/s velocity error, 100 halves it);
 * ``torque_limit_mode: realistic``: the URDF's efforts are the drives' (placeholders are replaced by the
   loader, which says so), so the QP's torque rows are the drives' limits, not the paper's +-10 kN m;
 * ``leg_collision_barrier: false``: the barrier needs the generated robots' capsule links.
@@ -52,8 +54,8 @@ def controller_defaults(cfg) -> dict:
     m, L, h = float(cfg.robot_mass), float(cfg.leg_length), float(cfg.stance_height)
     kp, kd = _round(25.0 * m, 1), _round(0.75 * m, 2)
     return {"stand_height": _round(0.9 * h), "lift_height": _round(0.2 * L), "stumble_lift": _round(0.12 * L),
-            "kp_swing": [kp, kp, kp], "kd_swing": [kd, kd, kd], "torque_limit_mode": "realistic",
-            "leg_collision_barrier": False}
+            "kp_swing": [kp, kp, kp], "kd_swing": [kd, kd, kd], "kd_pos": [100.0, 100.0, 60.0],
+            "torque_limit_mode": "realistic", "leg_collision_barrier": False}
 
 
 def estimator_defaults(cfg) -> dict:

@@ -778,8 +778,10 @@ def _base_box(tree: UrdfTree, base: str, urdf_dir: Path, repairs: list):
 
 
 def default_gait(legs: tuple[LegSpec, ...], leg_length: float, given) -> dict:
-    """Four legs: a trot (diagonal pairs by the hips' positions); others: one leg at a time around the
-    body. Period scaled from the leg length (0.5 s for a go2-size leg, 0.34 m hip to foot), duty 0.6."""
+    """Four legs: a trot (diagonal pairs by the hips' positions), with the crawl (one leg at a time, each
+    diagonal pair's legs in turn, duty 0.8, twice the period) selectable by name (``gaits``: a scenario's
+    ``gait.type``); others: one leg at a time around the body. Period scaled from the leg length (0.5 s
+    for a go2-size leg, 0.34 m hip to foot), duty 0.6."""
     hips = np.array([lg.hip_xyz[:2] for lg in legs])
     c = hips.mean(axis=0)
     names = [lg.name for lg in legs]
@@ -795,8 +797,12 @@ def default_gait(legs: tuple[LegSpec, ...], leg_length: float, given) -> dict:
         order = np.argsort(np.arctan2(hips[:, 1] - c[1], hips[:, 0] - c[0]))
         groups = [[names[k]] for k in order]
         duty = 0.8
-    gait = {"groups": groups, "period": round(max(0.3, 1.45 * leg_length) * 20) / 20, "duty": duty,
-            "start_time": 1.0}
+    period = round(max(0.3, 1.45 * leg_length) * 20) / 20
+    gait = {"groups": groups, "period": period, "duty": duty, "start_time": 1.0}
+    if len(legs) == 4:
+        (a, b), (c_, d) = groups
+        gait["gaits"] = {"trot": {"groups": groups, "period": period, "duty": duty},
+                         "crawl": {"groups": [[a], [d], [b], [c_]], "period": 2 * period, "duty": 0.8}}
     if given:
         if not isinstance(given, dict):
             raise ConfigError(f"robot.gait: expected a mapping, got {given!r}")
