@@ -75,8 +75,9 @@ def _scene(spec: mujoco.MjSpec, cfg, timestep: float, terrain) -> None:
     world = spec.worldbody
     add_terrain(spec, terrain, cfg.friction)
     world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1])
+    k = _camera_scale(cfg)
     base.add_camera(name="track", mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
-                    pos=[0.0, -2.8, 1.2], xyaxes=[1, 0, 0, 0, 0.4, 0.92])
+                    pos=[0.0, -2.8 * k, 1.2 * k], xyaxes=[1, 0, 0, 0, 0.4, 0.92])
     site = base.add_site(name="imu", pos=list(cfg.imu_xyz), size=[0.01, 0.01, 0.01])
     spec.add_sensor(name="imu_quat", type=mujoco.mjtSensor.mjSENS_FRAMEQUAT,
                     objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
@@ -84,6 +85,14 @@ def _scene(spec: mujoco.MjSpec, cfg, timestep: float, terrain) -> None:
                     objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
     spec.add_sensor(name="imu_accel", type=mujoco.mjtSensor.mjSENS_ACCELEROMETER,
                     objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
+
+
+def _camera_scale(cfg) -> float:
+    """How far the tracking camera stands, relative to the generated robots' view (1: 2.8 m aside, 1.2 m
+    up): a URDF robot's standing height over the hexapod's 0.42 m, at least 0.4 (a Go2: 0.8)."""
+    if getattr(cfg, "kind", "generated") == "generated":
+        return 1.0
+    return max(0.4, float(cfg.stance_height) / 0.42)
 
 
 def build_urdf_spec(cfg, timestep: float = TIMESTEP, terrain=None, actuators: str = "ideal") -> mujoco.MjSpec:
