@@ -558,6 +558,10 @@ class DisturbanceModel:
         names = robot.cfg.leg_names
         if self.dist.enabled and self.dist.leg not in names:
             raise ValueError(f"scenario.disturbance.leg: unknown leg {self.dist.leg!r} (legs: {names})")
+        if self.dist.enabled and not robot.leg_has_pitch[names.index(self.dist.leg)]:
+            raise ValueError(f"scenario.disturbance: a torque along the null space of J_p needs a leg with the foot "
+                             f"pitch joint; {robot.cfg.name}'s leg {self.dist.leg!r} has {robot.k} joints and none "
+                             "(disturbance.enabled=false)")
         self.leg = names.index(self.dist.leg) if self.dist.leg in names else 0
         self._squeeze_tau = self._squeeze_torque(sc.squeeze, robot) if sc.squeeze.enabled else None
         self._squeeze_legs = [names.index(x) for x in sc.squeeze.legs] if sc.squeeze.enabled else []

@@ -92,3 +92,15 @@ def test_a_robot_never_seen_stands_from_its_srdf_alone():
     st = stand_test(None, 2.0, data={"robot": default_robot_dict(urdf, srdf)})
     assert st["stood"], st["fall_reason"]
     assert st["drift_m"] < 0.01
+
+
+def test_a_null_space_disturbance_on_a_point_foot_leg_is_one_clear_line():
+    """The paper's disturbance (a torque along the null space of J_p) does not exist on a 3-DoF leg: the
+    scenario retargeted to Go2 is refused naming the leg and the way out, not a traceback."""
+    from legged_wbc.model import RobotModel
+    from legged_wbc.scenario import DisturbanceModel, load_scenario
+
+    sc = load_scenario("paper", ["robot=go2"])
+    with pytest.raises(ValueError, match="foot pitch joint.*disturbance.enabled=false"):
+        DisturbanceModel(sc, RobotModel("go2"))
+    DisturbanceModel(load_scenario("paper", ["robot=go2", "disturbance.enabled=false"]), RobotModel("go2"))
