@@ -5,7 +5,8 @@ Attached to the ``state_estimator`` node (:func:`attach`), which holds every tic
 positions it used:
 
 * ``/robot_description`` (``std_msgs/String``, transient local, published once): the URDF the stack runs
-  (``urdf/<robot>.urdf``, the file Pinocchio and MuJoCo are built from).
+  (``urdf/<robot>.urdf``, the file Pinocchio and MuJoCo are built from); a robot described by its own URDF
+  (``config/robots/``): that file as it is, ``package://`` meshes and all, for RViz and Foxglove to resolve.
 * ``/tf_static`` (``tf2_msgs/TFMessage``, transient local, once): ``world -> odom`` (identity: the
   estimator starts at the simulation's initial pose, so its odometry frame coincides with the world at
   t = 0 and drifts from it afterwards, as odometry does) and the URDF's fixed joints, parent -> child.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -191,9 +193,12 @@ def attach(node, rate_hz: float):
     latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
     urdf_text = node.rm.cfg.urdf_path().read_text()
-    # published once, latched: plain DDS publishers (a late subscriber, the recorder too, gets the message)
+    # published once, latched: plain DDS publishers (a late subscriber, the recorder too, gets the message).
+    # A URDF robot's own file (its package:// meshes and Collada visuals, as RViz and Foxglove resolve them),
+    # not the copy prepared for the simulation (absolute paths, visuals MuJoCo cannot read dropped)
+    source = getattr(node.rm.cfg, "source_urdf", None)
     node.pub_description = node.create_publisher(String, TOPIC_DESCRIPTION, latched)
-    node.pub_description.publish(String(data=urdf_text))
+    node.pub_description.publish(String(data=Path(source).read_text() if source else urdf_text))
     try:
         from geometry_msgs.msg import TransformStamped
         from tf2_msgs.msg import TFMessage
