@@ -77,6 +77,11 @@ def test_go2_lockstep_bag_bit_identical_to_headless(tmp_path, go2_trot):
         assert np.array_equal(x[ok], y[ok]), k
     mb = res["metrics"]["bag"]
     assert mb["relative_pitch_legs"] == 0 and mb["max_violation_rad"] is None and not mb["fell"]
+    # /robot_description is Go2's own URDF (package:// meshes for RViz / Foxglove), not the prepared copy
+    from test_tf import _read
+
+    (desc,) = _read(bag, ["/robot_description"])["/robot_description"]
+    assert "package://example-robot-data/robots/go2_description" in desc.data and ".dae" in desc.data
 
 
 def test_a_robot_never_seen_stands_from_its_srdf_alone():
