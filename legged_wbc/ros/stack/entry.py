@@ -67,7 +67,7 @@ def state_estimator() -> int:
 
 
 def wbc_controller() -> int:
-    return _run("wbc_controller.node:main")
+    return _run("legged_wbc.ros.nodekit.launch_identity:wbc_controller_main")   # hands its identity to the bridge
 
 
 def bag_recorder() -> int:
