@@ -129,8 +129,9 @@ def test_an_outside_publisher_is_taken_checked_and_counted_with_the_wbc_in(tmp_p
     assert sent >= foreign >= 0.6 * sent, st
     assert applied >= 2490 and st["diag"]["rejected_commands"] == 0, st     # the WBC's, one a tick
     assert st["effort_nan"] == 0, st
-    follows = "following /wbc_controller" if layout == "container" else "following link"   # split: over the link
-    assert "torque commands from /outsider dropped" in logs and follows in logs, \
+    # by identity: the composed controller, or in split the control part's over the host link
+    follows = "composed in this process" if layout == "container" else "over the host link from this launch's control"
+    assert "torque commands from /outsider (gid " in logs and "following /wbc_controller (" in logs and follows in logs, \
         [ln for ln in logs.splitlines() if "torque commands" in ln]
     # /diagnostics is 1 Hz: its last report leaves out the last second's
     assert st["js_bad"] >= 2 and st["js_bad"] >= st["est_rejected"] >= 1, st
