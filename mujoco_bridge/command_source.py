@@ -83,18 +83,24 @@ def _no_identity():
     return None
 
 
+def _no_gid(pub):
+    return None
+
+
 class CommandSources:
     """The rule of the module docstring. ``node_name(source) -> str | None``: the fully qualified name
     of the node that published (None: not known yet, e.g. DDS discovery behind); ``counters``: the
     scheduler's (``commands_foreign`` is counted there); ``log``: error / warning / info lines;
     ``identity() -> Identity | None``: the launch's handover (``command_source: launch``,
-    :func:`legged_wbc.ros.nodekit.launch_identity.read_identity`); ``clock``: wall seconds."""
+    :func:`legged_wbc.ros.nodekit.launch_identity.read_identity`); ``clock``: wall seconds; ``gid_of``: an
+    rclpy publisher's GID (:func:`legged_wbc.ros.transport.endpoint_ids.publisher_gid`)."""
 
     def __init__(self, policy: str, node_name: Callable[[object], str | None], counters: dict, log,
                  identity: Callable[[], object] = _no_identity, clock: Callable[[], float] = time.monotonic,
-                 topic: str = "/joint_torque_cmd"):
+                 topic: str = "/joint_torque_cmd", gid_of: Callable[[object], bytes | None] = _no_gid):
         self.policy = normalized(policy)
         self.node_name, self.identity, self.clock, self.topic = node_name, identity, clock, topic
+        self.gid_of = gid_of            # an rclpy publisher of this process -> its GID (None: not known)
         self.counters = counters
         counters.setdefault("commands_foreign", 0)
         self.log = log
@@ -203,9 +209,7 @@ class CommandSources:
         pub = getattr(source, "pub", None)       # an in-process publisher: its rclpy publisher, this process
         if pub is None or getattr(source, "node", None) is None:
             return None, pid
-        from legged_wbc.ros.transport.endpoint_ids import publisher_gid
-
-        return publisher_gid(pub), os.getpid()
+        return self.gid_of(pub), os.getpid()
 
     def _say_following(self, source) -> None:
         """The line naming the followed publisher, once the graph names it (or after

@@ -24,6 +24,7 @@ from legged_wbc.ros.nodekit.executor_thread import ExecutorThread
 from legged_wbc.ros.nodekit.launch_identity import read_identity
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
+from legged_wbc.ros.transport.endpoint_ids import publisher_gid
 from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.ros.nodekit.publisher_names import PublisherNames
 from legged_wbc.ros.nodekit.startup import StartupPeers
@@ -105,7 +106,8 @@ class MujocoBridge(Node):
         self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
                                                        timed=cfg.command_timing == "stamped")
         self.cmd_sources = CommandSources(cfg.command_source, PublisherNames(self, lambda: self.sub_cmd.topic_name),
-                                          self.sched.counters, self.get_logger(), identity=read_identity)
+                                          self.sched.counters, self.get_logger(), identity=read_identity,
+                                          gid_of=publisher_gid)
         self.sub_cmd = endpoints.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                   cmd_qos, adapter=adapters.JointStateAdapter, with_source=True,
                                                   any_thread=True)   # outside commands: executor thread (processes: same)

@@ -6,7 +6,7 @@ Node names are not authenticated in ROS 2: any node may call itself ``wbc_contro
 controller are two processes that share only the DDS graph and their parent, the launch. So the controller
 hands its publisher's identity to the bridge through a file of that launch:
 
-* the ``wbc_controller`` executable (:func:`wbc_controller_main`), once its node is constructed and before
+* the ``wbc_controller`` executable (:func:`legged_wbc.ros.stack.entry.wbc_controller_main`), once its node is constructed and before
   it spins (so before its first command), writes ``launch.<ROS_DOMAIN_ID>.<parent pid>.wbc_controller.json``
   in this user's private runtime directory (:func:`~legged_wbc.ros.transport.host_link.private_runtime_dir`,
   0700): its pid, its parent's pid, its node's name, the topic and the GID of its ``/joint_torque_cmd``
@@ -128,25 +128,3 @@ def read_identity(role: str = ROLE) -> Identity | None:
     if len(ident.gid) != 16 or ident.pid == os.getpid() or parent_of(ident.pid) != ppid:
         return None                                # a stale file, or a process of another launch
     return ident
-
-
-def wbc_controller_main(argv: list[str] | None = None) -> int:
-    """The ``wbc_controller`` executable: the node as :func:`wbc_controller.node.main` runs it, with its
-    torque-command publisher handed over to the launch's bridge while it runs."""
-    from legged_wbc.ros.io import spin_node
-    from wbc_controller.node import WbcNode
-
-    written: list[str] = []
-
-    def make():
-        node = WbcNode()
-        path = hand_over(node, node.pub_cmd)
-        if path is not None:
-            written.append(path)
-        return node
-
-    try:
-        return spin_node(make, argv)
-    finally:
-        for path in written:
-            withdraw(path)
