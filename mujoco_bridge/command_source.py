@@ -175,18 +175,21 @@ class CommandSources:
 
     def pin(self, source, name: str, pid: int | None = None, how: str = "composed in this process") -> None:
         """Follow ``source`` from now on by identity (the container's own controller, the host link), whatever
-        the policy said: no other publisher is ever followed."""
-        self.follow(source, name, how=how, pid=pid)
+        the policy said: no other publisher is ever followed. Its line is said at its first command."""
+        self.follow(source, name, how=how, pid=pid, say=False)
 
-    def follow(self, source, name: str | None = None, how: str | None = None, pid: int | None = None) -> None:
-        """From now on the bridge applies ``source``'s commands only."""
+    def follow(self, source, name: str | None = None, how: str | None = None, pid: int | None = None,
+               say: bool = True) -> None:
+        """From now on the bridge applies ``source``'s commands only (``say``: its line now, else at its next
+        command)."""
         self.followed = source_key(source)
         self.followed_name = name
         self._followed_pid = pid
         self.how = how or ("the first publisher of the run" if self.policy == FIRST
                            else f"command_source: {self.policy}")
-        self._follow_unsaid = 0
-        self._say_following(source)
+        self._follow_unsaid = 0 if say else 1
+        if say:
+            self._say_following(source)
 
     # ------------------------------------------------------------------ saying
     def who(self, source, name: str | None) -> str:

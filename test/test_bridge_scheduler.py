@@ -867,8 +867,10 @@ def test_command_source_launch_follows_the_handed_over_gid_only():
     # pinned (a container's own controller): a DDS publisher of the same name is an alarm from its first command
     log = Log()
     s = CommandSources("first", node_name, {}, log)
-    s.pin(_Pub("/wbc_controller"), "/wbc_controller", how="composed in this process")
-    assert s.check(_info(1)) is False and len(log.having("ALARM")) == 1 and "composed in this process" in s.how
+    own = _Pub("/wbc_controller")
+    s.pin(own, "/wbc_controller", how="composed in this process")
+    assert s.check(_info(1)) is False and not log.lines           # both said at its first command (tick 0)
+    assert s.check(own) is True and len(log.having("ALARM")) == 1 and len(log.having("composed in this process")) == 2
 
 
 def test_bridge_in_a_container_applies_its_own_controller_s_commands_only(ros_context):

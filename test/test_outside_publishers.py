@@ -164,5 +164,6 @@ def test_an_outside_controller_is_followed_and_its_malformed_commands_rejected(t
     assert rejected >= 0.95 * (st["nan"] + st["short"]) and st["nan"] > 100 and st["short"] > 100, st
     assert st["effort_nan"] == 0, st
     # (the bridge names a publisher from the graph; its line waits until the graph knows the outsider's node)
-    assert re.search(r"torque commands: following /outsider \(the first publisher", logs), \
+    assert re.search(r"torque commands: following /outsider \(gid [0-9a-f]{32}, pid unknown\), the first publisher",
+                     logs), \
         [ln for ln in logs.splitlines() if "following" in ln]
