@@ -5,7 +5,7 @@ would count in ``commands_clamped`` and throw the robot), then the project's lau
 
 What the product promises, per layout (``container``: the bridge follows the controller it composed, by
 identity; ``processes``: the publisher GID the launch's own ``wbc_controller`` process handed over at
-start-up): 0 of the impostor's commands applied, every tick answered by the real controller (``commands_applied
+start-up; ``split``: the control part's publisher over the host link): 0 of the impostor's commands applied, every tick answered by the real controller (``commands_applied
 == ticks``, no watchdog), the impostor's commands counted foreign, one ERROR alarm line naming both publishers
 by GID (the real one with its pid) and ``/diagnostics`` ERROR naming the alarm; the robot walks (the base stays
 up). The followed publisher's GID is the real controller's: never the impostor's.
@@ -119,7 +119,7 @@ def figures(st: dict, logs: str) -> dict:
 
 
 @pytest.mark.ros
-@pytest.mark.parametrize("layout", ["container", "processes"])
+@pytest.mark.parametrize("layout", ["container", "processes", "split"])
 def test_an_impostor_named_wbc_controller_started_before_the_launch_never_commands(ros_env, layout):
     st, logs = run_with_impostor(ros_env, layout)
     f = figures(st, logs)
@@ -136,15 +136,18 @@ def test_an_impostor_named_wbc_controller_started_before_the_launch_never_comman
     assert st["sent"] >= TICKS // 4 and st["sent"] + 1 >= f["foreign"] > 0, (f, st)
     # followed: the real controller, by its GID (composed here, or handed over by its own process), never the impostor
     assert len(f["following"]) == 1 and st["gid"] not in f["following"][0], said
-    real = re.search(r"following /wbc_controller \(gid ([0-9a-f]{32}), pid (\d+)\)", f["following"][0])
-    assert real, said
-    assert ("composed in this process" if layout == "container" else "handed over at start-up") in f["following"][0]
+    # (split: the control part's publisher over the host link, named by that process's pid)
+    real = re.search(r"following /wbc_controller \((?:gid ([0-9a-f]{32}), )?pid (\d+)\)", f["following"][0])
+    assert real and (real.group(1) is None) == (layout == "split"), said
+    assert {"container": "composed in this process", "processes": "handed over at start-up",
+            "split": "over the host link"}[layout] in f["following"][0]
+    ident = f"gid {real.group(1)}, pid {real.group(2)}" if real.group(1) else f"pid {real.group(2)}"
     # one alarm line, naming both: the real one by GID and pid, the impostor by GID
     assert len(f["alarms"]) == 1, said
-    assert [real.group(1) in ln and st["gid"] in ln for ln in logs.splitlines()].count(True) == 1, said
-    assert "two publishers named /wbc_controller" in f["alarms"][0] and real.group(1) in f["alarms"][0]
-    assert f"pid {real.group(2)}" in f["alarms"][0] and f"gid {st['gid']}, pid unknown" in f["alarms"][0], said
-    assert not re.search(rf"torque commands from /wbc_controller \(gid {real.group(1)}", logs)   # never swapped
+    assert [ident in ln and st["gid"] in ln for ln in logs.splitlines()].count(True) == 1, said
+    assert "two publishers named /wbc_controller" in f["alarms"][0] and ident in f["alarms"][0]
+    assert f"gid {st['gid']}, pid unknown" in f["alarms"][0], said
+    assert not re.search(rf"torque commands from /wbc_controller \({ident}", logs)     # never swapped
     errors = [msg for level, msg in st["levels"] if level == 2]
     assert errors and "two publishers named /wbc_controller on /joint_torque_cmd" in errors[-1], st["levels"][-5:]
     assert st["z_min"] > 0.25 and st["z_last"] > 0.3, st                 # walking, not thrown
