@@ -74,10 +74,13 @@ class BridgeConfig:
     qos_depth: int = param(200, 1, 100000, "history depth of the reliable publishers", unit="messages", live=False)
     scenario: str = param("none", desc="disturbance scenario name (none = no disturbance)", live=False)
     command_source: str = param("first", desc="whose /joint_torque_cmd the bridge applies: first = the first "
-                                "publisher of the run with a well-formed command; a node name (/wbc_controller: "
-                                "the launch's own controller) = that node's first publisher; link = the host "
-                                "link's peer (layout:=split); any other publisher's commands are dropped and "
-                                "counted (commands_foreign)", live=False)
+                                "publisher of the run with a well-formed command; launch = the launch's own "
+                                "wbc_controller process, by the publisher GID it hands over at start-up "
+                                "(layout:=processes); a node name (/my_controller) = that node's first publisher "
+                                "(a second one of that name is an alarm); link = the host link's peer "
+                                "(layout:=split); any other publisher's commands are dropped and counted "
+                                "(commands_foreign). A container that composes the controller follows it by "
+                                "identity, whatever this says", live=False)
     viewer: bool = param(False, desc="open the MuJoCo passive viewer (needs a display)", live=False)
     noise_joint_velocity: float = param(0.0, 0.0, 100.0, "white noise std of joint velocities", unit="rad/s",
                                         live=False)

@@ -21,8 +21,10 @@ from legged_wbc.robot import ConfigError
 from legged_wbc.ros.io import adapters
 from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics, tf_publisher
 from legged_wbc.ros.nodekit.executor_thread import ExecutorThread
+from legged_wbc.ros.nodekit.launch_identity import read_identity
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
+from legged_wbc.ros.transport.endpoint_ids import publisher_gid
 from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.ros.nodekit.publisher_names import PublisherNames
 from legged_wbc.ros.nodekit.startup import StartupPeers
@@ -104,10 +106,12 @@ class MujocoBridge(Node):
         self.cmd_decoder = ros_io.TorqueCommandDecoder(self.joint_names, cfg.control_period_steps * PHYSICS_DT_NS,
                                                        timed=cfg.command_timing == "stamped")
         self.cmd_sources = CommandSources(cfg.command_source, PublisherNames(self, lambda: self.sub_cmd.topic_name),
-                                          self.sched.counters, self.get_logger())
+                                          self.sched.counters, self.get_logger(), identity=read_identity,
+                                          gid_of=publisher_gid)
         self.sub_cmd = endpoints.create_subscription(self, JointState, ros_io.TOPIC_TORQUE_CMD, self._on_command,
                                                   cmd_qos, adapter=adapters.JointStateAdapter, with_source=True,
                                                   any_thread=True)   # outside commands: executor thread (processes: same)
+        self.cmd_sources.topic = self.sub_cmd.topic_name
         self.startup = StartupPeers(self, self.pub_js, self.sub_cmd, self._pubs, wait_for_commands=self.lockstep)
         self._leg_order = ros_io.JointOrder(self.leg_names)
         self.sub_support = None

@@ -792,15 +792,21 @@ def test_command_sources_follow_one_publisher():
     assert s.check(_info(2)) is False and s.check(_info(2)) is False and s.check(_info(3)) is False
     assert len(log.having("torque commands from")) == 1       # gid 3: the graph does not name it yet
     assert s.check(_info(1)) is True and s.check(_info(1)) is True
-    assert s.check(_Pub("/wbc_controller")) is False          # the same name, another publisher: not followed
+    assert s.alarm is None
+    twin = _Pub("/wbc_controller")
+    assert s.check(twin) is False and s.check(twin) is False  # the same name, another publisher: not followed,
+    alarms = log.having("ALARM")                              # an alarm naming both (once per publisher)
+    assert len(alarms) == 1 and alarms[0][0] == "error", log.lines
+    assert f"gid {bytes([1] * 16).hex()}" in alarms[0][2] and "gid unknown, pid unknown" in alarms[0][2]
+    assert s.alarm.startswith("two publishers named /wbc_controller on /joint_torque_cmd")
     names[bytes([3] * 16)] = "/late_intruder"                 # discovery caught up: named in its line
     assert s.check(_info(3)) is False and s.check(_info(3)) is False
     for _ in range(UNNAMED_PATIENCE):                         # never named: said as unknown, once
         assert s.check(_info(4)) is False
     said = log.having("torque commands from")
-    assert counters["commands_foreign"] == 6 + UNNAMED_PATIENCE and len(said) == 4
-    assert ["/intruder" in said[0][2], "/wbc_controller" in said[1][2], "/late_intruder" in said[2][2],
-            "(unknown node)" in said[3][2]] == [True] * 4
+    assert counters["commands_foreign"] == 7 + UNNAMED_PATIENCE and len(said) == 3
+    assert ["/intruder" in said[0][2], "/late_intruder" in said[1][2], "(unknown node)" in said[2][2]] == [True] * 3
+    assert f"gid {bytes([2] * 16).hex()}, pid unknown" in said[0][2]
     first = CommandSources("first", node_name, {}, Log())
     assert first.check(_info(2)) is None                       # undecided until a well-formed command
     first.follow(_info(2))
@@ -813,18 +819,58 @@ def test_command_sources_follow_one_publisher():
     names[bytes([5] * 16)] = "/outside_controller"
     assert late.check(_info(5)) is True and late.check(_info(5)) is True
     said = late_log.having("following")
-    assert len(said) == 1 and "following /outside_controller (the first publisher" in said[0][2]
+    assert len(said) == 1 and "following /outside_controller (gid 0505" in said[0][2]
+    assert ", pid unknown), the first publisher of the run;" in said[0][2]
     own, intruder = _Pub("/wbc_controller"), _Pub("/intruder")
     inproc = CommandSources("/wbc_controller", node_name, {}, Log())
     assert inproc.check(intruder) is False and inproc.check(own) is True and inproc.check(_info(1)) is False
     link = CommandSources("link", node_name, {}, Log())
     assert link.check(own) is False and link.check(_Pub(None)) is True
-    for ok in ("first", "link", "/wbc_controller", "ns/wbc_controller", "wbc_controller"):
+    for ok in ("first", "link", "launch", "/wbc_controller", "ns/wbc_controller", "wbc_controller"):
         assert check_command_source(ok) is None
     for bad in ("", "/", "a b", "9x", "/x/"):
         assert "command_source" in check_command_source(bad)
     with pytest.raises(ConfigError, match="command_source"):
         BridgeConfig(command_source="not a name")
+
+
+def test_command_source_launch_follows_the_handed_over_gid_only():
+    """command_source: launch: nothing is followed before the launch's handover; then its GID only, whatever
+    the others are called; an impostor under the controller's name that came first is said once both are
+    known, as one alarm naming both (GID, pid); without a handover the name rule takes over after the patience."""
+    from legged_wbc.ros.nodekit.launch_identity import Identity
+    from mujoco_bridge.command_source import HANDOVER_PATIENCE_S, CommandSources
+
+    names = {bytes([1] * 16): "/wbc_controller", bytes([2] * 16): "/wbc_controller", bytes([3] * 16): "/other"}
+    node_name = lambda info: names.get(info["publisher_gid"]["data"])      # noqa: E731
+    handover = []
+    log, counters = Log(), {}
+    s = CommandSources("launch", node_name, counters, log, identity=lambda: handover[0] if handover else None)
+    for _ in range(3):
+        assert s.check(_info(2)) is False                      # the impostor, first: never followed
+    assert s.check(_info(3)) is False and not log.having("ALARM")
+    handover.append(Identity(bytes([1] * 16), 4321, "/wbc_controller", "/joint_torque_cmd"))
+    assert s.check(_info(1)) is True and s.check(_info(2)) is False and s.check(_info(1)) is True
+    following, alarms = log.having("following"), log.having("ALARM")
+    assert len(following) == 1 and f"gid {bytes([1] * 16).hex()}, pid 4321" in following[0][2]
+    assert len(alarms) == 1 and f"gid {bytes([1] * 16).hex()}, pid 4321" in alarms[0][2]
+    assert f"gid {bytes([2] * 16).hex()}, pid unknown" in alarms[0][2] and s.alarm
+    assert counters["commands_foreign"] == 5 and len(log.having("torque commands from")) == 1   # /other
+    # no handover at all: the first publisher named /wbc_controller after the patience, the next one an alarm
+    clock = SimpleNamespace(t=0.0)
+    log = Log()
+    s = CommandSources("launch", node_name, {}, log, clock=lambda: clock.t)
+    assert s.check(_info(2)) is False
+    clock.t = HANDOVER_PATIENCE_S
+    assert s.check(_info(2)) is True and s.check(_info(1)) is False
+    assert len(log.having("no publisher identity handed over")) == 1 and len(log.having("ALARM")) == 1
+    # pinned (a container's own controller): a DDS publisher of the same name is an alarm from its first command
+    log = Log()
+    s = CommandSources("first", node_name, {}, log)
+    own = _Pub("/wbc_controller")
+    s.pin(own, "/wbc_controller", how="composed in this process")
+    assert s.check(_info(1)) is False and not log.lines           # both said at its first command (tick 0)
+    assert s.check(own) is True and len(log.having("ALARM")) == 1 and len(log.having("composed in this process")) == 2
 
 
 def test_bridge_in_a_container_applies_its_own_controller_s_commands_only(ros_context):

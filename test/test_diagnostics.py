@@ -41,6 +41,11 @@ def test_bridge_error_while_the_watchdog_damps_then_warn_then_ok():
     assert "watchdog released" in s[30].message and s[30].values["watchdog_active"] == "false"
     assert s[44].values["watchdog_events"] == "1" and s[44].values["watchdog_events_last_window"] == "0"
     assert s[44].name == "mujoco_bridge: command timing" and s[44].hardware_id == "rig"
+    # a second publisher under the followed controller's name: ERROR for the rest of the run, both named
+    alarm = bridge_status(r.sched, Window(), "rig", "two publishers named /wbc_controller on /joint_torque_cmd, "
+                          "one dropped", "following /wbc_controller (gid 01, pid 7), dropping /wbc_controller (gid 02)")
+    assert alarm.level == ERROR and "two publishers named /wbc_controller" in alarm.message
+    assert alarm.values["command_source_alarm"].startswith("following /wbc_controller (gid 01, pid 7)")
 
 
 def test_bridge_warns_for_deadline_misses_in_realtime():

@@ -129,8 +129,9 @@ def test_an_outside_publisher_is_taken_checked_and_counted_with_the_wbc_in(tmp_p
     assert sent >= foreign >= 0.6 * sent, st
     assert applied >= 2490 and st["diag"]["rejected_commands"] == 0, st     # the WBC's, one a tick
     assert st["effort_nan"] == 0, st
-    follows = "following /wbc_controller" if layout == "container" else "following link"   # split: over the link
-    assert "torque commands from /outsider dropped" in logs and follows in logs, \
+    # by identity: the composed controller, or in split the control part's over the host link
+    follows = "composed in this process" if layout == "container" else "over the host link from this launch's control"
+    assert "torque commands from /outsider (gid " in logs and "following /wbc_controller (" in logs and follows in logs, \
         [ln for ln in logs.splitlines() if "torque commands" in ln]
     # /diagnostics is 1 Hz: its last report leaves out the last second's
     assert st["js_bad"] >= 2 and st["js_bad"] >= st["est_rejected"] >= 1, st
@@ -163,5 +164,6 @@ def test_an_outside_controller_is_followed_and_its_malformed_commands_rejected(t
     assert rejected >= 0.95 * (st["nan"] + st["short"]) and st["nan"] > 100 and st["short"] > 100, st
     assert st["effort_nan"] == 0, st
     # (the bridge names a publisher from the graph; its line waits until the graph knows the outsider's node)
-    assert re.search(r"torque commands: following /outsider \(the first publisher", logs), \
+    assert re.search(r"torque commands: following /outsider \(gid [0-9a-f]{32}, pid unknown\), the first publisher",
+                     logs), \
         [ln for ln in logs.splitlines() if "following" in ln]

@@ -10,7 +10,9 @@ the node published, its rejection and skip counts), compares the counters with t
 
 Levels (``DiagnosticStatus.level``), names ``<node>: <what>``, ``hardware_id`` = the robot:
 
-* ``mujoco_bridge: command timing``: ERROR while the watchdog damps the joints (no command in time);
+* ``mujoco_bridge: command timing``: ERROR while the watchdog damps the joints (no command in time), and
+  from an alarm on (two publishers of torque commands under the followed one's name,
+  :mod:`mujoco_bridge.command_source`: its value ``command_source_alarm`` names both) to the end of the run;
   WARN for deadline misses, watchdog events, stale or rejected commands in the window, and in the report
   after the watchdog released; OK otherwise.
 * ``state_estimator: inputs and gating``: WARN for rejected samples or skipped ticks in the window, and when
@@ -81,9 +83,12 @@ def _join(parts: list[str], default: str) -> str:
     return "; ".join(parts) if parts else default
 
 
-def bridge_status(sched, window: Window, hardware_id: str = "") -> Status:
+def bridge_status(sched, window: Window, hardware_id: str = "", alarm: str | None = None,
+                  alarm_detail: str = "") -> Status:
     """``mujoco_bridge: command timing`` from the counters of the scheduler
-    (:class:`mujoco_bridge.scheduler.BridgeScheduler`)."""
+    (:class:`mujoco_bridge.scheduler.BridgeScheduler`); ``alarm``: a second publisher under the name of the
+    one whose torque commands the bridge follows (:mod:`mujoco_bridge.command_source`), ERROR for the run;
+    ``alarm_detail``: the two, named (the value ``command_source_alarm``)."""
     c = dict(sched.counters)
     sim_t = sched.step_count * 1e-3
     wall = window.elapsed()
@@ -101,9 +106,13 @@ def bridge_status(sched, window: Window, hardware_id: str = "") -> Status:
                                              "stale_commands", "rejected_commands", "commands_clamped",
                                              "commands_foreign", "overruns") if k in c},
               **{f"{k}_last_window": str(v) for k, v in d.items()}}
-    if watchdog:
-        return Status(ERROR, "mujoco_bridge: command timing", "watchdog: damping the joints (no command in time)",
-                      values, hardware_id)
+    if alarm:
+        values["command_source_alarm"] = alarm_detail or alarm
+    if watchdog or alarm:
+        msg = _join([m for m in ("watchdog: damping the joints (no command in time)" if watchdog else "",
+                                 f"torque commands: {alarm} (command_source_alarm names both)" if alarm else "")
+                     if m], "")
+        return Status(ERROR, "mujoco_bridge: command timing", msg, values, hardware_id)
     warn = [f"{v} {k.replace('_', ' ')}" for k, v in d.items() if v and k != "commands_applied"]
     if warn or was_damping:
         msg = (_join(warn, "") + " in the last window") if warn else ""
@@ -215,7 +224,9 @@ def status_of(node, window: Window) -> Status:
     """The status of one of the stack's nodes, by its name."""
     name = node.get_name()
     if name == "mujoco_bridge":
-        return bridge_status(node.sched, window, node.robot.cfg.name)
+        sources = getattr(node, "cmd_sources", None)
+        return bridge_status(node.sched, window, node.robot.cfg.name, *((sources.alarm, sources.alarm_detail)
+                                                                         if sources else ()))
     if name == "wbc_controller":
         vals = _last_published(node, node.pub_diag)
         diag = None if vals is None else dict(zip(DIAG_FIELDS, np.asarray(vals, dtype=float)))
@@ -245,8 +256,10 @@ def attach(node):
             s = status_of(node, window)
         except Exception as exc:        # never take the node down for a report; say why
             s = Status(STALE, f"{node.get_name()}: diagnostics", f"status unavailable: {exc}")
-        if s.level != last["level"] and s.level in (ERROR, WARN):
-            (log.error if s.level == ERROR else log.warning)(f"diagnostics: {LEVEL_NAMES[s.level]}: {s.message}")
+        if s.level != last["level"] and s.level == ERROR:     # (rclpy: one severity per call site, or it raises)
+            log.error(f"diagnostics: ERROR: {s.message}")
+        elif s.level != last["level"] and s.level == WARN:
+            log.warning(f"diagnostics: WARN: {s.message}")
         last["level"] = s.level
         background.publish(pub, to_msg([s], node.get_clock().now().nanoseconds))
 

@@ -156,6 +156,22 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
     return nodes, bridge, recorder
 
 
+def pin_controller(bridge, nodes, bus) -> None:
+    """The bridge takes torque commands from the launch's own controller only, by identity, never from a
+    DDS publisher whatever its name (:meth:`mujoco_bridge.command_source.CommandSources.pin`): the controller
+    composed here (its in-process publisher), or in the sim part of ``layout:=split`` the control part's over
+    the host link (call after :meth:`~legged_wbc.ros.transport.intra_process.IntraProcessBus.connect_link`).
+    Nothing with an outside controller (``wbc: false``: ``command_source`` decides)."""
+    if bridge is None:
+        return
+    ctrl = next((n for n in nodes if n.get_name() == "wbc_controller"), None)
+    if ctrl is not None:
+        bridge.cmd_sources.pin(ctrl.pub_cmd, ctrl.get_fully_qualified_name(), os.getpid())
+    elif bus.link is not None and (lp := bus.link_publisher(bridge.sub_cmd.topic_name)) is not None:
+        bridge.cmd_sources.pin(lp, NODE_NAMES["controller"], bus.link.peer_pid,
+                               how="over the host link from this launch's control part")
+
+
 def finalize_bus(bus, node) -> list[str]:
     """Finalize the bus (with the in-process subscriptions' shadows, for publishers outside the process) and
     have the process's background thread wake the shadows whose topic has such a publisher (every 50 ms).

@@ -36,8 +36,8 @@ import threading
 from dataclasses import dataclass
 
 from legged_wbc.params import param, validate
-from legged_wbc.ros.stack.composition import (closing_stats, compose_nodes, drained, finalize_bus, run_control,
-                                              run_sim, sim_now, teardown)
+from legged_wbc.ros.stack.composition import (closing_stats, compose_nodes, drained, finalize_bus, pin_controller,
+                                              run_control, run_sim, sim_now, teardown)
 from legged_wbc.ros.io.executors import ignore_stop_signals
 
 CONTAINER_NODE = "walking_container"
@@ -94,6 +94,7 @@ def _wire(bus, bridge, recorder, P, log, stop, node, nodes=()):
             peer = PeerRecorder(bus, node)
             bus.link.on_record, bus.link.after_frame = peer.start, drained(bus, peer.flush)
         bus.connect_link(P.link_timeout, stop)
+    pin_controller(bridge, nodes, bus)              # torque commands from the launch's own controller only
     external = finalize_bus(bus, node)
     recorded_there = []
     if recorder is not None:

@@ -67,7 +67,31 @@ def state_estimator() -> int:
 
 
 def wbc_controller() -> int:
-    return _run("wbc_controller.node:main")
+    return _run("legged_wbc.ros.stack.entry:wbc_controller_main")
+
+
+def wbc_controller_main(argv: list[str] | None = None) -> int:
+    """The ``wbc_controller`` executable: the node as :func:`wbc_controller.node.main` runs it, with its
+    torque-command publisher handed over to the launch's bridge while it runs
+    (:mod:`legged_wbc.ros.nodekit.launch_identity`)."""
+    from legged_wbc.ros.io import spin_node
+    from legged_wbc.ros.nodekit.launch_identity import hand_over, withdraw
+    from wbc_controller.node import WbcNode
+
+    written: list[str] = []
+
+    def make():
+        node = WbcNode()
+        path = hand_over(node, node.pub_cmd)
+        if path is not None:
+            written.append(path)
+        return node
+
+    try:
+        return spin_node(make, argv)
+    finally:
+        for path in written:
+            withdraw(path)
 
 
 def bag_recorder() -> int:

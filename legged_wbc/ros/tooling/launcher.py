@@ -23,7 +23,9 @@ Each node runs as its own process: the console script named ``exec`` (looked up 
 ``sys.executable`` — the venv's ``bin`` — then ``<prefix>/lib/PKG`` on ``AMENT_PREFIX_PATH``, then
 ``PATH``) with ``--ros-args [-r __node:=NAME] [-r __ns:=NS] --params-file FILE -p NAME:=VALUE
 -r FROM:=TO`` (``__node`` only when ``name=`` is given: ROS 2 applies it to every node of the
-process, so a container is launched without it), in its own session (so a terminal Ctrl-C reaches only the launcher, which forwards
+process, so a container is launched without it), as a direct child of the launcher (as ``ros2 launch``
+does: the nodes of one launch are siblings, which is how the bridge knows the controller's handover,
+:mod:`legged_wbc.ros.nodekit.launch_identity`; never through a wrapper process), in its own session (so a terminal Ctrl-C reaches only the launcher, which forwards
 it once), with SIGTERM as its parent-death signal (``prctl(PR_SET_PDEATHSIG)``): a launcher that dies,
 even by ``kill -9``, stops its nodes, which close their bags as on SIGTERM (the containers' recorder
 processes in turn follow their container). The children's environment gets

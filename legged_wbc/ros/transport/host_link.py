@@ -168,9 +168,16 @@ def _read_key(path: str, timeout: float, stop) -> bytes:
 
 def key_file_path(name: str) -> str:
     """Where the sim part of link ``name`` leaves the launch's secret when :data:`SECRET_ENV` is not set:
-    ``link.<ROS_DOMAIN_ID>.<name>.key`` in ``$XDG_RUNTIME_DIR/legged_wbc`` (if ``XDG_RUNTIME_DIR`` is this
-    user's private directory) or ``/tmp/legged_wbc-<uid>``; the directory is made 0700 and must be this
-    user's, private and not a symlink (else :class:`LinkError`)."""
+    ``link.<ROS_DOMAIN_ID>.<name>.key`` in :func:`private_runtime_dir`."""
+    domain = os.environ.get("ROS_DOMAIN_ID", "0") or "0"
+    return os.path.join(private_runtime_dir(), f"link.{domain}.{name}.key")
+
+
+def private_runtime_dir() -> str:
+    """This user's private directory for the stack's per-launch files (the link's key, the controller's
+    identity handed to the bridge: :mod:`legged_wbc.ros.nodekit.launch_identity`): ``$XDG_RUNTIME_DIR/legged_wbc``
+    (if ``XDG_RUNTIME_DIR`` is this user's private directory) or ``/tmp/legged_wbc-<uid>``; the directory is
+    made 0700 and must be this user's, private and not a symlink (else :class:`LinkError`)."""
     uid = os.geteuid()
     base = os.environ.get("XDG_RUNTIME_DIR") or ""
     d = os.path.join(base, "legged_wbc") if base and _private_dir(base, uid) else f"/tmp/legged_wbc-{uid}"
@@ -179,9 +186,8 @@ def key_file_path(name: str) -> str:
     except FileExistsError:
         pass
     if not _private_dir(d, uid):
-        raise LinkError(f"{d} is not a private directory of this user (mode 0700, not a symlink): no key file there")
-    domain = os.environ.get("ROS_DOMAIN_ID", "0") or "0"
-    return os.path.join(d, f"link.{domain}.{name}.key")
+        raise LinkError(f"{d} is not a private directory of this user (mode 0700, not a symlink): no key or identity file there")
+    return d
 
 
 def _private_dir(path: str, uid: int) -> bool:
@@ -450,6 +456,7 @@ class HostLink:
         self.log = log or (lambda msg: print(msg, flush=True))
         self.addr = link_address(name)
         self.sock = None
+        self.peer_pid = None                          # the admitted peer's pid (SO_PEERCRED)
         self._listener = None
         self._secret, self._key_file = None, None     # the launch's secret (link_secret); the key file we wrote
         self.auth_timeout = AUTH_TIMEOUT_S
@@ -543,7 +550,7 @@ class HostLink:
         except BaseException:
             conn.close()
             raise
-        self.sock = conn
+        self.sock, self.peer_pid = conn, pid
 
     def _connect_once(self, t_end: float, stop) -> None:
         """The control part: one attempt; a listener that is not this launch's sim part ends the wait."""
@@ -579,7 +586,7 @@ class HostLink:
         except BaseException:
             s.close()
             raise
-        self.sock = s
+        self.sock, self.peer_pid = s, pid
 
     def handshake(self, pubs: list[dict], subs: dict[str, int], timeout: float, stop=None,
                   tick_only=()) -> None:

@@ -541,6 +541,10 @@ class IntraProcessBus:
         process sends them on the control ticks only (the estimator on the tick grid: half the 1 kHz samples)."""
         return sorted(t for t, subs in self._link_subs.items() if subs and all(s.tick_samples_only for s in subs))
 
+    def link_publisher(self, topic: str) -> "LinkPublisher | None":
+        """The stand-in of the linked process's publisher on ``topic`` (after :meth:`connect_link`), or None."""
+        return next((p for p in self._pubs.get(topic, ()) if isinstance(p, LinkPublisher)), None)
+
     def own_topics(self) -> set[str]:
         """Topics with a publisher in this process (not only a :class:`LinkPublisher`)."""
         return {t for t, pubs in self._pubs.items() if any(not isinstance(p, LinkPublisher) for p in pubs)}
