@@ -78,7 +78,9 @@ def test_external_controller_answers_every_lockstep_tick(tmp_path, ros_env, layo
     assert not late, late[:5]                                    # no wall-clock stamp anywhere
     assert len(b["diag_stamps"]) >= 4 and max(b["diag_stamps"]) <= end
     if layout != "processes":    # lockstep, in a container: the estimator runs every tick (processes: the newest)
-        assert b["estimates"] == TICKS + 1, b["estimates"]
+        # one estimate per applied tick; the one of the last sample (after the duration) may come after the
+        # bag closed, as the answer to it
+        assert b["estimates"] in (TICKS, TICKS + 1), b["estimates"]
 
 
 @pytest.mark.parametrize("example", [["example-controller"], ["teleop-example", "--vx", "0.1"]])
