@@ -152,6 +152,36 @@ class PeerWatch:
         return next((p for p in watch if p in self.seen and p not in names), None)
 
 
+class LostMessages:
+    """Per topic, the messages DDS lost before the recorder took them (the subscriptions' message-lost
+    event: a reliable writer's KEEP_LAST history overwrote them before they were received). ``touch``
+    is called on each loss (the recorder's idle clock)."""
+
+    def __init__(self, touch: Callable[[], None] = lambda: None):
+        self.per_topic: dict[str, int] = {}
+        self._touch = touch
+
+    def callbacks(self, topic: str):
+        """The ``event_callbacks`` of ``topic``'s subscription (rclpy's, imported here: the writer process
+        never calls this)."""
+        from rclpy.event_handler import SubscriptionEventCallbacks
+
+        return SubscriptionEventCallbacks(message_lost=lambda info: self.add(topic, int(info.total_count_change)))
+
+    def add(self, topic: str, n: int) -> None:
+        if n > 0:
+            self.per_topic[topic] = self.per_topic.get(topic, 0) + n
+            self._touch()
+
+    def line(self, path) -> str:
+        """One line when messages were lost (a recording that is not clean), else ''."""
+        n = sum(self.per_topic.values())
+        if not n:
+            return ""
+        per = ", ".join(f"{t} {k}" for t, k in sorted(self.per_topic.items()))
+        return f"recording INCOMPLETE: {n} messages were lost before the recorder took them ({per}); the bag {path} holds the others"
+
+
 def describe_publishers(infos) -> tuple[list, str | None]:
     """``(offered QoS profiles, RIHS01 type hash or None)`` of a topic's publishers (rclpy endpoint infos)."""
     digest = None

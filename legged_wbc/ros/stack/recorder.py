@@ -15,17 +15,16 @@ writes them unchanged (CDR) with ``rosbags.rosbag2.Writer`` (rosbag2 format vers
   best-effort; transient-local if all publishers are, so latched data is recorded). A topic's
   ``offered_qos_profiles`` in the bag are the publishers' profiles, read from the graph when the
   topic's first message arrives.
-* Message definitions, type hashes, time stamps (:class:`~legged_wbc.ros.recording.bag_writer.BagStamps`):
-  :mod:`legged_wbc.ros.recording.bag_writer`; in a container the bag is written by a process of its own
-  (:mod:`legged_wbc.ros.recording.bag_process`).
+* Definitions, type hashes, stamps: :mod:`legged_wbc.ros.recording.bag_writer`; in a container the bag is
+  written by a process of its own (:mod:`legged_wbc.ros.recording.bag_process`).
 * Stopping: on SIGINT/SIGTERM, or when a node named in ``stop_when_gone`` (seen once) leaves the
   graph, the recorder first drains every message already received (until ``drain_time`` passes
   without a new one), then closes the bag, which writes the MCAP summary / commits sqlite and
   writes ``metadata.yaml``: the bag is complete and readable. Exit status 0; 2 for a bad
-  parameter or an existing output directory; 1 when the recording failed (a full disk, a file size
-  limit, a recorder process that died, stalled or found its ring corrupt: ``failure``, said in one line
-  with the messages the bag holds; the bag is repaired from what is on disk, as ``ros2 bag reindex``
-  does, :mod:`legged_wbc.ros.recording.bag_repair`).
+  parameter or an existing output directory; 1 when the recording failed (a full disk, a file size limit,
+  a recorder process that died, stalled or found its ring corrupt: ``failure``, one line with what the bag
+  holds, repaired from the disk as ``ros2 bag reindex`` does) or DDS lost messages on their way to it
+  (``LostMessages``: per topic in the closing line and metadata.yaml, ``recording INCOMPLETE``).
 
 Parameters: see :class:`~legged_wbc.ros.recording.bag_writer.RecorderConfig` and ``config/recorder.yaml``.
 """
@@ -43,8 +42,8 @@ from legged_wbc.ros.nodekit import background
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.recording.bag_process import LocalTaps, RecorderProcessError, close_sink, open_sink, subscription_qos
-from legged_wbc.ros.recording.bag_writer import (BagStamps, PeerWatch, RecorderConfig, StartupGate, TopicChoice,
-                                                 default_output, describe_publishers, message_class)
+from legged_wbc.ros.recording.bag_writer import (BagStamps, LostMessages, PeerWatch, RecorderConfig, StartupGate,
+                                                 TopicChoice, default_output, describe_publishers, message_class)
 from legged_wbc.ros.recording.cdr_layout import message_class_name
 from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError
 
@@ -74,7 +73,7 @@ class BagRecorder(Node):
         self.wanted = self.choice.wanted       # topic -> its type, or None (TopicChoice)
         self.subs: dict[str, object] = {}
         self.counts = self.bag.counts
-        self.lost: dict[str, int] = {}   # per topic: messages DDS lost before this recorder took them (message_lost)
+        self.lost = LostMessages(self._touch)    # per topic: what DDS lost before this recorder took it
         self.last_rx = time.monotonic()
         self.peers = PeerWatch()          # stop_when_gone
         self.stop_reason: str | None = None
@@ -120,13 +119,10 @@ class BagRecorder(Node):
             self.get_logger().warning(f"not recording {topic}: type {msgtype} unavailable ({exc})")
             self.subs[topic] = None
             return
-        from rclpy.event_handler import SubscriptionEventCallbacks
-
         qos = subscription_qos(pub_infos, self._qos_depth)   # as the publishers offer it
         tap = self.local.tap(topic) if self.local is not None else None
-        lost = SubscriptionEventCallbacks(message_lost=lambda info, t=topic: self._on_lost(t, info))
         self.subs[topic] = endpoints.create_subscription(self, cls, topic, lambda data, t=topic: self._on_message(t, data),
-                                                    qos, raw=True, tap=tap, event_callbacks=lost)
+                                                    qos, raw=True, tap=tap, event_callbacks=self.lost.callbacks(topic))
         self.get_logger().debug(f"subscribed {topic} [{msgtype}]")
 
     def subscribe_topics(self, topics: dict) -> None:
@@ -175,19 +171,12 @@ class BagRecorder(Node):
                 self.stop_reason = "the bag cannot be written"
             self.last_rx = time.monotonic()
 
-    def _on_lost(self, topic: str, info) -> None:
-        """DDS's message-lost event: messages of ``topic`` the middleware gave up on before this recorder
-        took them (a reliable writer's KEEP_LAST history overwrote them before they were received)."""
-        n = int(info.total_count_change)
-        if n > 0:
-            self.lost[topic] = self.lost.get(topic, 0) + n
-            self.last_rx = time.monotonic()
+    def _touch(self) -> None:             # a loss counts as traffic for the idle clock
+        self.last_rx = time.monotonic()
 
     def record_linked_part(self, bus) -> list[str]:
-        """``layout:=split``: ask the linked part (host link RECORD) to record its own topics that this
-        recorder subscribes into a second ring of the recorder process, stamped by the ``/clock`` this
-        process publishes (:meth:`~legged_wbc.ros.transport.intra_process.IntraProcessBus.record_peer`). Returns
-        those topics."""
+        """``layout:=split``: the linked part (host link RECORD) records its own topics that this recorder
+        subscribes into a second ring, stamped by this process's ``/clock`` (``IntraProcessBus.record_peer``)."""
         ring = self.bag.open_peer_ring()
         return bus.record_peer({"ring": ring, "stamp_topic": "/clock", "clock_topic": self._clock_topic_stamps,
                                 "sim_time": self.stamps.sim_time})
@@ -199,19 +188,9 @@ class BagRecorder(Node):
             return
         self.closed = True
         self.failure, note = close_sink(self.bag, self.path, self.config.custom_data, self._write_error,
-                                        own_only=self.local is not None and self.local.own_only, lost=self.lost)
+                                        own_only=self.local is not None and self.local.own_only, lost=self.lost.per_topic)
         if note:
             self.get_logger().info(note)
-
-    @property
-    def incomplete(self) -> str:
-        """One line when messages were lost on their way to the recorder (a recording that is not clean), else ''."""
-        n = sum(self.lost.values())
-        if not n:
-            return ""
-        per = ", ".join(f"{t} {k}" for t, k in sorted(self.lost.items()))
-        return (f"recording INCOMPLETE: {n} messages were lost before the recorder took them ({per}); "
-                f"the bag {self.path} holds the others")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         node.drain(lambda t: executor.spin_once(timeout_sec=t))   # never lose the last messages
         node.get_logger().info(f"stopping ({why})")
         node.close()
-        if node.failure or node.incomplete:
-            node.get_logger().error(node.failure or node.incomplete)
+        if node.failure or node.lost.line(node.path):
+            node.get_logger().error(node.failure or node.lost.line(node.path))
             rc = 1
     finally:
         if node is not None and not node.closed:
