@@ -144,6 +144,82 @@ def test_before_the_gait_starts_a_zero_command_holds_the_clock_at_the_start():
     assert not out[2000].paused and abs(out[2001].tau - 3.0) < 1e-9   # the gait starts with the command
 
 
+def _held_run(cm, ticks=2400, live=None):
+    """Ticks of ``cm`` (a live command ``live`` re-sent every tick when given) with the body reference
+    integrated: ``(t, CommandState, reference x)`` per tick."""
+    ref, out, rows = CommandReference(), np.zeros(CMD_SIZE), []
+    for k in range(ticks):
+        t = k * DT
+        if live is not None:
+            cm.set(*live, t)
+        c = cm.tick(t)
+        ref.advance(t, c, out)
+        rows.append((t, c, out[0]))
+    return rows
+
+
+@pytest.mark.parametrize("t_cmd", [0.0, 0.1, 2.5])
+def test_a_command_before_the_gait_is_held_then_followed_through_the_acceleration_limits(t_cmd):
+    said = []
+    cm = Commander(LIMITS, _tripod(), CommandSchedule([(t_cmd, 0.15, 0.0, 0.0)]))
+    cm.on_held = said.append
+    rows = _held_run(cm)
+    before = [r for r in rows if r[0] < 3.0 - 1e-9]
+    assert all(c.vx == 0.0 and c.ax == 0.0 and not c.paused for _, c, _ in before)
+    assert all(x == 0.0 for _, _, x in before)                     # the body reference stays over the feet
+    assert len(said) == 1 and cm.held == 1 and f"t={t_cmd:.3f} s held" in said[0]
+    after = [r for r in rows if r[0] >= 3.0 - 1e-9]
+    assert abs(after[0][1].tau - 3.0) < 1e-9 and not after[0][1].paused   # the gait starts on time
+    vx = np.array([c.vx for _, c, _ in after])
+    assert vx[0] == pytest.approx(0.3 * DT) and np.all(np.diff(vx) <= 0.3 * DT + 1e-12)
+    assert vx[-1] == 0.15 and cm.held_t is None
+
+
+def test_a_live_command_before_the_gait_is_held_and_a_withdrawn_one_lets_the_gait_wait():
+    said = []
+    cm = Commander(LIMITS, _tripod())
+    cm.on_held = said.append
+    rows = _held_run(cm, live=(0.1, 0.0, 0.2))
+    assert all(c.vx == 0.0 and c.wz == 0.0 and x == 0.0 for t, c, x in rows if t < 3.0 - 1e-9)
+    assert len(said) == 1 and rows[-1][1].wz > 0.0 and not rows[-1][1].paused
+    # a command that stops before the start: the gait waits at its start (as with no command at all)
+    cm = Commander(LIMITS, _tripod(), CommandSchedule([(0.1, 0.15, 0.0, 0.0), (0.5, 0.0, 0.0, 0.0)]))
+    rows = _held_run(cm)
+    assert all(c.vx == 0.0 for _, c, _ in rows) and rows[-1][1].paused and rows[-1][1].tau < 3.0
+    assert cm.held == 1
+
+
+def test_a_command_into_a_paused_gait_resumes_it_at_once():
+    """Paused (after a stop, or waiting at the start): the command is followed from its tick (the
+    clock resumes there, from a tau with every leg in support): nothing is held."""
+    cm = Commander(LIMITS, _tripod(), CommandSchedule([(0.0, 0.0, 0.0, 0.0), (4.0, 0.1, 0.0, 0.0)]))
+    rows = _held_run(cm, ticks=2100)
+    first = next(c for t, c, _ in rows if abs(t - 4.0) < 1e-9)
+    assert first.vx > 0.0 and not first.paused and cm.held == 0
+
+
+def test_headless_command_before_the_gait_no_slide_no_violation():
+    """The command sent before the gait starts (issue: the base slid 0.40 m over planted feet and the
+    support legs' relative pitch broke its bound when the gait started)."""
+    from legged_wbc.closed_loop import ClosedLoop
+    from legged_wbc.metrics import violation
+    from legged_wbc.scenario import load_scenario
+
+    sc = load_scenario("nominal", ["commands=[{t: 0.1, vx: 0.15, vy: 0, wz: 0}]"])
+    loop = ClosedLoop(sc, "cbf")
+    said = []
+    loop.commander.on_held = said.append
+    res = loop.run(5.0)
+    S = res.series
+    t, bp = S["t"], S["base_pos"]
+    pre = t < sc.gait_start
+    assert np.hypot(*(bp[pre, :2] - bp[0, :2]).T).max() <= 0.01
+    v = violation(S["theta"], loop.wcfg.theta_min, loop.wcfg.theta_max) * S["support"]
+    assert not res.fell and v.max() == 0.0 and int(np.count_nonzero(~S["qp_accepted"])) == 0
+    assert len(said) == 1
+    assert bp[-1, 0] - bp[np.searchsorted(t, sc.gait_start), 0] > 0.1     # and it walks after
+
+
 def test_attitude_rows_under_a_yaw_rate_match_the_geometric_law():
     rng = np.random.default_rng(3)
     cfg = SimpleNamespace(_kp_pos=np.zeros(3), _kd_pos=np.zeros(3), _kp_rot=np.array([900.0, 800.0, 400.0]),
