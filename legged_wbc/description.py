@@ -143,6 +143,8 @@ def _bounded(text: str | bytes, source: str, parse):
         raise ConfigError(f"{source}:{where} YAML syntax error: {what}") from None
     except RecursionError:
         raise ConfigError(f"{source}: YAML nested too deeply") from None
+    except ValueError as exc:        # an integer of more than 4300 digits (int()'s limit), a bad timestamp
+        raise ConfigError(f"{source}: a value YAML cannot convert ({str(exc).split(':')[0]})") from None
 
 
 def load_yaml_file(path: str | Path):

@@ -159,3 +159,38 @@ def test_a_parameter_file_the_reader_refuses_is_one_line(tmp_path, capsys):
         out, err = capsys.readouterr()
         assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, (name, rc, out, err)
         assert err.strip().endswith(f"{f}: {why}") or err.strip().endswith(f"{f} {why}"), (name, err)
+
+
+def test_bad_launch_arguments_are_one_line_before_anything_starts(tmp_path, capsys):
+    """Numeric arguments through the parameter's own validator, ``record:=`` where nothing can be
+    written, a 5,000-digit integer in a scenario, a FIFO as ``robot:=``."""
+    sc = tmp_path / "huge.yaml"
+    sc.write_text((ROOT / "config" / "scenarios" / "nominal.yaml").read_text().replace("seed: 0", "seed: " + "9" * 5000))
+    assert "9" * 5000 in sc.read_text()
+    fifo = tmp_path / "robot.yaml"
+    os.mkfifo(fifo)
+    (tmp_path / "there").mkdir()
+    (tmp_path / "file").write_text("x")
+    cases = {
+        "duration:=-1": "duration:=-1 (mujoco_bridge): duration: -1.0 out of range [0, 1e+07]",
+        "duration:=abc": "duration:=abc (mujoco_bridge): duration: expected a number, got 'abc'",
+        "max_command_age_ticks:=2.5": "max_command_age_ticks:=2.5 (mujoco_bridge): max_command_age_ticks: expected "
+                                      "an integer, got 2.5",
+        "watchdog_timeout:=0": "watchdog_timeout:=0 (mujoco_bridge): watchdog_timeout: 0.0 out of range [0.001, 3600]",
+        f"record:={tmp_path / 'there'}": "exists already (a bag is written into a new directory; rosbag2 never "
+                                         "overwrites one)",
+        f"record:={tmp_path / 'file' / 'bag'}": f"{tmp_path / 'file'} is not a directory",
+        "record:=/proc/no/bag": "cannot create a directory in /proc",
+        f"scenario:={sc}": f"{sc}: a value YAML cannot convert (Exceeds the limit (4300 digits) for integer string "
+                           "conversion)",
+        f"robot:={fifo}": f"{fifo}: not a regular file",
+    }
+    for arg, why in cases.items():
+        for layout in ("container", "processes"):
+            rc = main(["launch", "walking_sim", f"layout:={layout}", arg, "--dry-run"])
+            out, err = capsys.readouterr()
+            assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, (arg, rc, out, err)
+            assert err.startswith("legged-wbc launch: ") and why in err, (arg, err)
+    assert not any(p.name.startswith(".legged-wbc-record-check-") for p in tmp_path.iterdir())
+    rc = main(["launch", "walking_sim", f"record:={tmp_path / 'new' / 'bag'}", "duration:=5", "--dry-run"])
+    assert rc == 0 and not (tmp_path / "new").exists()

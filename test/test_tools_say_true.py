@@ -52,3 +52,17 @@ def test_teleop_sends_its_zero_on_ctrl_c(ros_env, sig):
             p.kill()
             p.communicate()
         rclpy.shutdown(context=ctx)
+
+
+def test_foxglove_with_the_processes_layout_is_refused_in_one_line(capsys, tmp_path):
+    from legged_wbc.cli import main
+
+    rc = main(["launch", "walking_sim", "layout:=processes", "foxglove:=8765", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.strip() == (
+        "legged-wbc launch: foxglove:=8765: layout:=processes has no node that serves the live view (it is "
+        "served from the container: use layout:=container or layout:=split)")
+    for layout in ("container", "split"):
+        assert main(["launch", "walking_sim", f"layout:={layout}", "foxglove:=8765", "--dry-run"]) == 0
+        assert "foxglove:=8765" in capsys.readouterr().out
+    assert main(["launch", "walking_sim", "layout:=processes", "foxglove:=0", "--dry-run"]) == 0

@@ -16,6 +16,9 @@ covers ``ros2 launch`` and hand-started nodes.
 from __future__ import annotations
 
 import difflib
+import os
+import tempfile
+from pathlib import Path
 
 from legged_wbc.params import schema
 from legged_wbc.robot import ConfigError
@@ -105,3 +108,52 @@ def check_plan(plan) -> str | None:
                 if (why := check_section(path, section, names, where, known)) is not None:
                     return why
     return None
+
+
+def check_arguments(plan) -> str | None:
+    """The launch arguments before anything starts (one line, or None): every ``-p NAME:=VALUE`` the
+    launch gives a node of the stack (``duration:=``, ``watchdog_timeout:=``, ...) through the
+    parameter's own validator (type, range, choices: what the node would refuse after the start);
+    ``record:=`` a directory that can be created; ``foxglove:=`` only where a node serves it."""
+    cfg = plan.configs
+    if cfg.get("layout") == "processes" and cfg.get("foxglove", "0").strip() not in ("0", ""):
+        return (f"foxglove:={cfg['foxglove']}: layout:=processes has no node that serves the live view "
+                "(it is served from the container: use layout:=container or layout:=split)")
+    if (why := _record_target(cfg.get("record", ""))) is not None:
+        return f"record:={cfg['record']}: {why}"
+    known = node_parameters()
+    for action in plan.nodes:
+        for name, value in action.params:
+            for node in dict.fromkeys(_process_nodes(action).values()):
+                spec = known[node].get(name)
+                if spec is None:
+                    continue
+                try:
+                    spec.coerce(value)
+                except ConfigError as exc:
+                    return f"{name}:={value} ({node}): {exc}"
+    return None
+
+
+def _record_target(record: str) -> str | None:
+    """Why a bag cannot be created at ``record`` (it exists; no directory above it can take it), or None."""
+    if not record.strip():
+        return None
+    p = Path(record).expanduser()
+    if p.exists() or p.is_symlink():
+        return "exists already (a bag is written into a new directory; rosbag2 never overwrites one)"
+    up = p.absolute().parent
+    while not up.exists():
+        up = up.parent
+    if not up.is_dir():
+        return f"{up} is not a directory"
+    try:                         # as root, access() says yes to anything: a directory made and removed says
+        os.rmdir(tempfile.mkdtemp(prefix=".legged-wbc-record-check-", dir=up))
+    except OSError as exc:
+        return f"cannot create a directory in {up} ({exc.strerror or exc})"
+    return None
+
+
+def check_launch(plan) -> str | None:
+    """What ``legged-wbc launch`` checks before starting anything: the arguments, then the parameter files."""
+    return check_arguments(plan) or check_plan(plan)
