@@ -292,3 +292,32 @@ def test_headless_turn_in_place_yaw_follows_the_command():
     assert m["yaw_rate_tracking_rmse_radps"] < 0.03 and m["velocity_tracking_rmse_mps"] < 0.01
     assert np.hypot(*S["base_pos"][-1, :2]) < 0.02                 # in place
     assert S["cmd_ref"][-1, 2] == pytest.approx(0.3 * (7.0 - DT - 3.0) - 0.045, abs=1e-3)
+
+
+@pytest.mark.ros
+def test_ros_stack_command_at_t0_is_held_until_the_gait(tmp_path, ros_env):
+    """Lockstep container, the scenario's command at t = 0: said once, the base stays over its feet until
+    the gait starts, no violation over the whole run (the bag's whole-run metrics)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from legged_wbc.tools.analysis.bag_metrics import load_run, run_metrics
+
+    root = Path(__file__).resolve().parent.parent
+    sc = tmp_path / "cmd0.yaml"
+    sc.write_text((root / "config" / "scenarios" / "nominal.yaml").read_text().rstrip()
+                  + "\n  commands:\n    - {t: 0.0, vx: 0.15, vy: 0.0, wz: 0.0}\n")
+    bag = tmp_path / "bag"
+    r = subprocess.run([sys.executable, "-m", "legged_wbc.cli", "launch", "walking_sim", f"scenario:={sc}",
+                        "duration:=4.5", f"record:={bag}"], env=ros_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (r.stdout + r.stderr).count("held until the gait starts") == 1
+    run = load_run(bag)
+    t, bp = np.asarray(run.series["t"]), np.asarray(run.series["base_pos"])
+    ok = ~np.isnan(bp[:, 0])
+    pre = ok & (t < 3.0)
+    assert np.hypot(*(bp[pre, :2] - bp[ok][0, :2]).T).max() <= 0.01
+    assert bp[ok][-1, 0] > 0.05                                   # and it walks once the gait runs
+    m = run_metrics(run)
+    assert m["whole_run"]["max_violation_rad"] == 0.0 and m["whole_run"]["qp_failures"] == 0
