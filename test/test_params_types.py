@@ -194,3 +194,13 @@ def test_bad_launch_arguments_are_one_line_before_anything_starts(tmp_path, caps
     assert not any(p.name.startswith(".legged-wbc-record-check-") for p in tmp_path.iterdir())
     rc = main(["launch", "walking_sim", f"record:={tmp_path / 'new' / 'bag'}", "duration:=5", "--dry-run"])
     assert rc == 0 and not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("layout", ["container", "split", "processes"])
+def test_good_launch_arguments_pass_the_check(capsys, layout):
+    """A value is checked against the nodes the process runs: with ``controller:=external`` no
+    controller is composed, so its ``relative_pitch_mode:=external`` is no refusal."""
+    for args in (["controller:=external"], ["controller:=none", "duration:=3", "mode:=realtime"],
+                 ["robot:=quadruped", "scenario:=quadruped_trot", "max_command_age_ticks:=-1", "chain:=false"]):
+        assert main(["launch", "walking_sim", f"layout:={layout}", *args, "--dry-run"]) == 0, capsys.readouterr().err
+        capsys.readouterr()

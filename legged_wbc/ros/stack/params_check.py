@@ -124,7 +124,7 @@ def check_arguments(plan) -> str | None:
     known = node_parameters()
     for action in plan.nodes:
         for name, value in action.params:
-            for node in dict.fromkeys(_process_nodes(action).values()):
+            for node in _hosted_nodes(action):
                 spec = known[node].get(name)
                 if spec is None:
                     continue
@@ -133,6 +133,27 @@ def check_arguments(plan) -> str | None:
                 except ConfigError as exc:
                     return f"{name}:={value} ({node}): {exc}"
     return None
+
+
+CONTAINER_PARTS = {"walking_container": "all", "sim_container": "sim", "control_container": "control"}
+PART_NODE_NAMES = {"bridge": "mujoco_bridge", "estimator": "state_estimator", "controller": "wbc_controller",
+                   "recorder": "bag_recorder"}
+
+
+def _hosted_nodes(action) -> list[str]:
+    """The stack's nodes one launched process runs with its parameters: a container composes its part's
+    nodes without the controller under an outside one (``wbc:=false``) and the recorder only with
+    ``record:=`` (:func:`legged_wbc.ros.stack.composition.part_nodes`)."""
+    part = CONTAINER_PARTS.get(action.exec)
+    if part is None:
+        return list(dict.fromkeys(_process_nodes(action).values()))
+    from legged_wbc.ros.stack.composition import part_nodes
+
+    given = dict(action.params)
+    wbc = given.get("wbc", "true").strip().lower() != "false"
+    nodes = [PART_NODE_NAMES[n] for n in part_nodes(part, wbc)
+             if n != "recorder" or given.get("record", "").strip() not in ("", "''")]
+    return [action.exec] + nodes
 
 
 def _record_target(record: str) -> str | None:
