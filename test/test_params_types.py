@@ -204,3 +204,16 @@ def test_good_launch_arguments_pass_the_check(capsys, layout):
                  ["robot:=quadruped", "scenario:=quadruped_trot", "max_command_age_ticks:=-1", "chain:=false"]):
         assert main(["launch", "walking_sim", f"layout:={layout}", *args, "--dry-run"]) == 0, capsys.readouterr().err
         capsys.readouterr()
+
+
+@pytest.mark.parametrize("exe", ["walking_container", "wbc_controller"])
+def test_a_node_given_a_file_rcl_cannot_read_says_why_in_one_line(tmp_path, ros_env, exe):
+    """Under ``ros2 launch`` (no check first): rcl refuses the file; the node names the cause, rc 2, no
+    traceback (rcl logs its own ``Failed to parse global arguments`` before)."""
+    bad = _bad_files(tmp_path)
+    for name in ("anchors.yaml", "list.yaml"):
+        f = tmp_path / name
+        r = subprocess.run([str(BIN / exe), "--ros-args", "--params-file", str(f)], env=ros_env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+        assert r.stderr.strip().splitlines()[-1] == f"{exe}: params file {f}: {bad[name]}"

@@ -535,3 +535,33 @@ def _namespace(flat: dict) -> types.SimpleNamespace:
     def build(d: dict) -> types.SimpleNamespace:
         return types.SimpleNamespace(**{k: build(v) if isinstance(v, dict) else v for k, v in d.items()})
     return build(root)
+
+
+# ------------------------------------------------------------------------------------ a node process's start
+def init_node_process(argv, name: str) -> bool:
+    """``rclpy.init`` of a node's process (its own signal handling): False after one line on stderr when
+    rcl refuses the command line (a parameter file rcl cannot read, a malformed ``-p``), as a bad
+    parameter is (the caller exits 2), instead of an ``RCLError`` traceback."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    argv = argv if argv is not None else sys.argv
+    try:
+        rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as exc:  # noqa: BLE001 - rclpy's RCLError (its module is private)
+        if type(exc).__name__ != "RCLError":
+            raise
+        bad = [f for f in params_files(argv) if _unreadable(f) is not None]
+        why = _unreadable(bad[0]) if bad else str(exc).splitlines()[0]
+        print(f"{name}: {why}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def _unreadable(path: str) -> str | None:
+    """Why the project's bounded reader refuses a parameter file (one line), None when it reads it."""
+    try:
+        file_parameters(path)
+    except ConfigError as exc:
+        return f"params file {exc}"
+    return None
