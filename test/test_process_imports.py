@@ -43,3 +43,47 @@ def test_launcher_loads_no_node(tmp_path):
                           f"assert main(['launch', 'walking_sim', 'layout:=split', 'mode:=realtime', "
                           f"'scenario:=paper', 'record:={tmp_path / 'bag'}', '--dry-run']) == 0")
     assert not loaded & {*HEAVY, "mujoco", "rclpy"}, loaded
+
+
+def test_sim_part_loads_no_numba_pinocchio_scipy():
+    """The simulation side (the bridge's and the recorder's modules, the bridge's robot and simulation on a
+    scenario without a disturbance): MuJoCo and rclpy, no numba, Pinocchio or SciPy."""
+    loaded = loaded_after("import mujoco_bridge.node, legged_wbc.ros.stack.container, legged_wbc.ros.stack.recorder\n"
+                          "import legged_wbc.ros.recording.bag_process, legged_wbc.ros.recording.bag_writer\n"
+                          "from mujoco_bridge.config import BridgeConfig\n"
+                          "from mujoco_bridge.scenario_setup import bridge_simulation\n"
+                          "for robot in ('hexapod', 'quadruped'):\n"
+                          "    robot, scenario, sim, q0 = bridge_simulation(BridgeConfig(robot=robot))\n"
+                          "    sim.step(2)\n")
+    assert "mujoco" in loaded and not loaded & set(HEAVY), loaded
+
+
+def test_sim_robot_is_the_model_to_the_bit():
+    """The bridge's robot (:class:`legged_wbc.sim_robot.SimRobot`, its stance from a child process) holds what
+    :class:`legged_wbc.model.RobotModel` holds, bit for bit."""
+    import numpy as np
+
+    from legged_wbc.model import RobotModel
+    from legged_wbc.sim_robot import SimRobot, stance
+
+    for name, height in (("hexapod", None), ("quadruped", 0.4)):
+        rm = RobotModel(name)
+        child = stance(name, height, in_process=False)
+        assert child == stance(name, height, in_process=True)
+        q0 = np.array(child["q0"])
+        assert q0.tobytes() == rm.stance_configuration(height).tobytes()
+        sr = SimRobot(rm.cfg, child["joint_names"])
+        assert sr.joint_names == rm.joint_names and sr.n == rm.n and sr.n_legs == rm.n_legs
+        for k in ("armature", "lower", "upper", "effort", "velocity_limit", "stall_torque", "no_load_speed"):
+            assert getattr(sr, k).tobytes() == getattr(rm, k).tobytes(), k
+        assert all(np.array_equal(a, b) for a, b in zip(sr.leg_joints, rm.leg_joints))
+
+
+def test_sim_robot_bad_config_is_one_line(tmp_path):
+    import pytest
+
+    from legged_wbc.robot import ConfigError
+    from legged_wbc.sim_robot import stance
+
+    with pytest.raises(ConfigError):
+        stance(str(tmp_path / "missing.yaml"), in_process=False)

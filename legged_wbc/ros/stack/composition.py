@@ -118,6 +118,8 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
     nodes, bridge, recorder = [], None, None
     with bus.active():
         if "bridge" in want:
+            if "estimator" in want or "controller" in want:
+                import legged_wbc.model  # noqa: F401  (loaded for them anyway: the bridge's stance is computed here)
             from mujoco_bridge.node import MujocoBridge
 
             # tick 0 once the estimator, the controller unless chained or the outside one (and the recorder)
