@@ -140,7 +140,7 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
             from legged_wbc.ros.stack.recorder import BagRecorder
 
             # split: the control part records its own topics (bag_process.PeerRecorder), not through the link
-            recorder = BagRecorder(own_publications_only=bus.link is not None,
+            recorder = BagRecorder(own_publications_only=bus.link is not None, ring_rates=ring_rates(bridge, bus),
                                    parameter_overrides=[Parameter("output", value=record),
                                                         Parameter("stamp_source", value="clock_topic"),
                                                         Parameter("writer_process", value=True)])
@@ -156,6 +156,19 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
     if P.chain and "estimator" in want and "controller" in want:
         chain_controller(bus, *(next(n for n in nodes if n.get_name() == name) for name in CHAIN), log=log)
     return nodes, bridge, recorder
+
+
+def ring_rates(bridge, bus) -> tuple | None:
+    """The recording rings' rates [bytes per second of recording]: this process's ring and the linked part's
+    (:func:`~legged_wbc.ros.io.topics.recorded_bytes_per_s` for the bridge's robot), or None without a bridge."""
+    from legged_wbc.ros.io.topics import recorded_bytes_per_s
+
+    if bridge is None:
+        return None
+    n, legs = bridge.n, len(bridge.leg_names)
+    if bus.link is None:
+        return recorded_bytes_per_s(("sim", "control"), n, legs), None
+    return recorded_bytes_per_s(("sim",), n, legs), recorded_bytes_per_s(("control",), n, legs)
 
 
 def finalize_bus(bus, node) -> list[str]:
