@@ -87,3 +87,23 @@ def test_sim_robot_bad_config_is_one_line(tmp_path):
 
     with pytest.raises(ConfigError):
         stance(str(tmp_path / "missing.yaml"), in_process=False)
+
+
+def test_recorder_process_maps_only_what_writing_needs(tmp_path):
+    """The recorder process (spawned by the container's sink) writes the bag with rosbags: no rclpy, numba,
+    Pinocchio or SciPy in its address space (what it maps, after it opened the bag and wrote a message)."""
+    code = ("import sys, time\n"
+            "from legged_wbc.ros.recording.bag_process import ShmBagSink\n"
+            f"sink = ShmBagSink({str(tmp_path / 'bag')!r}, 'mcap', '', ring_bytes=1 << 20)\n"
+            "sink.add_topic('/x', 'std_msgs/msg/Float64MultiArray')\n"
+            "sink.write('/x', 0, bytes(28))\n"
+            "sink.flush()\n"
+            "time.sleep(0.5)\n"
+            "maps = open(f'/proc/{sink.proc.pid}/maps').read()\n"
+            "sink.close()\n"
+            "bad = sorted({w for w in ('/llvmlite/', '/pinocchio/', '/site-packages/scipy/', '/rclpy/', 'librcl.so',\n"
+            "                           '/mujoco/') if w in maps})\n"
+            "print('MAPPED', bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "MAPPED []" in r.stdout, r.stdout + r.stderr[-2000:]
