@@ -39,7 +39,7 @@ import pinocchio as pin
 
 from legged_wbc.kinematics import LegBatch, LegKinematicsWorkspace, relative_pitch
 from legged_wbc.robot import ConfigError, RobotConfig, foot_geometry, load_robot_config
-from legged_wbc.sim_robot import joint_arrays, joint_permutation  # noqa: F401  (joint_permutation: re-exported)
+from legged_wbc.description import joint_arrays, joint_permutation  # noqa: F401  (joint_permutation: re-exported)
 
 
 
