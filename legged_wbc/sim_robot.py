@@ -8,7 +8,7 @@ initial configuration from :class:`legged_wbc.model.RobotModel` itself, so they 
 
 * in this process when it has loaded ``legged_wbc.model`` already (a container that hosts the estimator
   or the controller, the headless loop, the tests);
-* else in a short-lived child process (``python -m legged_wbc.sim_robot ROBOT HEIGHT``, ~1-2 s at
+* else in a short-lived child process (``python -m legged_wbc.sim_robot ROBOT HEIGHT``, ~0.5 s at
   start-up) that prints them as JSON (floats round-trip exactly), so that the process that runs the
   simulation for the whole walk never maps numba's LLVM, Pinocchio or SciPy (~200 MB).
 
