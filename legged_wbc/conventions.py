@@ -48,7 +48,7 @@ class StateConverter:
     """
 
     def __init__(self, pin_joint_names, mj_joint_names, mj_actuator_joints):
-        from legged_wbc.model import joint_permutation
+        from legged_wbc.description import joint_permutation
 
         self.pin_joint_names = list(pin_joint_names)
         self.n = len(self.pin_joint_names)

@@ -10,6 +10,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import yaml
@@ -163,3 +164,25 @@ def _read_bounded(path: str | Path) -> bytes:
             return fh.read(MAX_YAML_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+
+
+def joint_permutation(names_from: Sequence[str], names_to: Sequence[str]) -> np.ndarray:
+    """Index array ``idx`` so that ``x_to = x_from[idx]``; raises naming missing joints."""
+    pos = {n: k for k, n in enumerate(names_from)}
+    missing = [n for n in names_to if n not in pos]
+    if missing:
+        raise ValueError(f"joints missing: {missing}")
+    if len(set(names_to)) != len(names_to):
+        raise ValueError(f"duplicate joint names in {list(names_to)}")
+    return np.array([pos[n] for n in names_to], dtype=int)
+
+
+def joint_arrays(cfg, joint_names: Sequence[str]) -> dict:
+    """The config's per-joint values (:meth:`~legged_wbc.robot.RobotConfig.joint_table`) in the order
+    ``joint_names`` (Pinocchio's): what :class:`~legged_wbc.model.RobotModel` and
+    :class:`~legged_wbc.sim_robot.SimRobot` both hold."""
+    tab = cfg.joint_table()
+    perm = joint_permutation(tab.names, joint_names)
+    return {"armature": tab.armature[perm], "lower": tab.lower[perm], "upper": tab.upper[perm],
+            "effort": tab.effort[perm], "velocity_limit": tab.velocity[perm],
+            "stall_torque": tab.stall_torque[perm], "no_load_speed": tab.no_load_speed[perm]}

@@ -33,13 +33,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pinocchio as pin
 
 from legged_wbc.kinematics import LegBatch, LegKinematicsWorkspace, relative_pitch
 from legged_wbc.robot import ConfigError, RobotConfig, foot_geometry, load_robot_config
+from legged_wbc.description import joint_arrays, joint_permutation  # noqa: F401  (joint_permutation: re-exported)
 
 
 
@@ -122,15 +122,14 @@ class RobotModel:
         self._leg_joint_matrix = np.array(self.leg_joints)  # (N, k)
         self.n_legs = cfg.n_legs
         # per joint, Pinocchio order: armature (reflected rotor inertia, in both models as in MuJoCo), limits, drives
-        tab = cfg.joint_table()
-        perm = joint_permutation(tab.names, self.joint_names)
-        arm, lower, upper, effort = tab.armature[perm], tab.lower[perm], tab.upper[perm], tab.effort[perm]
-        velocity, stall, no_load = tab.velocity[perm], tab.stall_torque[perm], tab.no_load_speed[perm]
-        self.armature, self.lower, self.upper, self.effort = arm, lower, upper, effort
-        # per joint [rad/s], [N m], [rad/s]: velocity limit and the drives' voltage line (leg_type.actuator)
-        self.velocity_limit, self.stall_torque, self.no_load_speed = velocity, stall, no_load
-        self.model.armature[6:] = arm
-        self.fixed.armature[:] = arm
+        # (velocity limit [rad/s] and the drives' voltage line [N m], [rad/s]: leg_type.actuator; the simulation
+        # side's legged_wbc.sim_robot.SimRobot holds the same arrays)
+        tab = joint_arrays(cfg, self.joint_names)
+        self.armature, self.lower, self.upper, self.effort = tab["armature"], tab["lower"], tab["upper"], tab["effort"]
+        self.velocity_limit, self.stall_torque = tab["velocity_limit"], tab["stall_torque"]
+        self.no_load_speed = tab["no_load_speed"]
+        self.model.armature[6:] = self.armature
+        self.fixed.armature[:] = self.armature
         self._add_foot_frames(urdf)
         self.data = self.model.createData()
         self.fdata = self.fixed.createData()
@@ -451,14 +450,3 @@ def null_vectors(Jp: np.ndarray, Jt: np.ndarray | None = None) -> np.ndarray:
     if Jt is not None:
         n *= np.where(np.einsum("ni,ni->n", Jt, n) < 0.0, -1.0, 1.0)[:, None]
     return n
-
-
-def joint_permutation(names_from: Sequence[str], names_to: Sequence[str]) -> np.ndarray:
-    """Index array ``idx`` so that ``x_to = x_from[idx]``; raises naming missing joints."""
-    pos = {n: k for k, n in enumerate(names_from)}
-    missing = [n for n in names_to if n not in pos]
-    if missing:
-        raise ValueError(f"joints missing: {missing}")
-    if len(set(names_to)) != len(names_to):
-        raise ValueError(f"duplicate joint names in {list(names_to)}")
-    return np.array([pos[n] for n in names_to], dtype=int)

@@ -10,7 +10,7 @@ bridge then subscribes to on ``/estimator/support`` (JointState-shaped, ``name``
 ``position`` = 1/0); in lockstep the bridge also waits for that tick's support estimate. Otherwise
 (and for ``scenario: none``) the disturbance is zero.
 
-Initial state: ``RobotModel.stance_configuration(h)`` (level, at the origin, feet on the floor, at
+Initial state: ``RobotModel.stance_configuration(h)`` (by :func:`legged_wbc.sim_robot.stance`; level, at the origin, feet on the floor, at
 rest) with ``h`` = ``initial_height`` if non-zero, else the scenario's ``initial_height`` (see
 ``config/scenarios/``), else the robot config's stance height. Sensor noise: the ``noise_*``
 parameters, or the scenario's ``noise`` block when they are all zero. Ground friction, payload and
@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 
 from legged_wbc.conventions import PHYSICS_DT_NS
-from legged_wbc.model import RobotModel
 from mujoco_bridge.sim import STEPS_PER_TICK, MujocoSim, SensorNoise
 
 
@@ -66,18 +65,31 @@ def scenario_sim(robot, scenario, noise: SensorNoise) -> MujocoSim:
     return sim
 
 
-def bridge_simulation(cfg) -> tuple[RobotModel, object, MujocoSim, np.ndarray]:
-    """The bridge's robot model, scenario (:func:`load_scenario_config`, or None), simulation
+def bridge_simulation(cfg) -> tuple[object, object, MujocoSim, np.ndarray]:
+    """The bridge's robot, scenario (:func:`load_scenario_config`, or None), simulation
     (:func:`scenario_sim` with :func:`sensor_noise`; its physics step must be 1 ms) and initial
     configuration (:func:`initial_height`), the simulation reset to it: ``(robot, scenario, sim,
-    q0)``. ``cfg``: the bridge's parameters (:class:`~mujoco_bridge.config.BridgeConfig`)."""
-    robot = RobotModel(cfg.robot)
+    q0)``. ``cfg``: the bridge's parameters (:class:`~mujoco_bridge.config.BridgeConfig`).
+
+    The robot is a :class:`~legged_wbc.sim_robot.SimRobot` (joint order, limits, the stance from
+    :func:`legged_wbc.sim_robot.stance`: the process loads no Pinocchio or numba), unless the scenario
+    enables a disturbance: its torque is computed on the leg Jacobian every pushed tick
+    (:class:`~legged_wbc.scenario.DisturbanceModel`), so then a :class:`~legged_wbc.model.RobotModel`."""
     scenario = load_scenario_config(cfg.scenario, cfg.robot)
+    height = initial_height(cfg.initial_height, scenario)
+    if disturbance_enabled(scenario):
+        from legged_wbc.model import RobotModel
+
+        robot = RobotModel(cfg.robot)
+        q0 = robot.stance_configuration(height)
+    else:
+        from legged_wbc.sim_robot import sim_robot
+
+        robot, q0 = sim_robot(cfg.robot, height)
     sim = scenario_sim(robot, scenario, sensor_noise(scenario, cfg.noise_joint_velocity, cfg.noise_gyro,
                                                      cfg.noise_accel, cfg.noise_seed))
     if abs(sim.dt * 1e9 - PHYSICS_DT_NS) > 1e-3:
         raise RuntimeError(f"physics step {sim.dt} s, the bridge expects 0.001 s")
-    q0 = robot.stance_configuration(initial_height(cfg.initial_height, scenario))
     sim.reset(q0)
     return robot, scenario, sim, q0
 
@@ -115,12 +127,18 @@ class ScenarioDisturbance:
         return self.held
 
 
+def disturbance_enabled(scenario) -> bool:
+    """Whether the scenario enables a disturbance or a squeeze (see :func:`scenario_disturbance`)."""
+    squeeze = getattr(getattr(scenario, "squeeze", None), "enabled", False)
+    return scenario is not None and bool(getattr(getattr(scenario, "disturbance", None), "enabled", False) or squeeze)
+
+
 def scenario_disturbance(scenario, robot, sched, log):
     """The disturbance hook of the scenario: a :class:`ScenarioDisturbance` (its ``DisturbanceModel``,
     the one the headless loop uses) when the scenario enables a disturbance, else None (zero)."""
-    squeeze = getattr(getattr(scenario, "squeeze", None), "enabled", False)
-    if scenario is None or not (getattr(getattr(scenario, "disturbance", None), "enabled", False) or squeeze):
+    if not disturbance_enabled(scenario):
         return None
+    squeeze = getattr(getattr(scenario, "squeeze", None), "enabled", False)
     try:
         from legged_wbc.scenario import DisturbanceModel
     except ImportError:

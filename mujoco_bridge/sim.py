@@ -32,7 +32,6 @@ import mujoco
 import numpy as np
 
 from legged_wbc.conventions import CONTROL_PERIOD_NS, PHYSICS_DT_NS, StateConverter
-from legged_wbc.model import RobotModel
 from legged_wbc.mujoco_model import ACTUATOR_MODELS, TIMESTEP, actuator_joint_names, build_model, hinge_joint_names
 from legged_wbc.terrain import Terrain, is_terrain_geom
 
@@ -115,10 +114,14 @@ class MujocoSim:
     ``actuators``: ``"ideal"`` | ``"realistic"``; ``sensor_delay_steps``: physics steps by which
     :meth:`sensors` lags (see the module docstring)."""
 
-    def __init__(self, robot: RobotModel | str | None = None, timestep: float = TIMESTEP,
+    def __init__(self, robot=None, timestep: float = TIMESTEP,
                  noise: SensorNoise | None = None, actuators: str = "ideal", sensor_delay_steps: int = 0,
                  terrain=None):
-        self.robot = robot if isinstance(robot, RobotModel) else RobotModel(robot)
+        if not hasattr(robot, "leg_joints"):   # a config or its name; else a RobotModel or the bridge's SimRobot
+            from legged_wbc.model import RobotModel
+
+            robot = RobotModel(robot)
+        self.robot = robot
         if actuators not in ACTUATOR_MODELS:
             raise ValueError(f"actuators: must be one of {list(ACTUATOR_MODELS)}, got {actuators!r}")
         if int(sensor_delay_steps) != sensor_delay_steps or sensor_delay_steps < 0:

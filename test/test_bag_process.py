@@ -960,3 +960,34 @@ def test_a_full_disk_under_the_per_process_recorder_ends_the_launch_non_zero(tmp
         assert sum(len(v) for v in _read_mcap_independently(bag).values()) == n
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_rings_are_sized_from_the_topics_rates():
+    """The recording rings hold ``ring_lag_s`` of the recorded topics at their rates (``RECORDED_TOPICS``): each
+    topic's bound on its numbers covers the payload its messages pack into (the hexapod's shapes), and the
+    ring is that many bytes per second times the lag (``ring_mb`` > 0: that size; no rates: 64 MiB)."""
+    from types import SimpleNamespace
+
+    from legged_wbc.ros.io.topics import (RECORD_OVERHEAD_BYTES, RECORDED_TOPICS, TOPIC_CLOCK, TOPIC_GT_ODOM,
+                                          TOPIC_IMU, TOPIC_JOINT_STATES, recorded_bytes_per_s)
+    from legged_wbc.ros.recording.bag_process import DEFAULT_RING_BYTES, MIN_RING_BYTES, ring_bytes
+
+    rng = np.random.default_rng(9)
+    n, legs = 24, 6
+    names = [f"j{k}" for k in range(n)]
+    msgs = {TOPIC_JOINT_STATES: ros_io.joint_state_msg(5, names, rng.normal(size=n), rng.normal(size=n),
+                                                       rng.normal(size=n)),
+            TOPIC_IMU: ros_io.imu_msg(5, "base_link", [0.0, 0.0, 0.0, 1.0], rng.normal(size=3), rng.normal(size=3)),
+            TOPIC_GT_ODOM: ros_io.odometry_msg(5, np.r_[rng.normal(size=3), [0.0, 0.0, 0.0, 1.0], rng.normal(size=n)],
+                                               rng.normal(size=n + 6), "base_link"),
+            TOPIC_CLOCK: ros_io.clock_msg(5)}
+    for topic, m in msgs.items():
+        payload = len(MessageLayout.from_message(m).pack(m))
+        assert payload + 16 <= 8 * RECORDED_TOPICS[topic][2](n, legs) + RECORD_OVERHEAD_BYTES, topic
+    sim, control = recorded_bytes_per_s(("sim",), n, legs), recorded_bytes_per_s(("control",), n, legs)
+    assert 1e6 < sim < 2.5e6 and 1e6 < control < 2.5e6       # measured: ~1.4 MB/s each, walking in real time
+    assert recorded_bytes_per_s(("sim", "control"), n, legs) == sim + control
+    cfg = SimpleNamespace(ring_mb=0.0, ring_lag_s=4.0)
+    assert ring_bytes(cfg, sim) % 4096 == 0 and 4.0 * sim <= ring_bytes(cfg, sim) < 4.0 * sim + 4096
+    assert ring_bytes(cfg, None) == DEFAULT_RING_BYTES and ring_bytes(cfg, 10) == MIN_RING_BYTES
+    assert ring_bytes(SimpleNamespace(ring_mb=2.0, ring_lag_s=4.0), sim) == 2 << 20

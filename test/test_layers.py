@@ -25,7 +25,7 @@ PACKAGES = ("legged_wbc", "wbc_controller", "state_estimator", "mujoco_bridge")
 CORE = {"legged_wbc", "legged_wbc.robot", "legged_wbc.params", "legged_wbc.conventions", "legged_wbc.jit",
         "legged_wbc.gait", "legged_wbc.kinematics", "legged_wbc.leg_neighbours", "legged_wbc.model", "legged_wbc.metrics",
         "legged_wbc.mujoco_model", "legged_wbc.scenario", "legged_wbc.terrain", "legged_wbc.terrain_metrics",
-        "legged_wbc.description", "legged_wbc.urdf_robot", "legged_wbc.robot_defaults"}
+        "legged_wbc.description", "legged_wbc.urdf_robot", "legged_wbc.robot_defaults", "legged_wbc.sim_robot"}
 LOOP = {"legged_wbc.closed_loop"}
 
 

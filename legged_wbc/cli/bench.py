@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-from legged_wbc.tools.bench.bench_cycle import BENCH_BACKENDS, bench_cycle, bench_qp
-
 from .argtypes import positive_float
+
+# the backends ``bench qp`` times by default (``legged_wbc.tools.bench.bench_cycle.BENCH_BACKENDS``, which a test
+# holds equal): named here so that building the parser loads no solver, numba or Pinocchio
+BENCH_BACKENDS = ("daqp", "proxqp", "osqp", "qpsolvers-osqp")
 
 
 def print_cycle(res: dict) -> None:
@@ -74,6 +76,8 @@ def _run_bench(args) -> int:
     if args.what == "realtime":
         return cmd_realtime(args)
     import warnings
+
+    from legged_wbc.tools.bench.bench_cycle import bench_cycle, bench_qp
 
     warnings.filterwarnings("ignore")  # solver deprecation / sparse-conversion chatter
     if args.what == "cycle":

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 
+def cmd_eval(args):
+    """The command (its module, with the estimator and the controller, loaded only when it runs)."""
+    from legged_wbc.tools.analysis.eval_estimator import cmd_eval as run
+
+    return run(args)
+
+
 def register(sub) -> None:
     from .argtypes import nonneg_float, positive_float
-
-    from legged_wbc.tools.analysis.eval_estimator import cmd_eval
 
     s = sub.add_parser("eval-estimator", help="estimator vs ground truth in closed-loop walking (and a foot slip)")
     s.add_argument("--duration", type=positive_float, default=12.0, help="simulated seconds per run")

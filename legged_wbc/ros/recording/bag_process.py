@@ -16,7 +16,8 @@ container's ``bag_recorder`` node hands every message to a :class:`ShmBagSink` i
 The recorder process (:func:`run`, spawned by the sink; it imports neither rclpy nor the stack)
 splices payloads back into the exact CDR bytes (padding aside, they are what rclpy serializes) and
 writes them with ``rosbags`` from its single thread, so ``storage:=sqlite3`` works here too. A record
-that does not fit the ring (the recorder fell more than ``ring_mb`` behind) is dropped by the producer
+that does not fit the ring (the recorder fell more than ``ring_lag_s`` of recording behind: the ring is sized
+from the recorded topics' rates, :func:`ring_bytes`; or ``ring_mb``) is dropped by the producer
 and counted: the count is logged at the end by both processes and stored in the bag's
 ``metadata.yaml`` custom data (``dropped_messages``). The recorder process ignores SIGINT/SIGTERM: the
 container stops it by closing the ring once the last sample is in it, and it drains everything before
@@ -48,7 +49,7 @@ KIND_DATA, KIND_RAW, KIND_TOPIC, KIND_BATCH, KIND_PEER = 0, 1, 2, 3, 4   # KIND_
 _PAD = bytes(8)
 _SUB = struct.Struct("<IIq")   # KIND_BATCH: one sub-record (payload length, topic id, stamp [ns]) + payload
 _SUB_HEAD, _SUB_STAMP = struct.Struct("<II"), struct.Struct("<q")   # _SUB in two parts (write_values)
-POLL_S = 0.02           # recorder process: sleep when the ring is empty [s] (the ring holds ~20 s; fewer wake-ups)
+POLL_S = 0.02           # recorder process: sleep when the ring is empty [s] (the ring holds ~4 s; fewer wake-ups)
 START_TIMEOUT_S = 30.0  # the recorder process must have its bag open by then [s]
 COMMIT_RECORDS = 256    # publish to the recorder process at the latest after this many records (else at flush())
 PEER_COMMIT_S = 0.01    # the control part (split) publishes its records at most this often (its ring's lock is a
@@ -385,6 +386,8 @@ class ShmBagSink(RingSink):
     repair_bag`). ``failure``: then one line naming the cause and the messages in the bag, for the owner to
     say last (the container's exit), else ""."""
 
+    peer_ring_bytes = 0     # the size of :meth:`open_peer_ring`'s ring (0: this one's)
+
     def __init__(self, path: Path, storage: str, custom_data: str, ring_bytes: int, describe=None, log=None,
                  compression: str = "zstd"):
         import multiprocessing as mp
@@ -526,7 +529,7 @@ class ShmBagSink(RingSink):
         :meth:`RecordRing.attach_file`), drained by the same recorder process into the same bag. Returns
         its name (what the producer attaches). Raises :class:`RecorderProcessError` if the recorder
         process cannot be told."""
-        ring = RecordRing.create(ring_bytes or self.ring.capacity, None)   # the owner never locks it
+        ring = RecordRing.create(ring_bytes or self.peer_ring_bytes or self.ring.capacity, None)   # never locked here
         with self._lock:
             ok = not self.closed and self.ring.put(KIND_PEER, len(self.peer_rings), 0,
                                                    pack_peer_ring(ring.name))
@@ -690,14 +693,34 @@ class PeerRecorder:
                                     f"{sum(counts.values())} messages ({per}); {dropped} dropped")
 
 
-def open_sink(path: Path, cfg, describe, log=None):
+DEFAULT_RING_BYTES = 64 << 20   # a ring whose topics' rates are not known (``ring_mb`` 0 without ``rates``)
+MIN_RING_BYTES = 1 << 20
+
+
+def ring_bytes(cfg, rate: int | None) -> int:
+    """The size of a recording ring [bytes]: ``cfg.ring_mb`` if set, else ``cfg.ring_lag_s`` seconds of
+    recording at ``rate`` [bytes per second, :func:`legged_wbc.ros.io.topics.recorded_bytes_per_s`] (at least
+    :data:`MIN_RING_BYTES`, whole pages), else :data:`DEFAULT_RING_BYTES`."""
+    if cfg.ring_mb > 0:
+        return int(cfg.ring_mb * 2**20)
+    if not rate:
+        return DEFAULT_RING_BYTES
+    page = 4096
+    return max(MIN_RING_BYTES, -(-int(cfg.ring_lag_s * rate) // page) * page)
+
+
+def open_sink(path: Path, cfg, describe, log=None, rates: tuple | None = None):
     """The bag the recorder node writes to: a :class:`ShmBagSink` (``cfg.writer_process``: the
     container) or a :class:`~legged_wbc.ros.recording.bag_writer.BagWriter` in the node's own process (``cfg``:
-    :class:`~legged_wbc.ros.recording.bag_writer.RecorderConfig`). Raises ``FileExistsError`` (the bag exists) or
-    :class:`RecorderProcessError`."""
+    :class:`~legged_wbc.ros.recording.bag_writer.RecorderConfig`). ``rates``: the bytes per second of recording
+    of its own ring and of the linked part's (:func:`ring_bytes`), or None. Raises ``FileExistsError`` (the
+    bag exists) or :class:`RecorderProcessError`."""
     if cfg.writer_process:
-        return ShmBagSink(path, cfg.storage, cfg.custom_data, int(cfg.ring_mb * 2**20), describe=describe, log=log,
+        own, peer = rates or (None, None)
+        sink = ShmBagSink(path, cfg.storage, cfg.custom_data, ring_bytes(cfg, own), describe=describe, log=log,
                           compression=cfg.compression)
+        sink.peer_ring_bytes = ring_bytes(cfg, peer)
+        return sink
     from legged_wbc.ros.recording.bag_writer import BagWriter
 
     return BagWriter(path, cfg.storage, cfg.custom_data, describe=describe, compression=cfg.compression)

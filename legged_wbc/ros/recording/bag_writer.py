@@ -53,9 +53,14 @@ class RecorderConfig:
     writer_process: bool = param(False, desc="write the bag from a process of its own, fed through shared memory "
                                  "(legged_wbc.ros.recording.bag_process): in-process messages are packed, not serialized, and "
                                  "rosbag2 costs the control process nothing (the container sets it)", live=False)
-    ring_mb: float = param(64.0, 1.0, 4096.0, "writer_process: size of the shared-memory ring (layout:=split: also of "
-                           "the control part's own); a message that does "
-                           "not fit (the writer fell this far behind) is dropped and counted", unit="MiB", live=False)
+    ring_mb: float = param(0.0, 0.0, 4096.0, "writer_process: size of the shared-memory ring (layout:=split: also of "
+                           "the control part's own); 0 = sized from the recorded topics' rates for ring_lag_s (64 MiB "
+                           "where they are not known); a message that does not fit (the writer fell this far behind) is "
+                           "dropped and counted", unit="MiB", live=False)
+    ring_lag_s: float = param(4.0, 0.1, 600.0, "writer_process, ring_mb 0: how far the writer may fall behind before a "
+                              "message is dropped (and counted): the ring holds this long of the recorded topics at "
+                              "their rates (legged_wbc.ros.io.topics.RECORDED_TOPICS)", unit="s of recording",
+                              live=False)
     stamp_source: str = param("node_clock", desc="message time stamps: node_clock = receive time on the node's "
                               "clock (sim time with use_sim_time), clock_topic = the newest recorded /clock (sim "
                               "time without a TimeSource; what the container uses)",

@@ -118,6 +118,8 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
     nodes, bridge, recorder = [], None, None
     with bus.active():
         if "bridge" in want:
+            if "estimator" in want or "controller" in want:
+                import legged_wbc.model  # noqa: F401  (loaded for them anyway: the bridge's stance is computed here)
             from mujoco_bridge.node import MujocoBridge
 
             # tick 0 once the estimator, the controller unless chained or the outside one (and the recorder)
@@ -138,7 +140,7 @@ def compose_nodes(P, part: str, bus, log) -> tuple[list, object, object]:
             from legged_wbc.ros.stack.recorder import BagRecorder
 
             # split: the control part records its own topics (bag_process.PeerRecorder), not through the link
-            recorder = BagRecorder(own_publications_only=bus.link is not None,
+            recorder = BagRecorder(own_publications_only=bus.link is not None, ring_rates=ring_rates(bridge, bus),
                                    parameter_overrides=[Parameter("output", value=record),
                                                         Parameter("stamp_source", value="clock_topic"),
                                                         Parameter("writer_process", value=True)])
@@ -170,6 +172,19 @@ def pin_controller(bridge, nodes, bus) -> None:
     elif bus.link is not None and (lp := bus.link_publisher(bridge.sub_cmd.topic_name)) is not None:
         bridge.cmd_sources.pin(lp, NODE_NAMES["controller"], bus.link.peer_pid,
                                how="over the host link from this launch's control part")
+
+
+def ring_rates(bridge, bus) -> tuple | None:
+    """The recording rings' rates [bytes per second of recording]: this process's ring and the linked part's
+    (:func:`~legged_wbc.ros.io.topics.recorded_bytes_per_s` for the bridge's robot), or None without a bridge."""
+    from legged_wbc.ros.io.topics import recorded_bytes_per_s
+
+    if bridge is None:
+        return None
+    n, legs = bridge.n, len(bridge.leg_names)
+    if bus.link is None:
+        return recorded_bytes_per_s(("sim", "control"), n, legs), None
+    return recorded_bytes_per_s(("sim",), n, legs), recorded_bytes_per_s(("control",), n, legs)
 
 
 def finalize_bus(bus, node) -> list[str]:

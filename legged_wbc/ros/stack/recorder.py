@@ -51,9 +51,10 @@ from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError, 
 class BagRecorder(Node):
     """See the module docstring. ``own_publications_only`` (a container's recorder in ``layout:=split``):
     its in-process taps take this process's publications only; the linked part records its own
-    (:class:`~legged_wbc.ros.recording.bag_process.PeerRecorder`)."""
+    (:class:`~legged_wbc.ros.recording.bag_process.PeerRecorder`). ``ring_rates``: bytes per second of recording
+    of its ring and the linked part's (:func:`~legged_wbc.ros.recording.bag_process.ring_bytes`)."""
 
-    def __init__(self, own_publications_only: bool = False, **kwargs):
+    def __init__(self, own_publications_only: bool = False, ring_rates: tuple | None = None, **kwargs):
         super().__init__("bag_recorder", **kwargs)
         self.params = NodeParameters(self, RecorderConfig, on_change=self._on_config)
         P = self.params
@@ -61,7 +62,7 @@ class BagRecorder(Node):
         out = Path(P["output"] or default_output()).expanduser()
         try:
             self.bag = open_sink(out, P.config, lambda t: describe_publishers(self.get_publishers_info_by_topic(t)),
-                                 log=self.get_logger().warning)
+                                 log=self.get_logger().warning, rates=ring_rates)
         except (FileExistsError, RecorderProcessError) as exc:
             raise ParameterSchemaError(str(exc)) from None
         # in-process messages and values (a container): packed for the recorder process by LocalTaps
