@@ -51,8 +51,7 @@ from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError, 
 class BagRecorder(Node):
     """See the module docstring. ``own_publications_only`` (a container's recorder in ``layout:=split``):
     its in-process taps take this process's publications only; the linked part records its own
-    (:class:`~legged_wbc.ros.recording.bag_process.PeerRecorder`). ``ring_rates``: bytes per second of recording
-    of its ring and the linked part's (:func:`~legged_wbc.ros.recording.bag_process.ring_bytes`)."""
+    (``bag_process.PeerRecorder``). ``ring_rates``: bytes per second of its ring and the linked part's."""
 
     def __init__(self, own_publications_only: bool = False, ring_rates: tuple | None = None, **kwargs):
         super().__init__("bag_recorder", **kwargs)
