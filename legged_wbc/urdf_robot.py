@@ -508,6 +508,17 @@ class UrdfRobotConfig:
     kind = "urdf"
 
     @property
+    def base_mass(self) -> float:
+        """[kg] the base link's own mass (its URDF ``<inertial>``; 0 without one): what a scenario's payload
+        is a fraction of, as the generated robots' ``base.mass``."""
+        root = ET.parse(self.urdf).getroot()
+        for link in root.iter("link"):
+            if link.get("name") == self.base_link:
+                m = link.find("inertial/mass")
+                return float(m.get("value")) if m is not None else 0.0
+        return 0.0
+
+    @property
     def n_legs(self) -> int:
         return len(self.leg_specs)
 

@@ -109,3 +109,15 @@ def test_a_null_space_disturbance_on_a_point_foot_leg_is_one_clear_line():
     with pytest.raises(ValueError, match="foot pitch joint.*disturbance.enabled=false"):
         DisturbanceModel(sc, RobotModel("go2"))
     DisturbanceModel(load_scenario("paper", ["robot=go2", "disturbance.enabled=false"]), RobotModel("go2"))
+
+
+def test_sweep_pushes_scale_with_a_urdf_robots_mass():
+    """The sweep ranges are the hexapod's: a URDF robot's pushes scale with its mass (the same velocity
+    change), a generated robot's are as written."""
+    from legged_wbc.robot import load_robot_config
+    from legged_wbc.robot_defaults import HEX_MASS
+    from legged_wbc.tools.experiments.sweep_plan import _push_scale
+
+    assert _push_scale("hexapod") == _push_scale("quadruped") == 1.0
+    assert _push_scale("go2") == pytest.approx(load_robot_config("go2").robot_mass / HEX_MASS)
+    assert 6.0 < load_robot_config("go2").base_mass < 8.0            # the trunk's own mass, not the robot's

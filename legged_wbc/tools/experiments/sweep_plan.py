@@ -132,6 +132,16 @@ def sample_trial(k: int, seed: int, randomize, ranges: dict, scenario, duration:
     return {"params": params, "sets": sets}
 
 
+def _push_scale(robot: str) -> float:
+    """The push ranges are the hexapod's (config/sweeps: 95 kg); a URDF robot's pushes scale with its mass
+    (the same velocity change), a generated robot's are taken as they are."""
+    from legged_wbc.robot import load_robot_config
+    from legged_wbc.robot_defaults import HEX_MASS
+
+    cfg = load_robot_config(robot)
+    return 1.0 if cfg.kind == "generated" else float(cfg.robot_mass) / HEX_MASS
+
+
 def _category_draw(cat: str, d: dict, g: np.random.Generator, scenario, walk_left: float) -> tuple[dict, list[str]]:
     """One category's parameters and ``--set`` list from its draws ``d`` (``walk_left``: walking time
     after ``t_s`` [s], where the disturbance and the push begin)."""
@@ -169,7 +179,8 @@ def _category_draw(cat: str, d: dict, g: np.random.Generator, scenario, walk_lef
         sign = 1 if int(g.integers(2)) else -1
         dur = float(d.get("duration", 0.2))
         onset = float(f"{d.get('onset_fraction', 0.0) * max(0.0, walk_left - dur):.6f}")
-        p = {"force_n": float(sign * d["force_n"]), "start_offset": onset, "duration": dur}
+        p = {"force_n": float(f"{sign * d['force_n'] * _push_scale(scenario.robot):.6f}"), "start_offset": onset,
+             "duration": dur}
         sets += ["push.enabled=true"] + [f"push.{a}={_fmt(b)}" for a, b in p.items()]
     return p, sets
 
