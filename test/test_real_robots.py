@@ -77,6 +77,7 @@ def test_go2_lockstep_bag_bit_identical_to_headless(tmp_path, go2_trot):
         assert np.array_equal(x[ok], y[ok]), k
     mb = res["metrics"]["bag"]
     assert mb["relative_pitch_legs"] == 0 and mb["max_violation_rad"] is None and not mb["fell"]
+    assert "no foot pitch joint" in mb["unavailable"]["max_violation_rad"]      # compare says why
     # /robot_description is Go2's own URDF (package:// meshes for RViz / Foxglove), not the prepared copy
     from test_tf import _read
 

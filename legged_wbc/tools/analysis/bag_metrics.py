@@ -320,8 +320,11 @@ def _unavailable(run: RunData, m: dict) -> dict:
     """metric -> why the run cannot give it (the topic or series it lacks)."""
     unavailable = {}
     missing_series = set(m.get("missing", []))
+    no_pitch = m.get("relative_pitch_legs") == 0      # the robot's legs have no foot pitch joint
     for metric, keys in SERIES_FOR_METRIC.items():
-        if any(k in missing_series for k in keys):
+        if no_pitch and "theta" in keys:
+            unavailable[metric] = "no relative pitch: the robot's legs have no foot pitch joint"
+        elif any(k in missing_series for k in keys):
             why = [t for t in METRIC_TOPICS.get(metric, ()) if t in run.missing_topics] if run.kind == "bag" else []
             unavailable[metric] = ("no " + ", ".join(why)) if why else "series " + ", ".join(
                 k for k in keys if k in missing_series) + " missing"
