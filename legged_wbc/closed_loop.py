@@ -164,6 +164,8 @@ class ClosedLoop:
         self.ecfg = load_estimator_config(overrides=scenario.estimator)
         self.est = make_estimator(rm, self.gait_cfg, self.ecfg, impl)
         self.commander = make_commander(scenario, self.wcfg, self.gait_cfg, rm)
+        if self.commander is not None:       # a command before the gait is held: said once, on stderr
+            self.commander.on_held = lambda msg: print(f"note: {msg}", file=sys.stderr)
         self.disturbance = DisturbanceModel(scenario, rm)
         self.dist_leg = self.disturbance.leg
         self.command_delay = CommandDelayLine(scenario.command_delay_ticks)

@@ -6,6 +6,8 @@ these names from :mod:`legged_wbc.robot`, which re-exports them."""
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,6 +112,18 @@ def load_yaml_text(text: str | bytes, source: str):
     """The one YAML parser of the project's inputs: ``yaml.safe_load`` semantics, bounded (size
     :data:`MAX_YAML_BYTES`, alias expansion :data:`MAX_YAML_NODES`), UTF-8 only. Every failure is one
     :class:`ConfigError` line naming ``source`` (a path, ``--set KEY``) and, for syntax, the line."""
+    return _bounded(text, source, lambda t: yaml.load(t, Loader=_BoundedLoader))  # noqa: S506 - SafeLoader
+
+
+def compose_yaml_file(path: str | Path):
+    """The node tree (``yaml.compose``: scalars with their text, style and tag, as a YAML reader
+    that types values itself needs them, e.g. rcl's for parameter files) of a file, with the bounds
+    and the one-line errors of :func:`load_yaml_file`; None for an empty document."""
+    return _bounded(_read_bounded(path), str(path), lambda t: yaml.compose(t, Loader=_BoundedLoader))
+
+
+def _bounded(text: str | bytes, source: str, parse):
+    """``parse(text)`` within the bounds of :func:`load_yaml_text`, every failure one ConfigError line."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError(f"{source}: larger than {MAX_YAML_BYTES} bytes, the most a YAML input may be")
     if isinstance(text, bytes):
@@ -119,7 +133,7 @@ def load_yaml_text(text: str | bytes, source: str):
             raise ConfigError(f"{source}: not UTF-8 text (byte 0x{text[exc.start]:02x} at offset {exc.start}): "
                               "not a YAML file") from None
     try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        return parse(text)
     except _Refused as exc:
         raise ConfigError(f"{source}: refused: {exc} (YAML aliases / anchors)") from None
     except yaml.YAMLError as exc:
@@ -129,15 +143,23 @@ def load_yaml_text(text: str | bytes, source: str):
         raise ConfigError(f"{source}:{where} YAML syntax error: {what}") from None
     except RecursionError:
         raise ConfigError(f"{source}: YAML nested too deeply") from None
+    except ValueError as exc:        # an integer of more than 4300 digits (int()'s limit), a bad timestamp
+        raise ConfigError(f"{source}: a value YAML cannot convert ({str(exc).split(':')[0]})") from None
 
 
 def load_yaml_file(path: str | Path):
     """:func:`load_yaml_text` of a file; an unreadable, oversized, non-UTF-8 or malformed file is a
     ConfigError that names the file and the line (not ``<unicode string>``)."""
+    return load_yaml_text(_read_bounded(path), str(path))
+
+
+def _read_bounded(path: str | Path) -> bytes:
+    """At most :data:`MAX_YAML_BYTES` + 1 bytes of a file (one more than allowed: refused as too large)."""
     p = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(p).st_mode):     # a FIFO would block the reader, a directory fail late
+            raise ConfigError(f"{p}: not a regular file")
         with open(p, "rb") as fh:
-            data = fh.read(MAX_YAML_BYTES + 1)
+            return fh.read(MAX_YAML_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    return load_yaml_text(data, str(p))

@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from legged_wbc.conventions import CONTROL_DT, CONTROL_PERIOD_NS  # noqa: F401  (the series' sample period)
+from legged_wbc.terrain_metrics import foot_slips
 
 
 def violation(theta: np.ndarray, theta_min: float, theta_max: float) -> np.ndarray:
@@ -58,13 +59,19 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     when the run ends before ``t_start`` (then ``samples`` is 0 and the metrics are None);
     ``window_requested_s`` is ``[t_start, t_end]``. ``disturbance_applied`` says whether the
     ``disturbance`` series (when given) is non-zero anywhere. Missing series give ``None`` for the
-    metrics that need them (``missing`` lists them)."""
+    metrics that need them (``missing`` lists them).
+
+    ``whole_run`` (:data:`WHOLE_RUN_KEYS`, :func:`_whole_run`): the worst violation, falls, QP
+    failures, saturation, slack and foot slip over every tick of the run, beside the window's figures
+    (a violation at the stand-up or at the gait's start is outside the window; :func:`worst_of`)."""
     out: dict = {}
     missing = [k for k in ("t", "theta", "support", "rp_err", "tau", "qp_time_us", "qp_accepted", "base_pos")
                if k not in series or series[k] is None or len(series[k]) == 0]
     t = np.asarray(series["t"]) if "t" not in missing else np.zeros(0)
     win = (t >= t_start) & (t <= t_end)
-    ok = win & (np.asarray(series["qp_accepted"], dtype=bool) if "qp_accepted" not in missing else True)
+    accepted = np.asarray(series["qp_accepted"], dtype=bool) if "qp_accepted" not in missing else np.ones(t.size, bool)
+    ok = win & accepted
+    slips = foot_slips(series, np.ones(t.size, bool))          # every leg's support stretches (whole run)
     if pitch_legs is not None and not np.all(pitch_legs):
         series = _pitch_legs_only(series, np.asarray(pitch_legs, dtype=bool))
         out["relative_pitch_legs"] = int(np.count_nonzero(pitch_legs))
@@ -79,6 +86,66 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
     out.update(_torque_metrics(series, missing, ok))
     out.update(_slack_metrics(series, ok))
     out.update(_leg_metrics(series, win))
+    out.update(_qp_and_distance(series, missing, ok, win))
+    out["fell"] = bool(fell)
+    run_end = round(float(t[-1]) + CONTROL_DT, 9) if t.size else None
+    if run_end is None or run_end <= t_start:
+        out["window_s"] = None
+    else:
+        out["window_s"] = [float(t_start), float(min(t_end, run_end))]
+    out["window_requested_s"] = [float(t_start), float(t_end)]
+    out["samples"] = int(np.count_nonzero(ok))
+    dist = series.get("disturbance")
+    out["disturbance_applied"] = bool(np.any(np.asarray(dist) != 0)) if dist is not None and len(dist) else None
+    out["whole_run"] = _whole_run(series, missing, t, accepted, theta_min, theta_max, fell, slips)
+    if missing:
+        out["missing"] = missing
+    return out
+
+
+# the whole run's figures (metrics.json ``whole_run``) beside the evaluation window's
+WHOLE_RUN_KEYS = ("window_s", "max_violation_rad", "violation_rate_pct", "violation_ticks", "first_violation_time_s",
+                  "fell", "qp_failures", "torque_saturation_pct", "cbf_slack_max", "foot_slip_max_m")
+
+
+def _whole_run(series: dict, missing: list, t: np.ndarray, accepted: np.ndarray, theta_min: float,
+               theta_max: float, fell: bool, slips: list) -> dict:
+    """:data:`WHOLE_RUN_KEYS` over every tick of the run (stand-up and gait start included), over the
+    cycles whose QP was accepted as in the window: the relative-pitch violation of the support legs
+    (``violation_ticks``: ticks with one), falls, QP failures, the actuators' clipping, the barrier's
+    slack and the largest foot slip (None without the series)."""
+    out = dict.fromkeys(WHOLE_RUN_KEYS)
+    if t.size:
+        out["window_s"] = [float(t[0]), round(float(t[-1]) + CONTROL_DT, 9)]
+    v = _violation_metrics(series, missing, t, accepted, theta_min, theta_max)
+    out.update(max_violation_rad=v["max_violation_rad"], violation_rate_pct=v["violation_rate_pct"],
+               first_violation_time_s=v["first_violation_time_s"])
+    if "theta" not in missing and "support" not in missing and t.size:
+        over = violation(np.asarray(series["theta"])[accepted], theta_min, theta_max) * \
+            np.asarray(series["support"], dtype=bool)[accepted]
+        out["violation_ticks"] = int(np.count_nonzero(np.any(over > 0, axis=1)))
+    out["fell"] = bool(fell)
+    out["qp_failures"] = int(np.count_nonzero(~accepted)) if "qp_accepted" not in missing else None
+    out["torque_saturation_pct"] = _torque_metrics(series, missing, accepted)["torque_saturation_pct"]
+    out["cbf_slack_max"] = _slack_metrics(series, accepted)["cbf_slack_max"]
+    out["foot_slip_max_m"] = float(max(slips)) if slips else None
+    return out
+
+
+def worst_of(m: dict, key: str):
+    """The worse of the evaluation window's ``m[key]`` and the whole run's ``m["whole_run"][key]``
+    (higher is worse; None when neither is known) and which it is: ``(value, "window" | "whole run")``."""
+    w = m.get(key)
+    r = (m.get("whole_run") or {}).get(key)
+    if r is not None and (w is None or r > w):
+        return r, "whole run"
+    return w, "window"
+
+
+def _qp_and_distance(series: dict, missing: list, ok, win) -> dict:
+    """QP time p99 and share over 2 ms over the accepted cycles ``ok``, QP failures (the whole run),
+    the distance walked over the window ``win``."""
+    out: dict = {}
     if "qp_time_us" not in missing:
         qt = np.asarray(series["qp_time_us"])[ok]
         out["qp_p99_us"] = float(np.percentile(qt, 99)) if qt.size else None
@@ -92,18 +159,6 @@ def compute_metrics(series: dict, t_start: float, t_end: float, theta_min: float
         out["distance_m"] = float(bp[-1, 0] - bp[0, 0])
     else:
         out["distance_m"] = None
-    out["fell"] = bool(fell)
-    run_end = round(float(t[-1]) + CONTROL_DT, 9) if t.size else None
-    if run_end is None or run_end <= t_start:
-        out["window_s"] = None
-    else:
-        out["window_s"] = [float(t_start), float(min(t_end, run_end))]
-    out["window_requested_s"] = [float(t_start), float(t_end)]
-    out["samples"] = int(np.count_nonzero(ok))
-    dist = series.get("disturbance")
-    out["disturbance_applied"] = bool(np.any(np.asarray(dist) != 0)) if dist is not None and len(dist) else None
-    if missing:
-        out["missing"] = missing
     return out
 
 
@@ -266,3 +321,26 @@ def _segments(t, target, steady, v, wz) -> list:
                     "velocity_rmse_mps": float(np.sqrt(np.mean(np.sum(ev ** 2, axis=1)))),
                     "yaw_rate_rmse_radps": float(np.sqrt(np.mean((wz - target[:, 2])[m] ** 2)))})
     return out
+
+
+def whole_run_line(m: dict) -> str:
+    """The whole run's figures (``m["whole_run"]``) on one line, e.g. ``0 - 8 s: max violation 0.0252 rad
+    (38 ticks, first at 3.17 s), no fall, 0 QP failures, 0 % torque clipped, foot slip max 0.004 m``."""
+    w = m.get("whole_run") or {}
+
+    def num(v, fmt):
+        return "n/a" if v is None else fmt.format(v)
+
+    span = w.get("window_s")
+    parts = [f"{span[0]:g} - {span[1]:g} s:" if span else "no ticks:"]
+    mv = w.get("max_violation_rad")
+    viol = f"max violation {num(mv, '{:.4g}')} rad"
+    if mv:
+        viol += f" ({w.get('violation_ticks')} ticks, first at {num(w.get('first_violation_time_s'), '{:.3f}')} s)"
+    parts.append(viol + ",")
+    fell = w.get("fell")
+    parts.append(("fell," if fell else "no fall,") if fell is not None else "fall n/a,")
+    parts.append(f"{num(w.get('qp_failures'), '{:d}')} QP failures,")
+    parts.append(f"{num(w.get('torque_saturation_pct'), '{:.3g}')} % torque clipped,")
+    parts.append(f"foot slip max {num(w.get('foot_slip_max_m'), '{:.3g}')} m")
+    return " ".join(parts)

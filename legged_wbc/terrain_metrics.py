@@ -90,17 +90,26 @@ def terrain_metrics(series: dict, t0: float, t1: float) -> dict:
                     fallbacks += 1
         out["late_touchdowns"], out["late_fallbacks"] = n_late, fallbacks
         out["late_touchdown_delay_ms_mean"] = float(np.mean(delays)) if delays else None
-    fp = series.get("foot_pos_gt")
-    if fp is not None and len(fp) == t.size:
-        fp = np.asarray(fp)
-        slips = []
-        for i in range(sup.shape[1]):
-            for a, b in _runs(sup[:, i]):
-                if win[a]:
-                    slips.append(float(np.linalg.norm(fp[a:b, i] - fp[a, i], axis=1).max()))
-        if slips:
-            out["foot_slip_m"], out["foot_slip_max_m"] = float(np.mean(slips)), float(max(slips))
+    slips = foot_slips(series, win)
+    if slips:
+        out["foot_slip_m"], out["foot_slip_max_m"] = float(np.mean(slips)), float(max(slips))
     return out
+
+
+def foot_slips(series: dict, win: np.ndarray) -> list[float]:
+    """Per stretch of a foot in the estimated support set that begins where ``win`` (bool per tick)
+    is true: the largest displacement of its ground-truth position from where it entered [m]
+    (empty without ``foot_pos_gt`` / ``support``)."""
+    fp, sup = series.get("foot_pos_gt"), series.get("support")
+    if fp is None or sup is None or len(fp) != len(win) or len(sup) != len(win):
+        return []
+    fp, sup = np.asarray(fp), np.asarray(sup, dtype=bool)
+    slips = []
+    for i in range(sup.shape[1]):
+        for a, b in _runs(sup[:, i]):
+            if win[a]:
+                slips.append(float(np.linalg.norm(fp[a:b, i] - fp[a, i], axis=1).max()))
+    return slips
 
 
 def angle_deg(a, b) -> float:

@@ -219,9 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     """Commands, parameters and services in an executor thread (:class:`ExecutorThread`, spun with a
     timeout); the simulation loop in the main thread. Exit status 2 for a bad parameter or configuration."""
     import rclpy
-    from rclpy.signals import SignalHandlerOptions
 
-    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    from legged_wbc.ros.nodekit.params import init_node_process
+
+    if not init_node_process(argv, "mujoco_bridge"):
+        return 2
     node = spin = None
     try:
         node = MujocoBridge()

@@ -122,3 +122,25 @@ def test_sweep_pushes_scale_with_a_urdf_robots_mass():
     assert _push_scale("hexapod") == _push_scale("quadruped") == 1.0
     assert _push_scale("go2") == pytest.approx(load_robot_config("go2").robot_mass / HEX_MASS)
     assert 6.0 < load_robot_config("go2").base_mass < 8.0            # the trunk's own mass, not the robot's
+
+
+def test_anymal_c_stands_up_and_trots():
+    """ANYmal C (52 kg, a base without inertia of its own, X-configured knees): stands up and trots
+    forward without a fall or a rejected QP, its torques within the URDF's 80 N m."""
+    loop, res = _headless(SHORT_TROT, robot_scenario="anymal_c_trot")
+    m = res.metrics
+    assert not m["fell"], m.get("fall_reason")
+    assert m["qp_failures"] == 0 and m["distance_m"] > 0.2
+    assert np.all(np.abs(res.series["tau"]) <= loop.rm.effort[None, :] * (1 + 1e-9) + 1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["go2_trot", "anymal_c_trot"])
+def test_whole_manoeuvre_schedule(scenario):
+    """The shipped schedule (forward 12 m, sideways, turning both ways, an arc, stop and stand, restart):
+    no fall, no rejected QP; the stand holds still (docs/robots.md has the measured figures)."""
+    _, res = _headless([], robot_scenario=scenario)
+    m = res.metrics
+    assert not m["fell"] and m["qp_failures"] == 0
+    assert m["distance_m"] > 12.0
+    assert m["standing_drift_m"] <= 0.02

@@ -144,6 +144,82 @@ def test_before_the_gait_starts_a_zero_command_holds_the_clock_at_the_start():
     assert not out[2000].paused and abs(out[2001].tau - 3.0) < 1e-9   # the gait starts with the command
 
 
+def _held_run(cm, ticks=2400, live=None):
+    """Ticks of ``cm`` (a live command ``live`` re-sent every tick when given) with the body reference
+    integrated: ``(t, CommandState, reference x)`` per tick."""
+    ref, out, rows = CommandReference(), np.zeros(CMD_SIZE), []
+    for k in range(ticks):
+        t = k * DT
+        if live is not None:
+            cm.set(*live, t)
+        c = cm.tick(t)
+        ref.advance(t, c, out)
+        rows.append((t, c, out[0]))
+    return rows
+
+
+@pytest.mark.parametrize("t_cmd", [0.0, 0.1, 2.5])
+def test_a_command_before_the_gait_is_held_then_followed_through_the_acceleration_limits(t_cmd):
+    said = []
+    cm = Commander(LIMITS, _tripod(), CommandSchedule([(t_cmd, 0.15, 0.0, 0.0)]))
+    cm.on_held = said.append
+    rows = _held_run(cm)
+    before = [r for r in rows if r[0] < 3.0 - 1e-9]
+    assert all(c.vx == 0.0 and c.ax == 0.0 and not c.paused for _, c, _ in before)
+    assert all(x == 0.0 for _, _, x in before)                     # the body reference stays over the feet
+    assert len(said) == 1 and cm.held == 1 and f"t={t_cmd:.3f} s held" in said[0]
+    after = [r for r in rows if r[0] >= 3.0 - 1e-9]
+    assert abs(after[0][1].tau - 3.0) < 1e-9 and not after[0][1].paused   # the gait starts on time
+    vx = np.array([c.vx for _, c, _ in after])
+    assert vx[0] == pytest.approx(0.3 * DT) and np.all(np.diff(vx) <= 0.3 * DT + 1e-12)
+    assert vx[-1] == 0.15 and cm.held_t is None
+
+
+def test_a_live_command_before_the_gait_is_held_and_a_withdrawn_one_lets_the_gait_wait():
+    said = []
+    cm = Commander(LIMITS, _tripod())
+    cm.on_held = said.append
+    rows = _held_run(cm, live=(0.1, 0.0, 0.2))
+    assert all(c.vx == 0.0 and c.wz == 0.0 and x == 0.0 for t, c, x in rows if t < 3.0 - 1e-9)
+    assert len(said) == 1 and rows[-1][1].wz > 0.0 and not rows[-1][1].paused
+    # a command that stops before the start: the gait waits at its start (as with no command at all)
+    cm = Commander(LIMITS, _tripod(), CommandSchedule([(0.1, 0.15, 0.0, 0.0), (0.5, 0.0, 0.0, 0.0)]))
+    rows = _held_run(cm)
+    assert all(c.vx == 0.0 for _, c, _ in rows) and rows[-1][1].paused and rows[-1][1].tau < 3.0
+    assert cm.held == 1
+
+
+def test_a_command_into_a_paused_gait_resumes_it_at_once():
+    """Paused (after a stop, or waiting at the start): the command is followed from its tick (the
+    clock resumes there, from a tau with every leg in support): nothing is held."""
+    cm = Commander(LIMITS, _tripod(), CommandSchedule([(0.0, 0.0, 0.0, 0.0), (4.0, 0.1, 0.0, 0.0)]))
+    rows = _held_run(cm, ticks=2100)
+    first = next(c for t, c, _ in rows if abs(t - 4.0) < 1e-9)
+    assert first.vx > 0.0 and not first.paused and cm.held == 0
+
+
+def test_headless_command_before_the_gait_no_slide_no_violation():
+    """The command sent before the gait starts (issue: the base slid 0.40 m over planted feet and the
+    support legs' relative pitch broke its bound when the gait started)."""
+    from legged_wbc.closed_loop import ClosedLoop
+    from legged_wbc.metrics import violation
+    from legged_wbc.scenario import load_scenario
+
+    sc = load_scenario("nominal", ["commands=[{t: 0.1, vx: 0.15, vy: 0, wz: 0}]"])
+    loop = ClosedLoop(sc, "cbf")
+    said = []
+    loop.commander.on_held = said.append
+    res = loop.run(5.0)
+    S = res.series
+    t, bp = S["t"], S["base_pos"]
+    pre = t < sc.gait_start
+    assert np.hypot(*(bp[pre, :2] - bp[0, :2]).T).max() <= 0.01
+    v = violation(S["theta"], loop.wcfg.theta_min, loop.wcfg.theta_max) * S["support"]
+    assert not res.fell and v.max() == 0.0 and int(np.count_nonzero(~S["qp_accepted"])) == 0
+    assert len(said) == 1
+    assert bp[-1, 0] - bp[np.searchsorted(t, sc.gait_start), 0] > 0.1     # and it walks after
+
+
 def test_attitude_rows_under_a_yaw_rate_match_the_geometric_law():
     rng = np.random.default_rng(3)
     cfg = SimpleNamespace(_kp_pos=np.zeros(3), _kd_pos=np.zeros(3), _kp_rot=np.array([900.0, 800.0, 400.0]),
@@ -216,3 +292,32 @@ def test_headless_turn_in_place_yaw_follows_the_command():
     assert m["yaw_rate_tracking_rmse_radps"] < 0.03 and m["velocity_tracking_rmse_mps"] < 0.01
     assert np.hypot(*S["base_pos"][-1, :2]) < 0.02                 # in place
     assert S["cmd_ref"][-1, 2] == pytest.approx(0.3 * (7.0 - DT - 3.0) - 0.045, abs=1e-3)
+
+
+@pytest.mark.ros
+def test_ros_stack_command_at_t0_is_held_until_the_gait(tmp_path, ros_env):
+    """Lockstep container, the scenario's command at t = 0: said once, the base stays over its feet until
+    the gait starts, no violation over the whole run (the bag's whole-run metrics)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from legged_wbc.tools.analysis.bag_metrics import load_run, run_metrics
+
+    root = Path(__file__).resolve().parent.parent
+    sc = tmp_path / "cmd0.yaml"
+    sc.write_text((root / "config" / "scenarios" / "nominal.yaml").read_text().rstrip()
+                  + "\n  commands:\n    - {t: 0.0, vx: 0.15, vy: 0.0, wz: 0.0}\n")
+    bag = tmp_path / "bag"
+    r = subprocess.run([sys.executable, "-m", "legged_wbc.cli", "launch", "walking_sim", f"scenario:={sc}",
+                        "duration:=4.5", f"record:={bag}"], env=ros_env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (r.stdout + r.stderr).count("held until the gait starts") == 1
+    run = load_run(bag)
+    t, bp = np.asarray(run.series["t"]), np.asarray(run.series["base_pos"])
+    ok = ~np.isnan(bp[:, 0])
+    pre = ok & (t < 3.0)
+    assert np.hypot(*(bp[pre, :2] - bp[ok][0, :2]).T).max() <= 0.01
+    assert bp[ok][-1, 0] > 0.05                                   # and it walks once the gait runs
+    m = run_metrics(run)
+    assert m["whole_run"]["max_violation_rad"] == 0.0 and m["whole_run"]["qp_failures"] == 0

@@ -21,6 +21,8 @@ def cmd_compare(args) -> int:
     except RunInputError as exc:
         print(f"legged-wbc compare: {exc}", file=sys.stderr)
         return 2
+    for name, line in res["headlines"].items():
+        print(f"{name}: {line}")
     print(f"wrote {args.out}/report.md, {args.out}/metrics.json and {len(res['figures'])} figure(s)")
     return 0
 

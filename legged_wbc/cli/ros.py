@@ -23,7 +23,7 @@ import sys
 def cmd_launch(args) -> int:
     from legged_wbc.ros.tooling.launcher import LaunchError, describe_arguments, launch, load_launch, resolve_launch_file
 
-    from legged_wbc.ros.stack.params_check import check_plan
+    from legged_wbc.ros.stack.params_check import check_launch
 
     # the flags may also come after the launch arguments (argparse.REMAINDER keeps them there)
     rest, ros = [], None
@@ -54,7 +54,7 @@ def cmd_launch(args) -> int:
             plan = load_launch(resolve_launch_file(args.launch_file), {}, strict=False)
             print(describe_arguments(plan))
             return 0
-        return launch(args.launch_file, args.args, dry_run=args.dry_run, check=check_plan)
+        return launch(args.launch_file, args.args, dry_run=args.dry_run, check=check_launch)
     except LaunchError as exc:
         print(f"legged-wbc launch: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from legged_wbc.cli.argtypes import check_out_dir, positive_float
 
 def cmd_run(args) -> int:
     from legged_wbc.closed_loop import ClosedLoop, save_run
+    from legged_wbc.metrics import whole_run_line
     from legged_wbc.scenario import load_scenario
 
     try:
@@ -62,6 +63,7 @@ def cmd_run(args) -> int:
         for k in keys:
             v = m.get(k)
             print(f"  {k:24s} {v:.4g}" if isinstance(v, float) else f"  {k:24s} {v}")
+        print(f"  {'whole run':24s} {whole_run_line(m)}")
         print(f"wrote {out}/metrics.json and {out}/log.npz")
     return 1 if res.fell else 0
 

@@ -126,6 +126,13 @@ class VelocityCommand:
             v[k] = new
         return v, a
 
+    def hold(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Advance to ``t`` [s] without moving the filtered command (a target is held, not followed).
+        Returns ``(v, a)`` (views; ``a`` zero)."""
+        self._t = t if self._t is None else max(self._t, t)
+        self.a[:] = 0.0
+        return self.v, self.a
+
 
 def gait_phases(gait: GaitScheduler, tau: float, paused: bool, phases, progress, cycles) -> None:
     """The nominal gait state at the gait clock ``(tau, paused)`` into ``phases``, ``progress``,
@@ -193,13 +200,23 @@ class CommandSchedule:
 class Commander:
     """One tick's command and gait clock, computed once and handed to the estimator (``(tau,
     paused)``) and the controller (:class:`CommandState`): a :class:`VelocityCommand` fed by a
-    :class:`CommandSchedule` (or by :meth:`set`, a live command) and a :class:`GaitClock`."""
+    :class:`CommandSchedule` (or by :meth:`set`, a live command) and a :class:`GaitClock`.
+
+    Before the gait (the clock running towards ``start_time``: standing up, every leg planted) a
+    non-zero target is held: the filtered command stays (zero), so the body reference does not move
+    over planted feet; the held target keeps the clock from pausing, the gait starts at ``start_time``
+    and the command is followed from there through the acceleration limits. Each hold is counted
+    (:attr:`held`) and said once through :attr:`on_held`. A paused clock is resumed by the command at
+    its very tick (it paused with every leg in support): nothing is held there."""
 
     def __init__(self, limits: CommandLimits, gait: GaitScheduler, schedule: CommandSchedule | None = None):
         self.filter = VelocityCommand(limits)
         self.clock = GaitClock(gait)
         self.schedule = schedule
         self.moving_t = -math.inf      # last tick the filtered command was non-zero [s]
+        self.held_t: float | None = None   # the tick a non-zero target was first held (this hold) [s]
+        self.held = 0                  # hold episodes (a non-zero target before the gait could follow it)
+        self.on_held = None            # callable(message) told once per hold episode (None: silent)
         self._t: float | None = None
 
     def set(self, vx: float, vy: float, wz: float, t: float) -> bool:
@@ -210,14 +227,44 @@ class Commander:
         """The command and gait clock at tick time ``t`` [s]."""
         if self.schedule is not None:
             self.filter.set(*self.schedule.at(t), t)
-        v, a = self.filter.step(t)
-        if v[0] != 0.0 or v[1] != 0.0 or v[2] != 0.0:
-            self.moving_t = t
-        stand = t - self.moving_t >= self.filter.limits.stand_delay
         dt = 0.0 if self._t is None else t - self._t
+        if self._before_gait(t, dt):
+            v, a = self.filter.hold(t)
+            self._held(t, self.filter.effective_target(t))
+        else:
+            v, a = self.filter.step(t)
+            self.held_t = None
+        if v[0] != 0.0 or v[1] != 0.0 or v[2] != 0.0 or self.held_t is not None:
+            self.moving_t = t          # a held target keeps the gait from pausing: it starts and then follows
+        stand = t - self.moving_t >= self.filter.limits.stand_delay
         self._t = t
         tau, paused = self.clock.step(t, dt, stand)
         return CommandState(float(v[0]), float(v[1]), float(v[2]), float(a[0]), float(a[1]), float(a[2]), tau, paused)
+
+    def _before_gait(self, t: float, dt: float) -> bool:
+        """Whether this tick's gait clock is still before the gait's start and running towards it (the
+        stand-up and the wait for ``start_time``: every leg planted, nothing can follow a command). A
+        paused clock is not: a command resumes it at this very tick, from a ``tau`` with every leg in
+        support."""
+        clock = self.clock
+        if clock.paused:
+            return False
+        tau = t if clock.tau is None else (clock.tau + dt if dt > 0 else clock.tau)
+        return tau < clock.gait.cfg.start_time
+
+    def _held(self, t: float, target) -> None:
+        """A tick before the gait: a non-zero target is held (reported once per hold through
+        :attr:`on_held`); a zero one ends the hold."""
+        if target[0] == 0.0 and target[1] == 0.0 and target[2] == 0.0:
+            self.held_t = None
+            return
+        if self.held_t is None:
+            self.held_t = t
+            self.held += 1
+            if self.on_held is not None:
+                self.on_held(f"velocity command ({target[0]:g}, {target[1]:g}, {target[2]:g}) at t={t:.3f} s held "
+                             f"until the gait starts (start_time {self.clock.gait.cfg.start_time:g} s): the feet "
+                             "are all planted, the body does not follow it before")
 
 
 def yaw_of_quat_xyzw(q) -> float:

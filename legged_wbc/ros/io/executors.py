@@ -84,9 +84,11 @@ def spin_node(make_node, argv=None) -> int:
 
     import rclpy
     from rclpy.executors import ExternalShutdownException
-    from rclpy.signals import SignalHandlerOptions
 
-    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    from legged_wbc.ros.nodekit.params import init_node_process
+
+    if not init_node_process(argv, os.path.basename(sys.argv[0])):
+        return 2
     stop: list[int] = []
     old = {s: signal.signal(s, lambda signum, frame: stop.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     node = executor = None

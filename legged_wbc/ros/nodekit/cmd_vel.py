@@ -60,6 +60,7 @@ class CmdVelInput:
         self.scheduled = scheduled_commander(scenario, cfg, gait_cfg, node.rm)
         self.commander = self.scheduled or Commander(CommandLimits.from_config(cfg),
                                                      GaitScheduler(gait_cfg, node.rm.cfg.leg_names))
+        self.commander.on_held = lambda msg: node.get_logger().info(msg)   # once per hold (before the gait)
         self.live = False
         self.rejected = 0
         self.clock: tuple | None = None    # under a live command: (t, tau, paused) of the last tick

@@ -34,6 +34,8 @@ import sys
 import threading
 from typing import Any, Callable, Mapping
 
+import yaml
+
 from legged_wbc import params as core
 from legged_wbc.params import FieldSpec
 from legged_wbc.robot import ConfigError
@@ -114,6 +116,7 @@ class NodeParameters:
         self._Parameter = Parameter
         self._fix_overrides()
         self._check_files()
+        self._check_types()
         if startup is not None:
             self._apply_startup(startup)
         values = {}
@@ -175,15 +178,29 @@ class NodeParameters:
             raise ParameterSchemaError(str(exc)) from None
 
     def _check_files(self) -> None:
-        """A section of this node in a ``--params-file`` of the process naming a parameter it does not
-        declare: :class:`ParameterSchemaError` naming it and the closest names (rclpy would ignore it)."""
+        """A section of this node (or a wildcard one, for the types) in a ``--params-file`` of the
+        process naming a parameter it does not declare (rclpy would ignore it), or giving one a value
+        of a type it does not take (rcl keeps the type of the first file that gives a value, so a
+        wrongly typed value after the defaults' file would be dropped silently):
+        :class:`ParameterSchemaError`, one line naming the file, the node, the parameter (and the
+        closest names, or the expected and the given type)."""
         fqn = self.node.get_fully_qualified_name()
         for path in params_files(sys.argv):
-            for section, names in file_sections(path).items():
-                if section_matches(section, fqn, wildcards=False):
-                    for name in names:
-                        if (why := unknown_name(name, self.specs)) is not None:
-                            raise ParameterSchemaError(f"params file {path}: {section}: {why}")
+            try:
+                sections = file_parameters(path)
+            except ConfigError:
+                continue                          # rcl read it (the process started): its reading stands
+            for section, values in sections.items():
+                own = section_matches(section, fqn, wildcards=False)
+                if not (own or section_matches(section, fqn)):
+                    continue
+                for name, (given, text) in values.items():
+                    spec = self.specs.get(name)
+                    if own and (why := unknown_name(name, self.specs)) is not None:
+                        raise ParameterSchemaError(f"params file {path}: {section}: {why}")
+                    if spec is not None and (why := type_refusal(spec, given, text)) is not None:
+                        node = section if own else f"{section} ({fqn})"
+                        raise ParameterSchemaError(f"params file {path}: {node}: {why}")
 
     def _start_value(self, spec: FieldSpec):
         p = self._overrides().get(spec.name)
@@ -221,6 +238,24 @@ class NodeParameters:
                 overrides[name] = Parameter(name, Parameter.Type.STRING, str(text))
             elif spec.type == "float_array" and p.type_ == Parameter.Type.INTEGER_ARRAY:
                 overrides[name] = Parameter(name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in p.value])
+
+    def _check_types(self) -> None:
+        """A start-up value (parameter file, ``-p``) of a type the parameter does not take, after the
+        conversions of :meth:`_fix_overrides`: :class:`ParameterSchemaError`, one line naming the node,
+        the parameter, the expected and the given type (rclpy would refuse it with a traceback, or a
+        value the node derives at start-up would silently replace it)."""
+        Type = self._Parameter.Type
+        names = {Type.BOOL: "bool", Type.INTEGER: "integer", Type.DOUBLE: "double", Type.STRING: "string",
+                 Type.BYTE_ARRAY: "byte array", Type.BOOL_ARRAY: "bool array", Type.INTEGER_ARRAY: "integer array",
+                 Type.DOUBLE_ARRAY: "double array", Type.STRING_ARRAY: "string array"}
+        for name, p in self._overrides().items():
+            spec = self.specs.get(name)
+            if spec is None or p.type_ == Type.NOT_SET:
+                continue
+            given = names.get(p.type_, str(p.type_))
+            text = str(list(p.value)) if given.endswith("array") else str(p.value)
+            if (why := type_refusal(spec, given, text)) is not None:
+                raise ParameterSchemaError(f"{self.node.get_fully_qualified_name()}: {why}")
 
     # ---------------------------------------------------------------- live updates
     def check(self, changes: Mapping[str, Any]):
@@ -331,29 +366,137 @@ def params_files(argv) -> list[str]:
     return out
 
 
-def _flat_names(body, prefix: str = "") -> list[str]:
-    out = []
-    for k, v in (body or {}).items():
-        name = f"{prefix}{k}"
-        out += _flat_names(v, name + ".") if isinstance(v, dict) else [name]
-    return out
+# ROS's names of the parameter types (rcl's, as its messages say them) per schema type
+ROS_TYPE_NAMES = {"bool": "bool", "int": "integer", "float": "double", "str": "string", "float_array": "double array",
+                  "int_array": "integer array", "str_array": "string array", "bool_array": "bool array"}
+# the types a start-up value may have per schema type: an integer for a double (as rclcpp takes it), a
+# number or a boolean for a string (its text); an empty list is no value (rcl leaves it unset)
+ACCEPTED_TYPES = {"bool": {"bool"}, "int": {"integer"}, "float": {"double", "integer"},
+                  "str": {"string", "integer", "double", "bool"}, "float_array": {"double array", "integer array"},
+                  "int_array": {"integer array"}, "str_array": {"string array"}, "bool_array": {"bool array"}}
+_RCL_BOOL = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON",
+             "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"}
+_RCL_INT = re.compile(r"\s*[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+_RCL_DOUBLE = re.compile(r"\s*[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|0[xX][0-9a-fA-F.]+([pP][+-]?\d+)?|"
+                         r"inf(inity)?|nan(\([0-9A-Za-z_]*\))?)", re.IGNORECASE)
+_STR_TAG = "tag:yaml.org,2002:str"
+_RESOLVER = yaml.resolver.Resolver()        # YAML 1.1's implicit tags (what a plain scalar would be)
+_RCL_SPECIAL = {".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF"}
 
 
-def file_sections(path: str) -> dict[str, list[str]]:
-    """``{section: [parameter names]}`` of a ROS 2 parameters YAML (nested names joined by dots); a file
-    rcl itself cannot read is left to rcl (which refuses it at start-up)."""
-    import yaml
+def rcl_scalar_type(node) -> str:
+    """The parameter type rcl gives a YAML scalar (a composed ``yaml.ScalarNode``): a quoted or
+    ``!!str`` value is a string; else a YAML 1.1 boolean word is a bool, what ``strtol`` reads whole an
+    integer, what ``strtod`` reads whole a double (``1e5``, ``.inf``), anything else a string."""
+    if node.style in ("'", '"'):
+        return "string"
+    if node.style is None and node.tag == _STR_TAG and _RESOLVER.resolve(type(node), node.value,
+                                                                            (True, False)) != _STR_TAG:
+        return "string"                          # !!str 5
+    return _plain_type(node.value)
 
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+
+def _plain_type(text: str) -> str:
+    if text in _RCL_BOOL:
+        return "bool"
+    if _RCL_INT.fullmatch(text):
+        t = text.strip()
+        v = int(t, 8) if re.fullmatch(r"[+-]?0[0-7]+", t) else int(t, 0)
+        if -(2 ** 63) <= v < 2 ** 63:
+            return "integer"                     # out of range: strtol fails, strtod reads it
+    if text in _RCL_SPECIAL:
+        return "double"
+    if _RCL_DOUBLE.fullmatch(text):
+        low = text.lower()
+        try:
+            return "double" if math.isfinite(float(text)) or "inf" in low or "nan" in low else "string"
+        except ValueError:
+            return "double"                      # a hexadecimal float: strtod reads it
+    return "string"
+
+
+def rcl_value_type(node) -> str:
+    """The parameter type rcl gives a value node: a scalar's (:func:`rcl_scalar_type`), a list's
+    ``"<element type> array"`` (``"empty array"``; rcl refuses a list mixing types: ``"mixed array
+    (integer, double)"``), ``"null"`` for no value at all."""
+    if isinstance(node, yaml.SequenceNode):
+        elems = []
+        for v in node.value:                    # rcl reads a list of lists as one flat list
+            elems += [rcl_value_type(v).removesuffix(" array")] if isinstance(v, yaml.SequenceNode) \
+                else [rcl_scalar_type(v) if isinstance(v, yaml.ScalarNode) else "mapping"]
+        kinds = list(dict.fromkeys(e for e in elems if e != "empty"))
+        if not kinds:
+            return "empty array"
+        return f"{kinds[0]} array" if len(kinds) == 1 else f"mixed array ({', '.join(kinds)})"
+    if isinstance(node, yaml.ScalarNode):
+        return "null" if node.value == "" and node.style is None else rcl_scalar_type(node)
+    return "mapping"
+
+
+def file_parameters(path: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """``{section: {parameter name: (rcl type, value text)}}`` of a ROS 2 parameters YAML (nested names
+    joined by dots; sections ``NODE: ros__parameters: {...}``), read by the project's bounded reader
+    (:func:`legged_wbc.description.compose_yaml_file`: size, depth, aliases, UTF-8, a regular file);
+    a file it refuses or that is not a mapping: :class:`ConfigError`, one line."""
+    from legged_wbc.description import compose_yaml_file
+
+    root = compose_yaml_file(path)
+    if root is None:
         return {}
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"{path}: not a parameters file (a mapping of node names to ros__parameters)")
+    _no_aliases(root, set(), path)
     out = {}
-    for section, body in (data or {}).items() if isinstance(data, dict) else ():
-        if isinstance(body, dict) and isinstance(body.get("ros__parameters"), dict):
-            out[str(section)] = _flat_names(body["ros__parameters"])
+    for key, body in root.value:
+        if not isinstance(body, yaml.MappingNode):
+            continue
+        for k, v in body.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == "ros__parameters" and isinstance(v, yaml.MappingNode):
+                out[str(key.value)] = dict(_flat_values(v, ""))
     return out
+
+
+def _no_aliases(node, seen: set, path) -> None:
+    """A node met twice is a YAML alias (``*name``), which rcl does not read: a ConfigError."""
+    if id(node) in seen:
+        raise ConfigError(f"{path}: YAML anchors / aliases (&name, *name): ROS's parameter file reader does not "
+                          "take them; write the values out")
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            _no_aliases(k, seen, path)
+            _no_aliases(v, seen, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            _no_aliases(v, seen, path)
+
+
+def _flat_values(node, prefix: str):
+    """``(dotted name, (rcl type, value text))`` of a ``ros__parameters`` mapping node."""
+    for k, v in node.value:
+        name = f"{prefix}{k.value}"
+        if isinstance(v, yaml.MappingNode):
+            yield from _flat_values(v, name + ".")
+        else:
+            text = v.value if isinstance(v, yaml.ScalarNode) else "[" + ", ".join(
+                str(getattr(e, "value", "...")) for e in v.value) + "]"
+            yield name, (rcl_value_type(v), text)
+
+
+def type_refusal(spec: FieldSpec, given: str, text: str) -> str | None:
+    """Why a start-up value of rcl type ``given`` (text ``text``) is not taken for ``spec``: ``parameter
+    NAME: expected a double, given a string ('fast')``; None when it is (:data:`ACCEPTED_TYPES`)."""
+    if given in ACCEPTED_TYPES[spec.type] or (given == "empty array" and spec.is_array):
+        return None
+    expected = f"parameter {spec.name}: expected {_a(ROS_TYPE_NAMES[spec.type])}"
+    if given == "null":
+        return f"{expected}, given no value (ROS refuses an empty value)"
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    return f"{expected}, given {_a(given)} ({shown!r})"
+
+
+def _a(type_name: str) -> str:
+    return ("an " if type_name[0] in "aeiou" else "a ") + type_name
 
 
 def section_matches(section: str, fqn: str, wildcards: bool = True) -> bool:
@@ -392,3 +535,33 @@ def _namespace(flat: dict) -> types.SimpleNamespace:
     def build(d: dict) -> types.SimpleNamespace:
         return types.SimpleNamespace(**{k: build(v) if isinstance(v, dict) else v for k, v in d.items()})
     return build(root)
+
+
+# ------------------------------------------------------------------------------------ a node process's start
+def init_node_process(argv, name: str) -> bool:
+    """``rclpy.init`` of a node's process (its own signal handling): False after one line on stderr when
+    rcl refuses the command line (a parameter file rcl cannot read, a malformed ``-p``), as a bad
+    parameter is (the caller exits 2), instead of an ``RCLError`` traceback."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    argv = argv if argv is not None else sys.argv
+    try:
+        rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as exc:  # noqa: BLE001 - rclpy's RCLError (its module is private)
+        if type(exc).__name__ != "RCLError":
+            raise
+        bad = [f for f in params_files(argv) if _unreadable(f) is not None]
+        why = _unreadable(bad[0]) if bad else str(exc).splitlines()[0]
+        print(f"{name}: {why}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def _unreadable(path: str) -> str | None:
+    """Why the project's bounded reader refuses a parameter file (one line), None when it reads it."""
+    try:
+        file_parameters(path)
+    except ConfigError as exc:
+        return f"params file {exc}"
+    return None

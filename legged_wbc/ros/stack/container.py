@@ -156,14 +156,14 @@ def main(argv: list[str] | None = None, part: str = "all") -> int:
     """``walking_container`` (``part="all"``), ``sim_container`` or ``control_container``."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
 
     from legged_wbc.robot import ConfigError
     from legged_wbc.ros.transport.host_link import HostLink, LinkError, LinkStopped
     from legged_wbc.ros.transport.intra_process import IntraProcessBus
-    from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError, feed_sim_time
+    from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError, feed_sim_time, init_node_process
 
-    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    if not init_node_process(argv, CONTAINER_NODES[part]):
+        return 2
     nodes: list = []
     executor = spin = recorder = link = peer = None
     rc = 0

@@ -45,7 +45,7 @@ from legged_wbc.ros.recording.bag_process import LocalTaps, RecorderProcessError
 from legged_wbc.ros.recording.bag_writer import (BagStamps, LostMessages, PeerWatch, RecorderConfig, StartupGate,
                                                  TopicChoice, default_output, describe_publishers, message_class)
 from legged_wbc.ros.recording.cdr_layout import message_class_name
-from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError
+from legged_wbc.ros.nodekit.params import NodeParameters, ParameterSchemaError, init_node_process
 
 
 class BagRecorder(Node):
@@ -195,9 +195,9 @@ class BagRecorder(Node):
 
 def main(argv: list[str] | None = None) -> int:
     import rclpy
-    from rclpy.signals import SignalHandlerOptions
 
-    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    if not init_node_process(argv, "bag_recorder"):
+        return 2
     node = executor = None
     stop = {"signal": None}
 

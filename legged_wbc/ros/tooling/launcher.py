@@ -437,7 +437,8 @@ class _LaunchReader:
             if ch.get("from") is not None:
                 f = Path(sub(ch.get("from")))
                 if not f.is_file():
-                    raise LaunchError(f"{where(el)}: parameter file {f} not found")
+                    raise LaunchError(f"{where(el)}: parameter file {f} "
+                                      + ("is not a regular file" if f.exists() else "not found"))
                 a.params_files.append(str(f))
             else:
                 pname, value = ch.get("name"), ch.get("value")

@@ -237,7 +237,7 @@ def run_metrics(run: RunData, window: tuple[float, float] | None = None) -> dict
     m = compute_metrics(S, win[0], win[1], run.theta_min, run.theta_max, fell=bool(run.fell),
                         pitch_legs=_pitch_legs(run))
     if run.fell is None:
-        m["fell"] = None
+        m["fell"] = m["whole_run"]["fell"] = None
     # None where the run lacks the series (a bag: the feet's truth; a bag without /estimator/support: all)
     m.update(terrain_metrics(S, win[0], win[1]) if "support" in S else dict.fromkeys(TERRAIN_KEYS))
     m.update(command_metrics(S))       # every tick (as the headless loop), None without a command

@@ -5,10 +5,13 @@ MCAP or sqlite3, or a headless run directory with ``log.npz``), computes its met
 :func:`legged_wbc.metrics.compute_metrics` (through :func:`~legged_wbc.tools.analysis.bag_metrics.run_metrics`)
 and writes into the output directory:
 
-* ``report.md``: the runs (source, controller, scenario, window), the Table-3 rows side by side with
+* ``report.md``: the runs (source, controller, scenario, window), a headline per run (:func:`headline`:
+  the worse of the window's and the whole run's worst violation, fall, QP failures, clipping, foot
+  slip), the Table-3 rows (evaluation window) side by side with
   the paper's numbers in a reference column (max relative-pitch violation, support-leg violation
   rate, roll-pitch RMSE, joint torque RMS / max, QP time p99 / over 2 ms) plus distance walked,
-  falls, QP failures, the bridge's deadline misses / watchdog events, the first violation time;
+  falls, QP failures, the bridge's deadline misses / watchdog events, the first violation time, and
+  the whole run's figures (``whole_run``);
   then what could not be computed for which run and why, and the figures;
 * ``metrics.json``: ``{run name: metrics}``, each with the keys of ``legged-wbc run``'s
   ``metrics.json`` (plus ``source``, ``kind``, bridge counters, ``unavailable``);
@@ -49,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from legged_wbc.metrics import CONTROL_DT
+from legged_wbc.metrics import CONTROL_DT, worst_of
 from legged_wbc.tools.analysis.bag_metrics import RunData, RunInputError, eval_window, load_run, run_metrics
 from legged_wbc.tools.analysis.compare_actuators import FIGURES as ACTUATOR_FIGURES
 from legged_wbc.tools.analysis.compare_commands import FIGURES as COMMAND_FIGURES
@@ -74,7 +77,17 @@ TABLE_ROWS = [
     ("joint torque RMS / max (N m)", ("torque_rms_nm", "torque_max_nm"), "{:.4g}"),
     ("QP time p99 (us) / over-2 ms (%)", ("qp_p99_us", "qp_over_2ms_pct"), "{:.4g}"),
 ]
-EXTRA_ROWS = [
+# the whole run's figures (metrics.json ``whole_run``: stand-up and gait start included), beside the window's
+WHOLE_RUN_ROWS = [
+    ("whole run (s)", ("whole_run.window_s",), None),
+    ("whole run: max relative-pitch violation (rad) / ticks with one", ("whole_run.max_violation_rad",
+                                                                       "whole_run.violation_ticks"), "{:.4g}"),
+    ("whole run: support-leg sample violation rate (%)", ("whole_run.violation_rate_pct",), "{:.4g}"),
+    ("whole run: torque clipped by the actuators (% of ticks x joints)", ("whole_run.torque_saturation_pct",), "{:.3g}"),
+    ("whole run: CBF slack max (rad/s^2)", ("whole_run.cbf_slack_max",), "{:.4g}"),
+    ("whole run: foot slip max (m)", ("whole_run.foot_slip_max_m",), "{:.3g}"),
+]
+EXTRA_ROWS = WHOLE_RUN_ROWS + [
     ("distance walked (m)", ("distance_m",), "{:.3f}"),
     ("fall", ("fell",), None),
     ("QP failures (whole run)", ("qp_failures",), "{:d}"),
@@ -96,7 +109,7 @@ EXTRA_ROWS = [
 # metric -> "worse" direction for the worst case of repeated runs
 WORSE_HIGH = ("max_violation_rad", "violation_rate_pct", "rp_rmse_deg", "torque_rms_nm", "torque_max_nm", "qp_p99_us",
               "qp_over_2ms_pct", "qp_failures", "deadline_misses", "deadline_miss_pct", "command_latency_p99_us",
-              "leg_contacts")
+              "leg_contacts", "whole_run.max_violation_rad", "whole_run.qp_failures")
 WORSE_LOW = ("distance_m", "min_leg_distance_m")
 
 
@@ -115,8 +128,40 @@ def _fmt(v, fmt: str | None) -> str:
         return str(v)
 
 
+def _get(m: dict, key: str):
+    """``m[key]``; a dotted key reads a nested dict (``whole_run.max_violation_rad``)."""
+    for part in key.split("."):
+        m = m.get(part) if isinstance(m, dict) else None
+    return m
+
+
 def _cell(m: dict, keys, fmt) -> str:
-    return " / ".join(_fmt(m.get(k), fmt) for k in keys)
+    cells = []
+    for k in keys:
+        v = _get(m, k)
+        cells.append(f"{v[0]:g} - {v[1]:g}" if isinstance(v, list) and len(v) == 2 else _fmt(v, fmt))
+    return " / ".join(cells)
+
+
+def headline(m: dict) -> str:
+    """One run's headline: the worse of the evaluation window's and the whole run's figures (a
+    violation at the stand-up or the gait's start, outside the window, shows here): worst
+    relative-pitch violation, fall, QP failures, torque clipped, foot slip."""
+    v, where = worst_of(m, "max_violation_rad")
+    w = m.get("whole_run") or {}
+    viol = f"worst violation {_fmt(v, '{:.4g}')} rad"
+    if v and where == "whole run":
+        viol += (f" (whole run: {w.get('violation_ticks')} ticks, first at "
+                 f"{_fmt(w.get('first_violation_time_s'), '{:.3f}')} s; window {_fmt(m.get('max_violation_rad'), '{:.4g}')})")
+    elif v:
+        viol += " (in the window)"
+    fell = m.get("fell")
+    fall = "fall n/a" if fell is None else (f"FELL ({m.get('fall_reason') or '?'})" if fell else "no fall")
+    sat, _ = worst_of(m, "torque_saturation_pct")
+    slip, _ = worst_of(m, "foot_slip_max_m")
+    qpf = w.get("qp_failures", m.get("qp_failures"))
+    return (f"{viol}, {fall}, {_fmt(qpf, '{:d}')} QP failures, {_fmt(sat, '{:.3g}')} % torque clipped, "
+            f"foot slip max {_fmt(slip, '{:.3g}')} m")
 
 
 def _paper_cell(keys) -> str:
@@ -141,11 +186,10 @@ def unique_names(runs: list[RunData]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ report
-def report_markdown(runs: list[RunData], names: list[str], metrics: list[dict], figures: list[tuple[str, str]],
-                    window_override=None, summary: str | None = None) -> str:
-    L = ["# Controller comparison (paper Table 3)", ""]
-    L += ["## Runs", "", "| run | controller | kind | scenario | mode | simulated (s) | evaluation window (s) | source |",
-          "|---|---|---|---|---|---|---|---|"]
+def _runs_section(runs, names, metrics, window_override) -> list[str]:
+    """report.md's runs (source, controller, scenario, windows) and headlines (:func:`headline`)."""
+    L = ["## Runs", "", "| run | controller | kind | scenario | mode | simulated (s) | evaluation window (s) | source |",
+         "|---|---|---|---|---|---|---|---|"]
     for r, n, m in zip(runs, names, metrics):
         w = m.get("window_s")
         req = m.get("window_requested_s")
@@ -157,16 +201,27 @@ def report_markdown(runs: list[RunData], names: list[str], metrics: list[dict], 
     L.append("")
     if window_override:
         L += [f"Evaluation window given on the command line: {window_override[0]:g} - {window_override[1]:g} s.", ""]
+    L += ["## Headline", "", "The worse of the evaluation window's and the whole run's figures (stand-up and gait "
+          "start included).", ""]
+    L += [f"- **{n}**: {headline(m)}" for n, m in zip(names, metrics)]
+    L.append("")
+    return L
+
+
+def report_markdown(runs: list[RunData], names: list[str], metrics: list[dict], figures: list[tuple[str, str]],
+                    window_override=None, summary: str | None = None) -> str:
+    L = ["# Controller comparison (paper Table 3)", ""] + _runs_section(runs, names, metrics, window_override)
     head = "| metric | " + " | ".join(f"{controller_title(r.controller)} ({n})" for r, n in zip(runs, names)) + \
            " | paper (their robot) |"
     sep = "|---|" + "---|" * len(runs) + "---|"
-    L += ["## Table 3", "",
+    L += ["## Table 3 (evaluation window)", "",
           "Over the evaluation window and the cycles whose QP was accepted; violations over support-leg samples "
           "(estimated support set). Paper column: WBC-D; WBC-CBF (one run each, their robot: a reference, not a "
           "target).", "", head, sep]
     for title, keys, fmt in TABLE_ROWS:
         L.append(f"| {title} | " + " | ".join(_cell(m, keys, fmt) for m in metrics) + f" | {_paper_cell(keys)} |")
-    L += ["", "## Also measured", "", head.replace(" | paper (their robot) |", " |"), sep[:-4]]
+    L += ["", "## Also measured", "", "Over the evaluation window unless the row says whole run.", "",
+          head.replace(" | paper (their robot) |", " |"), sep[:-4]]
     for title, keys, fmt in EXTRA_ROWS:
         cells = []
         for r, m in zip(runs, metrics):
@@ -209,7 +264,8 @@ def summary_rows(groups: dict[str, list[dict]]) -> str:
             ("rp_rmse_deg", "roll-pitch RMSE (deg)"), ("torque_rms_nm", "torque RMS (N m)"),
             ("torque_max_nm", "torque max (N m)"), ("qp_p99_us", "QP p99 (us)"),
             ("qp_over_2ms_pct", "QP over 2 ms (%)"), ("distance_m", "distance (m)"),
-            ("qp_failures", "QP failures"), ("deadline_misses", "deadline misses")]
+            ("qp_failures", "QP failures"), ("deadline_misses", "deadline misses"),
+            ("whole_run.max_violation_rad", "max violation, whole run (rad)")]
     L = ["## Repeated runs: mean, spread, worst case", "",
          "Per controller over the randomized repetitions: mean +- standard deviation [min - max]; worst = "
          "highest (lowest for distance).", "",
@@ -218,8 +274,7 @@ def summary_rows(groups: dict[str, list[dict]]) -> str:
     for key, title in keys:
         cells = []
         for ms in groups.values():
-            vals = np.array([m.get(key) for m in ms if isinstance(m.get(key), (int, float)) and m.get(key) is not None],
-                            dtype=float)
+            vals = np.array([_get(m, key) for m in ms if isinstance(_get(m, key), (int, float))], dtype=float)
             if vals.size == 0:
                 cells.append("n/a")
                 continue
@@ -237,7 +292,7 @@ def summary_json(groups: dict[str, list[dict]]) -> dict:
     for g, ms in groups.items():
         d = {"runs": len(ms), "falls": sum(bool(m.get("fell")) for m in ms)}
         for key in WORSE_HIGH + WORSE_LOW:
-            vals = [m.get(key) for m in ms if isinstance(m.get(key), (int, float))]
+            vals = [_get(m, key) for m in ms if isinstance(_get(m, key), (int, float))]
             if vals:
                 a = np.asarray(vals, dtype=float)
                 d[key] = {"mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()),
@@ -718,7 +773,7 @@ def _write_comparison(runs, out: Path, window, figures: bool, summary_groups, lo
         for k, why in u.items():
             print(f"compare: {n}: {k} could not be computed ({why})", file=log)
     return {"names": names, "metrics": dict(zip(names, metrics)), "figures": [f for f, _ in figs],
-            "unavailable": unavailable, "runs": runs}
+            "unavailable": unavailable, "runs": runs, "headlines": {n: headline(m) for n, m in zip(names, metrics)}}
 
 
 def _json_default(o):
