@@ -4,8 +4,7 @@ Only the ROS wiring: topics, message layouts, the lockstep protocol, realtime mo
 are documented and implemented in :mod:`mujoco_bridge.scheduler` (no ROS); the scenario's
 disturbance hook, initial state and sensor noise in :mod:`mujoco_bridge.scenario_setup`; the
 parameters are :class:`mujoco_bridge.config.BridgeConfig` (``config/mujoco_bridge.yaml``; live ones
-act from the next tick). ``duration`` > 0: the node exits (status 0) after that many sim seconds.
-"""
+act from the next tick). ``duration`` > 0: the node exits (status 0) after that many sim seconds."""
 
 import signal
 import sys
@@ -22,10 +21,10 @@ from legged_wbc.ros.io import adapters
 from legged_wbc.ros.nodekit import diagnostics as ros_diagnostics, tf_publisher
 from legged_wbc.ros.nodekit.executor_thread import ExecutorThread
 from legged_wbc.ros.nodekit.launch_identity import read_identity
+from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.ros import io as ros_io
 from legged_wbc.ros.transport import endpoints
 from legged_wbc.ros.transport.endpoint_ids import publisher_gid
-from legged_wbc.ros.nodekit.params import NodeParameters
 from legged_wbc.ros.nodekit.publisher_names import PublisherNames
 from legged_wbc.ros.nodekit.startup import StartupPeers
 from mujoco_bridge.command_source import CommandSources

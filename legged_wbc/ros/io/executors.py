@@ -67,6 +67,16 @@ def ignore_stop_signals() -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
+_NODE_INIT: list = []      # the process's rclpy.init check (set_node_init), if any
+
+
+def set_node_init(init) -> None:
+    """The ``init(argv, name) -> bool`` :func:`spin_node` calls instead of a bare ``rclpy.init``
+    (the node executables' entry sets :func:`legged_wbc.ros.nodekit.params.init_node_process`: a command
+    line rcl refuses is one line and exit 2, not a traceback)."""
+    _NODE_INIT[:] = [init]
+
+
 def spin_node(make_node, argv=None) -> int:
     """``main()`` of a node: init, spin ``make_node()`` until Ctrl-C / SIGTERM / shutdown, clean up.
     The node is in a process of its own: if it has a :class:`NewestTickRunner` ``ticks``, its
@@ -85,10 +95,13 @@ def spin_node(make_node, argv=None) -> int:
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
-    from legged_wbc.ros.nodekit.params import init_node_process
+    if _NODE_INIT:
+        if not _NODE_INIT[0](argv, os.path.basename(sys.argv[0])):
+            return 2
+    else:
+        from rclpy.signals import SignalHandlerOptions
 
-    if not init_node_process(argv, os.path.basename(sys.argv[0])):
-        return 2
+        rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     stop: list[int] = []
     old = {s: signal.signal(s, lambda signum, frame: stop.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     node = executor = None

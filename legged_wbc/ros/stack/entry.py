@@ -39,6 +39,10 @@ def _run(target: str) -> int:
     """Import ``module:function`` and call it; 130 / 143 if interrupted before the node's own handling is
     in place (its module, or the imports ``main`` itself makes first, e.g. rclpy, still loading), else
     ``main``'s status, ``128 + signum`` if it ended cleanly after a stop signal."""
+    from legged_wbc.ros.io.executors import set_node_init
+    from legged_wbc.ros.nodekit.params import init_node_process
+
+    set_node_init(init_node_process)       # a command line rcl refuses: one line, exit 2
     module, func = target.split(":")
     stops = StopSignals()
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -75,7 +79,9 @@ def wbc_controller_main(argv: list[str] | None = None) -> int:
     torque-command publisher handed over to the launch's bridge while it runs
     (:mod:`legged_wbc.ros.nodekit.launch_identity`)."""
     from legged_wbc.ros.io import spin_node
+    from legged_wbc.ros.io.executors import set_node_init
     from legged_wbc.ros.nodekit.launch_identity import hand_over, withdraw
+    from legged_wbc.ros.nodekit.params import init_node_process
     from wbc_controller.node import WbcNode
 
     written: list[str] = []
@@ -87,6 +93,7 @@ def wbc_controller_main(argv: list[str] | None = None) -> int:
             written.append(path)
         return node
 
+    set_node_init(init_node_process)
     try:
         return spin_node(make, argv)
     finally:
