@@ -98,6 +98,7 @@ ROOMS_MAY_IMPORT = {      # room -> the rooms of ros/ and tools/ it may import (
                                      "legged_wbc.ros.tooling"},
     "legged_wbc.tools.bench": {"legged_wbc.tools.analysis", "legged_wbc.ros.tooling", "legged_wbc.ros.stack"},
     "legged_wbc.tools.pictures": {"legged_wbc.tools.analysis", "legged_wbc.tools.experiments"},
+    "legged_wbc.tools.site": set(),
 }
 
 

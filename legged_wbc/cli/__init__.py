@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from . import bench, estimator, model, report, render, ros, run, sweep, teleop
+from . import bench, docs, estimator, model, report, render, ros, run, sweep, teleop
 from .argtypes import OneLineParser
 
 COMMAND_GROUPS = (
@@ -23,6 +23,7 @@ COMMAND_GROUPS = (
     render,     # render
     sweep,      # sweep
     teleop,     # teleop-example
+    docs,       # docs (the manual as a site)
 )
 
 

@@ -174,7 +174,7 @@ def register(sub) -> None:
     s = sub.add_parser("example-controller", help="run the example outside controller (a joint PD holding the "
                        "stance) for walking_sim controller:=external",
                        description="A plain rclpy node answering every control tick's /joint_states sample with a "
-                                   "/joint_torque_cmd (the command protocol: README, Use it from ROS). Its source, "
+                                   "/joint_torque_cmd (the command protocol: the manual, docs/own-controller.md). Its source, "
                                    "legged_wbc/ros/stack/example_controller.py, is the example to copy. ROS arguments "
                                    "after --ros-args (e.g. -p kp:=400.0).")
     s.add_argument("--robot", default="hexapod", help="robot config whose nominal stance to stand in")

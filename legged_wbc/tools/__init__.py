@@ -4,7 +4,8 @@
   evaluation;
 * :mod:`.experiments` - the paper's experiment through the ROS stack, recordings, randomized sweeps;
 * :mod:`.bench` - the cycle and real-time benchmarks, the slow-CPU emulation, the kernels' warm-up;
-* :mod:`.pictures` - rendered frames, scenes and overlays.
+* :mod:`.pictures` - rendered frames, scenes and overlays;
+* :mod:`.site` - the manual as a site: generated pages (API reference, parameter tables), the build.
 
 Rooms import downwards only: ``analysis`` < ``experiments`` < ``pictures``, ``analysis`` < ``bench``
 (test ``test_layers``). The flat module names of before (``legged_wbc.tools.compare``, ...) still

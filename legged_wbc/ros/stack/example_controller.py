@@ -5,7 +5,7 @@ Plain rclpy, nothing of this package. Run the simulation without the WBC, then t
     legged-wbc launch walking_sim controller:=external      # or: ros2 launch legged_wbc walking_sim.launch.xml controller:=external
     legged-wbc example-controller                            # or: python3 example_controller.py
 
-The command protocol (README, *Use it from ROS*): the simulation publishes ``/joint_states``
+The command protocol (``docs/own-controller.md``): the simulation publishes ``/joint_states``
 (sensor_msgs/JointState, every 1 ms of sim time). A sample whose stamp is a control tick (a multiple
 of 2 ms) asks for a command: publish a sensor_msgs/JointState on ``/joint_torque_cmd`` with ``name`` =
 the joints (any order), ``effort`` = their torques [N m] and ``header.stamp`` = the stamp of the sample
