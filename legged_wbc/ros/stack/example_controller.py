@@ -78,6 +78,9 @@ def main(args=None) -> int:
             executor.spin_once(timeout_sec=0.2)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:  # noqa: BLE001 - rcl's "context is not valid": a wait the SIGTERM shutdown interrupted
+        if rclpy.ok():
+            raise
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
