@@ -24,7 +24,7 @@ setup(
               "legged_wbc.ros", "legged_wbc.ros.io", "legged_wbc.ros.recording", "legged_wbc.ros.transport",
               "legged_wbc.ros.nodekit", "legged_wbc.ros.tooling", "legged_wbc.ros.stack",
               "legged_wbc.tools", "legged_wbc.tools.analysis", "legged_wbc.tools.experiments", "legged_wbc.tools.bench",
-              "legged_wbc.tools.pictures",
+              "legged_wbc.tools.pictures", "legged_wbc.tools.site",
               "wbc_controller", "wbc_controller.blocks", "state_estimator", "mujoco_bridge"],
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),

@@ -29,14 +29,15 @@ RUNTIME_KEYS = {
     "matplotlib": "python3-matplotlib", "PIL": "python3-pil", "imageio": "python3-imageio",
     "mujoco": "python3-mujoco-pip", "glfw": "python3-mujoco-pip",      # glfw: a dependency of the mujoco wheel
     "qpsolvers": "python3-qpsolvers-pip", "rosbags": "python3-rosbags-pip",
-    "daqp": None, "osqp": None, "distributed": None, "mcap": None, "foxglove": None,
+    "daqp": None, "osqp": None, "distributed": None, "mcap": None, "foxglove": None, "mkdocs": None,
     "ruamel": "python3-ruamel.yaml",                                    # bag repair: metadata.yaml as rosbag2 writes it
 }
 OPTIONAL = {"threadpoolctl"}                      # imported under try/except ImportError
 EXTRA_RUNTIME = {"launch", "launch_ros"}          # the launch file's, not imported
 PIP_ONLY = {"daqp": "daqp", "osqp": "osqp", "distributed": "distributed", "imageio": "imageio-ffmpeg", "mcap": "mcap",
-            "foxglove": "foxglove-sdk"}
-TEST_KEYS = {"pytest": "python3-pytest", "mcap_ros2": "mcap-ros2-support", "launch_xml": "launch_xml"}
+            "foxglove": "foxglove-sdk", "mkdocs": "mkdocs"}
+TEST_KEYS = {"pytest": "python3-pytest", "mcap_ros2": "mcap-ros2-support", "launch_xml": "launch_xml",
+             "markdown": "python3-markdown"}
 
 
 def imports_of(paths) -> set[str]:
